@@ -1,0 +1,112 @@
+"""Typed errors of the toolkit.
+
+Every error the toolkit raises on bad input is a :class:`ToolkitError`. Each
+subclass carries the facts of the mistake as fields (path, name, known values)
+and a message that names the problem and the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+class ToolkitError(Exception):
+    """Base class of every error the toolkit raises on bad input."""
+
+
+class SourceNotFoundError(ToolkitError, FileNotFoundError):
+    """A path or hub id that does not exist or cannot be reached.
+
+    Fields: ``source`` (what the user passed), ``reason``.
+    """
+
+    def __init__(self, source: str, reason: str):
+        self.source = str(source)
+        self.reason = reason
+        super().__init__(f"cannot open checkpoint {self.source!r}: {reason}")
+
+
+class CheckpointFileError(ToolkitError, ValueError):
+    """A checkpoint file that exists but cannot be read as weights.
+
+    Fields: ``path``, ``reason``.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"bad checkpoint file {self.path!r}: {reason}")
+
+
+class UnsupportedArchitectureError(ToolkitError, KeyError):
+    """No adapter maps this checkpoint's parameter names to components.
+
+    Fields: ``model_type``, ``known`` (registered families),
+    ``parameter_names`` (a sample of what the checkpoint holds).
+    """
+
+    def __init__(self, model_type: str | None, known: Iterable[str], parameter_names: Sequence[str] = ()):
+        self.model_type = model_type
+        self.known = sorted(known)
+        self.parameter_names = list(parameter_names)
+        sample = "\n  ".join(self.parameter_names[:20])
+        more = len(self.parameter_names) - 20
+        if more > 0:
+            sample += f"\n  ... and {more} more"
+        msg = (
+            f"no component mapping for model_type {model_type!r}. "
+            f"Known families: {', '.join(self.known)}.\n"
+            "Pass your own mapping: toolkit.weight_stats(src, mapping=toolkit.Mapping("
+            "{'attn.q': r'layers\\.(\\d+)\\.attn\\.wq\\.weight', ...})) "
+            "or register a family with @toolkit.register_architecture."
+        )
+        if self.parameter_names:
+            msg += f"\nParameter names found:\n  {sample}"
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class UnknownMetricError(ToolkitError, KeyError):
+    """A metric name that is not registered. Fields: ``name``, ``known``."""
+
+    def __init__(self, name: str, known: Iterable[str]):
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(
+            f"unknown metric {name!r}. Known metrics: {', '.join(self.known)}. "
+            "Register your own with toolkit.register_metric(...)."
+        )
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class UnmappedParametersError(ToolkitError, ValueError):
+    """A checkpoint in which no parameter maps to a component, or a layer
+    count that disagrees with the config. Fields: ``names``, ``reason``."""
+
+    def __init__(self, reason: str, names: Sequence[str] = ()):
+        self.reason = reason
+        self.names = list(names)
+        sample = "\n  ".join(self.names[:20])
+        super().__init__(reason + (f"\nParameter names:\n  {sample}" if self.names else ""))
+
+
+class CheckpointMismatchError(ToolkitError, ValueError):
+    """Two checkpoints that cannot be compared. Fields: ``name`` (first
+    mismatching tensor or key), ``base``, ``target`` (what each side has)."""
+
+    def __init__(self, name: str, base: object, target: object, reason: str = "differs"):
+        self.name = name
+        self.base = base
+        self.target = target
+        super().__init__(
+            f"checkpoints do not match at {name!r}: {reason} (base: {base}, target: {target}). "
+            "Compare checkpoints of the same architecture and size."
+        )
+
+
+class EmptyInputError(ToolkitError, ValueError):
+    """Empty text input or an empty selection."""

@@ -1,0 +1,85 @@
+"""The contract every weight source keeps.
+
+A source finds a checkpoint's tensors and yields them one at a time as
+:class:`TensorRecord` objects whose bytes are read only when ``read()`` is
+called, so peak memory stays near the largest tensor, never the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True)
+class TensorRecord:
+    """One stored tensor, named as ``transformers`` names the parameter.
+
+    Attributes
+    ----------
+    name : str
+        Parameter name exactly as ``transformers`` names it after loading
+        (``model.layers.0.self_attn.q_proj.weight``), also for GGUF files.
+    shape : tuple of int
+        Shape of the tensor ``read()`` returns (for matrices (out, in) in the
+        ``transformers`` parameter's own orientation; GPT-2 Conv1D stays (in, out)
+        here and is transposed by the architecture adapter).
+    dtype : str
+        Storage dtype as written in the file: ``"bfloat16"``, ``"float16"``,
+        ``"float32"``, or a GGUF quantisation name (``"Q4_1"``, ``"Q4_K"``...).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    _reader: Callable[[], torch.Tensor] = field(repr=False, compare=False)
+
+    def read(self) -> torch.Tensor:
+        """Read the tensor now.
+
+        Returns a CPU tensor in the storage dtype when torch has it
+        (bf16 stays bf16, so diffs can be judged bit for bit); quantised GGUF
+        tensors are dequantised to float32. Values and row order equal what
+        ``transformers`` loads from the same file.
+        """
+        return self._reader()
+
+
+class Source:
+    """A checkpoint opened for streaming.
+
+    Attributes
+    ----------
+    location : str
+        What the user passed (hub id, directory, or file), normalised.
+    format : str
+        ``"safetensors"``, ``"pytorch"`` or ``"gguf"``.
+    config : dict
+        The ``transformers`` config as a dict (``model_type``,
+        ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``,
+        ``hidden_size``, ``intermediate_size``, ``head_dim`` when known...).
+    fingerprint : str
+        A string that changes when any weight file changes (size, mtime, or
+        content hash where the format gives one).
+    revision : str
+        Hub revision or commit where known, else ``""``.
+    """
+
+    location: str
+    format: str
+    config: dict
+    fingerprint: str
+    revision: str = ""
+
+    def tensors(self) -> Iterator[TensorRecord]:
+        """Yield every stored tensor's record, reading no tensor data."""
+        raise NotImplementedError
+
+    def files(self) -> list[str]:
+        """The weight files this source reads."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.format} {self.location!r}>"
