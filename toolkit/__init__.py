@@ -1,0 +1,50 @@
+"""Layer x component statistics of transformer checkpoints, for Jupyter.
+
+Quick start::
+
+    import toolkit
+    ds = toolkit.weight_stats()                 # embedded SmolLM2-135M, 30 x 7 grid
+    toolkit.plot.heatmap(ds, "stable_rank")
+    toolkit.save(ds, "smollm2.nc")
+
+Plotting (``toolkit.plot``) and widgets (``toolkit.widgets``) are imported
+lazily, so ``import toolkit`` does not pull matplotlib or ipywidgets.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from toolkit._version import __version__
+from toolkit.architectures import Mapping, register_architecture
+from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.collect.weights import weight_stats
+from toolkit.errors import ToolkitError
+from toolkit.io import load, save
+from toolkit.metrics.registry import get_metric, list_metrics, register_metric
+from toolkit.sources import open_source
+
+__all__ = [
+    "COMPONENTS",
+    "Mapping",
+    "ToolkitError",
+    "__version__",
+    "get_metric",
+    "list_metrics",
+    "load",
+    "open_source",
+    "plot",
+    "register_architecture",
+    "register_metric",
+    "save",
+    "weight_stats",
+    "widgets",
+]
+
+_LAZY_SUBMODULES = {"plot", "widgets", "lab"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"toolkit.{name}")
+    raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

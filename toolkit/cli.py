@@ -1,0 +1,96 @@
+"""Command line: ``python -m toolkit weights MODEL -o out.nc --plot out.png``.
+
+A thin argparse front end over :mod:`toolkit.collect` and :mod:`toolkit.plot`.
+Toolkit errors are printed as one message (no traceback) with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from toolkit.errors import ToolkitError
+
+
+def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
+    p.add_argument(name, nargs="?", default=None, help=f"hub id, local directory or .gguf file{help_default}")
+    p.add_argument("--gguf-file", default=None, help="GGUF file name inside a directory or hub repo")
+    p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+
+
+def _save_outputs(ds, args, default_metric: str) -> None:
+    import toolkit
+
+    if args.output:
+        toolkit.save(ds, args.output)
+        print(f"wrote {args.output}")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from toolkit import plot
+
+        metric = args.plot_metric or default_metric
+        ax = plot.heatmap(ds, metric)
+        fig = ax.figure
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.plot, dpi=150, bbox_inches="tight")
+        plt.close(fig)
+        print(f"wrote {args.plot} ({metric})")
+
+
+def _cmd_weights(args) -> int:
+    import toolkit
+
+    ds = toolkit.weight_stats(
+        args.model,
+        metrics=args.metrics,
+        gguf_file=args.gguf_file,
+        revision=args.revision,
+        device=args.device,
+        progress=not args.quiet,
+    )
+    _save_outputs(ds, args, "stable_rank")
+    if not args.output and not args.plot:
+        print(ds)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("weights", help="statistics of every weight matrix, per layer and component")
+    _add_source_args(w, help_default=" (default: the embedded SmolLM2-135M-Instruct GGUF)")
+    w.add_argument("--metrics", nargs="+", default=None, help="metric names (default: all registered)")
+    w.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
+    w.add_argument("-o", "--output", default=None, help="NetCDF file to write")
+    w.add_argument("--plot", default=None, help="heatmap PNG to write")
+    w.add_argument("--plot-metric", default=None, help="metric to plot (default: stable_rank)")
+    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    w.set_defaults(func=_cmd_weights)
+
+    lab = sub.add_parser("lab", help="attention-activation lab (softmax vs polynomial attention)", add_help=False)
+    lab.add_argument("rest", nargs=argparse.REMAINDER)
+    lab.set_defaults(func=lambda a: __import__("toolkit.lab", fromlist=["main"]).main(a.rest))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m toolkit`` and the ``toolkit`` script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ToolkitError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

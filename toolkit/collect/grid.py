@@ -1,0 +1,86 @@
+"""Assembling per-cell results into the (layer, component) Dataset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import xarray as xr
+
+from toolkit._version import __version__
+from toolkit.architectures.vocabulary import COMPONENTS
+
+
+@dataclass
+class Cell:
+    """Results for one (layer, component) matrix.
+
+    ``values`` maps metric name to float (NaN where undefined); ``reasons``
+    maps metric name to why it is NaN.
+    """
+
+    parameter_name: str
+    shape: tuple[int, int]
+    values: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def build_grid_dataset(
+    num_layers: int,
+    cells: dict[tuple[int, str], Cell],
+    metrics: list,
+    attrs: dict,
+) -> xr.Dataset:
+    """Build the Dataset with dims ``(layer, component)``.
+
+    Parameters
+    ----------
+    num_layers : int
+        Number of rows; layers are labelled ``0 .. num_layers - 1``.
+    cells : dict
+        ``{(layer, component): Cell}``; missing cells stay NaN with an empty
+        ``parameter_name``.
+    metrics : list of toolkit.metrics.Metric
+        One float64 data variable each, with the metric's attrs.
+    attrs : dict
+        Dataset attrs (source description); ``toolkit_version`` and
+        ``created`` are added.
+
+    Returns
+    -------
+    xarray.Dataset
+        Data variables ``metric.name`` (layer, component) float64; coords
+        ``parameter_name``, ``nan_reason`` (str) and ``n_rows``, ``n_cols``
+        (int64, 0 where the model has no such matrix).
+    """
+    shape = (num_layers, len(COMPONENTS))
+    data = {m.name: np.full(shape, np.nan) for m in metrics}
+    pname = np.full(shape, "", dtype=object)
+    reason = np.full(shape, "", dtype=object)
+    n_rows = np.zeros(shape, dtype=np.int64)
+    n_cols = np.zeros(shape, dtype=np.int64)
+    col = {c: j for j, c in enumerate(COMPONENTS)}
+    for (layer, comp), cell in cells.items():
+        i, j = layer, col[comp]
+        pname[i, j] = cell.parameter_name
+        n_rows[i, j], n_cols[i, j] = cell.shape
+        for m in metrics:
+            data[m.name][i, j] = cell.values.get(m.name, np.nan)
+        reason[i, j] = "; ".join(f"{k}: {v}" for k, v in cell.reasons.items())
+    dims = ("layer", "component")
+    ds = xr.Dataset(
+        {m.name: (dims, data[m.name], m.attrs()) for m in metrics},
+        coords={
+            "layer": ("layer", np.arange(num_layers), {"long_name": "layer (0 = closest to the embeddings)"}),
+            "component": ("component", list(COMPONENTS)),
+            "parameter_name": (dims, pname.astype(str)),
+            "nan_reason": (dims, reason.astype(str)),
+            "n_rows": (dims, n_rows, {"long_name": "out_features"}),
+            "n_cols": (dims, n_cols, {"long_name": "in_features"}),
+        },
+    )
+    ds.attrs.update(attrs)
+    ds.attrs["toolkit_version"] = __version__
+    ds.attrs["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return ds

@@ -1,0 +1,228 @@
+"""Attention activations and a multi-head self-attention with a pluggable one.
+
+An attention activation maps the scaled scores ``S = Q Kᵀ / √d_head``
+(shape ``(..., N, N)`` for N tokens) to the attention matrix ``A`` that
+multiplies the values: ``out = A V``.
+
+- ``softmax``: ``A_ij = exp(S_ij) / Σ_k exp(S_ik)``. Every row is a
+  probability vector, so ``‖A_i·‖₂ ≤ ‖A_i·‖₁ = 1`` and
+  ``‖A‖_F ≤ √N`` whatever the scores (Saratchandran et al., Thm. 4.1).
+- ``polynomial(p, c)``: ``A_ij = S_ij^p / c``, elementwise, with no
+  normalisation. ``‖A‖_F = ‖S^{∘p}‖_F / c`` has no bound of its own: it
+  grows with the scores. With entries of order one, ``‖S^{∘p}‖_F ~ N``, so
+  ``c = √N`` (``c="sqrt_n"``) brings it back to the ``O(√N)`` of softmax,
+  the scaling the paper proposes.
+
+References
+----------
+H. Saratchandran, J. Zheng, Y. Ji, W. Zhang, S. Lucey, "Rethinking Softmax:
+Self-Attention with Polynomial Activations", arXiv:2410.18613 (2024),
+Theorem 4.1 and Section 5.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from toolkit.errors import ToolkitError
+
+REFERENCE = (
+    "Saratchandran et al., Rethinking Softmax: Self-Attention with Polynomial "
+    "Activations, arXiv:2410.18613 (2024), Thm. 4.1"
+)
+_SUP = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
+_UNSUP = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
+
+
+class UnknownActivationError(ToolkitError, ValueError):
+    """An attention activation that cannot be parsed. Fields: ``text``."""
+
+    def __init__(self, text: str):
+        self.text = text
+        super().__init__(
+            f"cannot read attention activation {text!r}. Write 'softmax' or a "
+            "polynomial x^p/c such as 'x/1', 'x^3/16', 'x³/16', 'x²/4' or "
+            "'x^3/sqrt_n' (p a positive integer, c a positive number or sqrt_n)."
+        )
+
+
+def _fmt_c(c: float | str) -> str:
+    if c == "sqrt_n":
+        return "√N"
+    return str(int(c)) if float(c).is_integer() else f"{float(c):g}"
+
+
+@dataclass(frozen=True)
+class AttentionActivation:
+    """One attention activation: softmax, or ``x^p / c`` elementwise.
+
+    Attributes
+    ----------
+    kind : {"softmax", "polynomial"}
+    p : int
+        Power of the polynomial (ignored for softmax). Default 1.
+    c : float or "sqrt_n"
+        Divisor of the polynomial; ``"sqrt_n"`` divides by √N, N the number
+        of tokens (keys). Default 1.
+
+    Examples
+    --------
+    >>> parse_activation("x³/16").label, parse_activation("x^3/16").name
+    ('x³/16', 'x^3/16')
+    """
+
+    kind: str = "softmax"
+    p: int = 1
+    c: float | str = 1.0
+
+    def __post_init__(self):
+        if self.kind not in ("softmax", "polynomial"):
+            raise UnknownActivationError(str(self.kind))
+        if self.kind == "polynomial":
+            if int(self.p) != self.p or self.p < 1:
+                raise UnknownActivationError(f"x^{self.p}/{self.c}")
+            if self.c != "sqrt_n" and not (isinstance(self.c, (int, float)) and self.c > 0):
+                raise UnknownActivationError(f"x^{self.p}/{self.c}")
+
+    @property
+    def label(self) -> str:
+        """Display label with superscripts: ``softmax``, ``x/1``, ``x³/16``, ``x²/√N``."""
+        if self.kind == "softmax":
+            return "softmax"
+        power = "" if self.p == 1 else str(self.p).translate(_SUP)
+        return f"x{power}/{_fmt_c(self.c)}"
+
+    @property
+    def name(self) -> str:
+        """ASCII name: ``softmax``, ``x/1``, ``x^3/16``, ``x^2/sqrt_n``."""
+        if self.kind == "softmax":
+            return "softmax"
+        power = "" if self.p == 1 else f"^{self.p}"
+        c = "sqrt_n" if self.c == "sqrt_n" else _fmt_c(self.c)
+        return f"x{power}/{c}"
+
+    def __call__(self, scores: torch.Tensor) -> torch.Tensor:
+        """Attention matrix from scaled scores.
+
+        Parameters
+        ----------
+        scores : torch.Tensor, shape (..., N, N)
+            ``Q Kᵀ / √d_head``; the last axis runs over keys.
+
+        Returns
+        -------
+        torch.Tensor, shape (..., N, N)
+            ``softmax(scores, -1)`` or ``scores**p / c``.
+        """
+        if self.kind == "softmax":
+            return torch.softmax(scores, dim=-1)
+        c = math.sqrt(scores.shape[-1]) if self.c == "sqrt_n" else float(self.c)
+        out = scores
+        for _ in range(int(self.p) - 1):  # repeated products: exact, cheap backward
+            out = out * scores
+        return out / c
+
+
+_POLY = re.compile(
+    r"^x(?:\^?(?P<p>\d+))?(?:/(?P<c>sqrt_?n|√n|\d+(?:\.\d*)?(?:e[+-]?\d+)?))?$"
+)
+
+
+def parse_activation(spec: str | AttentionActivation) -> AttentionActivation:
+    """Read an activation from text.
+
+    Parameters
+    ----------
+    spec : str or AttentionActivation
+        ``"softmax"``; or ``x^p/c`` written ``"x/16"``, ``"x^3/16"``,
+        ``"x³/16"``, ``"x**2/4"``, ``"x^3/sqrt_n"``, ``"x³/√N"``; ``/c`` may
+        be left out (c = 1). Spaces and case are ignored.
+
+    Returns
+    -------
+    AttentionActivation
+
+    Raises
+    ------
+    UnknownActivationError
+        Text that is neither softmax nor such a polynomial.
+    """
+    if isinstance(spec, AttentionActivation):
+        return spec
+    text = str(spec).strip().replace(" ", "").replace("**", "^").translate(_UNSUP)
+    text = re.sub(r"x(\d)", r"x^\1", text.lower())
+    if text == "softmax":
+        return AttentionActivation("softmax")
+    m = _POLY.match(text)
+    if not m:
+        raise UnknownActivationError(str(spec))
+    p = int(m.group("p") or 1)
+    c_text = m.group("c") or "1"
+    c: float | str = "sqrt_n" if "n" in c_text else float(c_text)
+    if p < 1 or (c != "sqrt_n" and c <= 0):
+        raise UnknownActivationError(str(spec))
+    return AttentionActivation("polynomial", p, c)
+
+
+def frobenius_norm(attention: torch.Tensor) -> torch.Tensor:
+    """Frobenius norm over the last two axes.
+
+    Parameters
+    ----------
+    attention : torch.Tensor, shape (..., N, N)
+
+    Returns
+    -------
+    torch.Tensor, shape (...)
+        ``‖A‖_F = (Σ_ij A_ij²)^½``, computed in float64.
+    """
+    return attention.double().pow(2).sum(dim=(-2, -1)).sqrt()
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention with a pluggable activation.
+
+    ``out = W_o concat_h(φ(Q_h K_hᵀ / √d_head) V_h)`` with φ an
+    :class:`AttentionActivation`.
+
+    Parameters
+    ----------
+    dim : int
+        Width of the token embeddings (d_model).
+    heads : int
+        Number of heads; ``dim`` must be divisible by it.
+    activation : str or AttentionActivation
+        See :func:`parse_activation`. Default ``"softmax"``.
+
+    Attributes
+    ----------
+    record : bool
+        When True, the last forward pass keeps the post-activation attention
+        matrix in ``last_attention`` (shape (batch, head, N, N), detached).
+    """
+
+    def __init__(self, dim: int, heads: int, activation: str | AttentionActivation = "softmax"):
+        super().__init__()
+        if dim % heads:
+            raise ValueError(f"dim {dim} is not divisible by heads {heads}")
+        self.heads, self.head_dim = heads, dim // heads
+        self.activation = parse_activation(activation)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.record = False
+        self.last_attention: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Attend. ``x``: shape (batch, N, dim); returns the same shape."""
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+        attn = self.activation(scores)
+        if self.record:
+            self.last_attention = attn.detach()
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, d))
