@@ -18,6 +18,7 @@ import importlib
 from toolkit._version import __version__
 from toolkit.architectures import Mapping, register_architecture
 from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.collect.cache import cache_info, clear_cache
 from toolkit.collect.weights import weight_stats
 from toolkit.errors import ToolkitError
 from toolkit.io import load, save
@@ -29,6 +30,8 @@ __all__ = [
     "Mapping",
     "ToolkitError",
     "__version__",
+    "cache_info",
+    "clear_cache",
     "get_metric",
     "list_metrics",
     "load",

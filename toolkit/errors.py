@@ -110,3 +110,72 @@ class CheckpointMismatchError(ToolkitError, ValueError):
 
 class EmptyInputError(ToolkitError, ValueError):
     """Empty text input or an empty selection."""
+
+
+class DuplicateRegistrationError(ToolkitError, ValueError):
+    """A registry name (architecture family, metric...) registered twice.
+
+    Fields: ``kind`` (what registry: ``"architecture"``...), ``name``,
+    ``existing`` (what holds the name now).
+    """
+
+    def __init__(self, kind: str, name: str, existing: object):
+        self.kind = kind
+        self.name = name
+        self.existing = existing
+        super().__init__(
+            f"{kind} {name!r} is already registered (by {existing}). "
+            "Pass overwrite=True to replace it, or pick another name."
+        )
+
+
+class MappingError(ToolkitError, ValueError):
+    """A component mapping that cannot work as declared: an unknown component,
+    a pattern without a layer capture group, split sizes the config cannot
+    give, or a stored tensor whose shape disagrees with the declared split.
+
+    Fields: ``key`` (the component, pattern or parameter name at fault),
+    ``reason``.
+    """
+
+    def __init__(self, key: str, reason: str):
+        self.key = key
+        self.reason = reason
+        super().__init__(f"{key!r}: {reason}")
+
+
+class HubUnreachableError(SourceNotFoundError):
+    """A hub id that is neither a local path nor in the local Hugging Face cache,
+    while the hub cannot be reached (offline mode, no network).
+
+    Fields: ``source`` (the hub id), ``reason``, ``cache_dir`` (the cache searched).
+    """
+
+    def __init__(self, source: str, reason: str, cache_dir: str = ""):
+        self.cache_dir = str(cache_dir)
+        super().__init__(source, reason)
+
+
+class AmbiguousCheckpointError(CheckpointFileError):
+    """A directory holding two different copies of the weights (a sharded index
+    and a stray single file, or safetensors and ``.bin`` of one kind).
+
+    Fields: ``path`` (the directory), ``files`` (the conflicting files), ``reason``.
+    """
+
+    def __init__(self, path: str, files: Sequence[str], reason: str):
+        self.files = list(files)
+        super().__init__(path, reason)
+
+
+class MissingPackageError(ToolkitError, ImportError):
+    """An optional package (a bundled model) that is not installed.
+
+    Fields: ``package`` (the import name), ``install`` (the pip command that installs it).
+    """
+
+    def __init__(self, package: str, install: str, what: str = ""):
+        self.package = package
+        self.install = install
+        what = f" ({what})" if what else ""
+        super().__init__(f"package {package!r}{what} is not installed. Install it with: {install}")
