@@ -1,0 +1,326 @@
+"""``compare`` and ``compare_series``: how fine-tuning changed each weight matrix.
+
+Both sides are streamed tensor by tensor (peak memory near two tensors, never
+two models), matched by parameter name, split into canonical components and
+measured with the registered diff metrics (:mod:`toolkit.metrics.diff`).
+Per-cell results go to the on-disk cache (kind ``"compare"``, keyed by both
+sides' fingerprints), so a re-run is near-instant.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+from toolkit._version import __version__
+from toolkit.collect._compare_pairs import pair_tensors
+from toolkit.collect.cache import _digest, metric_key, open_cache
+from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.plan import plan_pieces
+from toolkit.collect.progress import make_progress
+from toolkit.errors import EmptyInputError, ToolkitError
+from toolkit.metrics import diff as _diff
+from toolkit.metrics.registry import DegenerateMatrix, resolve_metrics
+
+REFERENCES = ("first", "previous")
+
+_MODEL_VARS = {
+    "model_relative_change": dict(
+        long_name="whole-model relative weight change", units="1",
+        description="sqrt(sum ||W_t - W_b||_F^2 / sum ||W_b||_F^2) over every compared tensor "
+                    "(embeddings, norms and biases included; tied embeddings counted once)",
+        reference=_diff._MUKHERJEE),
+    "model_update_sparsity": dict(
+        long_name="whole-model update sparsity", units="1",
+        description="unchanged entries / all entries over every compared tensor (tied embeddings counted once); "
+                    + _diff._UNCHANGED, reference=_diff._MUKHERJEE),
+}
+
+
+def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
+            device: str = "cpu", progress: bool | Callable = True, cache: bool = True) -> xr.Dataset:
+    r"""How ``target`` differs from ``base``, per layer and component.
+
+    Parameters
+    ----------
+    base, target : str, path-like or toolkit.sources.Source
+        Anything :func:`toolkit.open_source` accepts: hub id, local folder,
+        ``.gguf`` file, or an opened source (``open_source(id, gguf_file=...,
+        revision=...)``). ``None`` is the embedded SmolLM2-135M GGUF. The two
+        may differ in format and storage dtype (a dequantised GGUF base
+        against a bf16 safetensors fine-tune is a normal case).
+    metrics : list of str, optional
+        Registered diff metrics (``toolkit.list_metrics("diff")``); None: all.
+    tolerance : float, default 0.0
+        Entries with :math:`|t - b| \le` ``tolerance`` count as unchanged
+        (``update_sparsity``, ``update_density``); 0 compares stored bits.
+    k : int, default 16
+        Subspace dimension of ``subspace_overlap`` (clipped to min(out, in)).
+    mapping : toolkit.Mapping, optional
+        Parameter-name -> component mapping for an unknown family (both sides).
+    device : str
+        Device for the factorisations (``"cpu"`` or ``"cuda"``).
+    progress : bool or callable
+        A tqdm bar over tensors, or ``progress(done, total, name)``.
+    cache : bool
+        Reuse and store per-cell results in the on-disk cache.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``(layer, component)``: one float64 variable per diff metric
+        (``relative_change``, ``update_sparsity``, ``update_density``,
+        ``delta_stable_rank``, ``delta_effective_rank``,
+        ``cosine_similarity``, ``subspace_overlap``) with attrs
+        ``long_name``, ``units``, ``description``, ``reference``; coords
+        ``parameter_name``, ``n_rows``, ``n_cols``, ``nan_reason``. Dim
+        ``tensor`` (every compared stored tensor, embeddings and norms
+        included, tied embeddings once): ``tensor_relative_change``,
+        ``tensor_update_sparsity``, coord ``tensor_size`` (entries). Scalars
+        ``model_relative_change`` and ``model_update_sparsity`` over all of
+        them. Attrs ``base_*`` and ``target_*`` (source, format, revision,
+        fingerprint, storage_dtype), ``model_type``, ``num_hidden_layers``,
+        ``tolerance``, ``subspace_k``, ``skipped_tensors``.
+
+    Raises
+    ------
+    CheckpointMismatchError
+        Different architectures, layer counts or shapes: names the first
+        mismatching tensor and what each side has.
+    UnknownMetricError
+        A name in ``metrics`` is not a registered diff metric.
+    (and whatever :func:`toolkit.open_source` raises for a missing source)
+
+    Notes
+    -----
+    "Unchanged" is judged on the stored values, bit for bit in the coarser
+    storage dtype of the two sides; see :mod:`toolkit.metrics.diff`.
+
+    References
+    ----------
+    Mukherjee, S. et al. (2025). Reinforcement Learning Finetunes Small
+    Subnetworks in Large Language Models. arXiv:2505.11711.
+
+    Examples
+    --------
+    >>> ds = toolkit.compare("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct")  # doctest: +SKIP
+    >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
+    """
+    plans = [plan_pieces(s, mapping=mapping) for s in (base, target)]
+    ds = _run(plans, [(0, 1)], metrics, tolerance, k, device, progress, cache)[0]
+    return ds
+
+
+def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
+                   metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
+                   progress: bool | Callable = True, cache: bool = True) -> xr.Dataset:
+    """Diffs along a training run's checkpoints.
+
+    Parameters
+    ----------
+    checkpoints : sequence of str, path-like or Source
+        The run's checkpoints in training order (at least one).
+    steps : sequence of int, optional
+        Training step of each checkpoint. Default: the number that ends each
+        checkpoint's folder name (``step-00040``, ``checkpoint-500``) when
+        all have one, else 0, 1, 2, ...
+    reference : {"first", "previous"}
+        Diff each checkpoint against the first one (cumulative change) or
+        against the one before it (change per interval). Row 0 is the first
+        checkpoint against itself (no change) either way.
+    metrics, tolerance, k, mapping, device, progress, cache
+        As in :func:`compare`.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``(checkpoint, layer, component)`` for the diff metrics,
+        ``(checkpoint, tensor)`` and ``(checkpoint,)`` for the tensor and
+        model totals; coords ``checkpoint`` (0..n-1), ``step``,
+        ``checkpoint_source`` and ``reference_checkpoint`` (the checkpoint
+        each row is diffed against); attrs as :func:`compare` with the first
+        checkpoint as base, plus ``reference``.
+
+    Raises
+    ------
+    CheckpointMismatchError
+        A checkpoint that does not match its reference (before any work).
+    EmptyInputError
+        No checkpoints, or ``steps`` of another length.
+    ToolkitError
+        ``reference`` not in ``{"first", "previous"}``.
+
+    Examples
+    --------
+    >>> run = toolkit.finetune.finetune("runs/smollm2", preset="short")   # doctest: +SKIP
+    >>> ds = toolkit.compare_series(run.checkpoints, steps=run.steps)    # doctest: +SKIP
+    >>> ds.relative_change.sel(step=4)                                   # doctest: +SKIP
+    """
+    checkpoints = list(checkpoints)
+    if not checkpoints:
+        raise EmptyInputError("compare_series needs at least one checkpoint")
+    if reference not in REFERENCES:
+        raise ToolkitError(f"reference must be one of {REFERENCES}, got {reference!r}")
+    steps = list(steps) if steps is not None else infer_steps(checkpoints)
+    if len(steps) != len(checkpoints):
+        raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
+    plans = [plan_pieces(s, mapping=mapping) for s in checkpoints]
+    pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(plans))]
+    rows = _run(plans, pairs, metrics, tolerance, k, device, progress, cache)
+    ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
+                   join="outer", combine_attrs="override")
+    ds = ds.assign_coords(
+        checkpoint=("checkpoint", np.arange(len(plans))),
+        step=("checkpoint", np.asarray(steps, dtype=np.int64), {"long_name": "training step"}),
+        checkpoint_source=("checkpoint", [p.source.location for p in plans]),
+        reference_checkpoint=("checkpoint", np.asarray([b for b, _ in pairs], dtype=np.int64)),
+    )
+    ds.attrs.update(reference=reference, model_name=f"{_short(plans[-1].source.location)} ({len(plans)} checkpoints)")
+    return ds
+
+
+def infer_steps(checkpoints: Sequence) -> list[int]:
+    """Steps from the trailing number of each checkpoint's name, else ``0..n-1``."""
+    found = []
+    for c in checkpoints:
+        loc = getattr(c, "location", c)
+        m = re.search(r"(\d+)$", Path(os.fspath(loc)).name) if isinstance(loc, (str, os.PathLike)) else None
+        found.append(int(m.group(1)) if m else None)
+    if None in found or len(set(found)) != len(found):
+        return list(range(len(checkpoints)))
+    return found
+
+
+def _short(location: str) -> str:
+    text = str(location).rstrip("/\\")
+    return os.path.basename(text) if os.path.exists(text) else text
+
+
+def _side_attrs(plan, side: str) -> dict:
+    return {f"{side}_{k}": v for k, v in plan.attrs().items() if k not in ("model_type", "num_hidden_layers")}
+
+
+def _totals(b: torch.Tensor, t: torch.Tensor, tolerance: float) -> dict[str, float]:
+    bf, tf = b.to(torch.float64), t.to(torch.float64)
+    return {"sumsq_base": float(bf.pow(2).sum()), "sumsq_delta": float((tf - bf).pow(2).sum()),
+            "unchanged": float(_diff.count_unchanged(b, t, tolerance)), "n": float(b.numel())}
+
+
+def _run(plans, pairs, metrics, tolerance, k, device, progress, cache) -> list[xr.Dataset]:
+    """One Dataset per ``(base index, target index)`` pair of ``plans``."""
+    chosen = resolve_metrics(metrics, kind="diff")
+    overrides = {"tolerance": float(tolerance), "k": int(k)}
+    options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
+    keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
+    total_keys = {n: f"{n}:{_digest(float(tolerance), __version__)[:16]}" for n in ("sumsq_base", "sumsq_delta",
+                                                                                      "unchanged", "n")}
+    matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+    report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
+    memo: dict = {}  # (checkpoint, layer, component, k) -> top-k left singular vectors, reused across pairs
+    out, done = [], 0
+    try:
+        for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched)):
+            store = open_cache(_digest(plans[bi].source.fingerprint, plans[ti].source.fingerprint), "compare",
+                               enabled=cache)
+            cells, rows = {}, []
+            for tp in tensor_pairs:
+                tensors = []
+
+                def read():
+                    if not tensors:
+                        tensors.extend((tp.base.read(), tp.target.read()))
+                    return tensors
+
+                tid = f"{tp.base.name}|{tp.base.dtype}|{tp.base.shape}|{tp.target.name}|{tp.target.dtype}"
+                cached, _ = store.get(tid + "|tensor")
+                if not all(key in cached for key in total_keys.values()):
+                    fresh = _totals(*read(), tolerance)
+                    cached = {total_keys[n]: (v, "") for n, v in fresh.items()}
+                    store.put(tid + "|tensor", cached, tuple(tp.base.shape[:2]) if len(tp.base.shape) >= 2 else (0, 0))
+                rows.append((tp.name, {n: cached[key][0] for n, key in total_keys.items()}))
+                for piece in tp.pieces:
+                    cells[(piece.layer, piece.component)] = _cell(
+                        store, f"{tid}|{piece.layer}|{piece.component}", piece, read, chosen, keys, options,
+                        memo, bi, ti, device)
+                done += 1
+                report(done, tp.name)
+            later = {b for b, _ in pairs[j + 1:]}
+            for key in [key for key in memo if key[0] not in later]:
+                del memo[key]
+            out.append(_dataset(plans[bi], plans[ti], cells, rows, chosen, skipped, tolerance, k))
+    finally:
+        report.close()
+    return out
+
+
+def _cell(store, cell_id, piece, read, chosen, keys, options, memo, bi, ti, device) -> Cell:
+    cached, shape = store.get(cell_id)
+    todo = [m for m in chosen if keys[m.name] not in cached]
+    cell = Cell(piece.parameter_name, shape or (0, 0))
+    if todo:
+        b, t = read()
+        wb, wt = piece.extract(b), piece.extract(t)
+        cell.shape = (int(wb.shape[0]), int(wb.shape[1]))
+        new = {}
+        bad = int((~torch.isfinite(wb.float())).sum() + (~torch.isfinite(wt.float())).sum())
+        if bad:
+            new = {keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}
+        else:
+            bases = {}
+            for side, i in (("base", bi), ("target", ti)):
+                for kk in {o["k"] for o in options.values() if "k" in o}:
+                    if (i, piece.layer, piece.component, kk) in memo:
+                        bases[(side, kk)] = memo[(i, piece.layer, piece.component, kk)]
+            ctx = _diff.DiffContext(wb, wt, device=device, bases=bases)
+            for m in todo:
+                try:
+                    value, reason = float(m.func(ctx.base, ctx.target, ctx, **options[m.name])), ""
+                except DegenerateMatrix as e:
+                    value, reason = math.nan, e.reason
+                if math.isnan(value) and not reason:
+                    reason = "undefined for this matrix"
+                new[keys[m.name]] = (value, reason)
+            for (side, kk), u in ctx.bases.items():
+                memo[(bi if side == "base" else ti, piece.layer, piece.component, kk)] = u
+        store.put(cell_id, new, cell.shape)
+        cached = {**cached, **new}
+    for m in chosen:
+        value, reason = cached[keys[m.name]]
+        cell.values[m.name] = value
+        if reason:
+            cell.reasons[m.name] = reason
+    return cell
+
+
+def _dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k) -> xr.Dataset:
+    cfg = bplan.source.config
+    attrs = {
+        "comparison": "target vs base",
+        "model_name": f"{_short(tplan.source.location)} vs {_short(bplan.source.location)}",
+        **_side_attrs(bplan, "base"), **_side_attrs(tplan, "target"),
+        "model_type": str(cfg.get("model_type", "")), "num_hidden_layers": int(bplan.num_layers),
+        "tolerance": float(tolerance), "subspace_k": int(k), "skipped_tensors": ", ".join(skipped),
+    }
+    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs)
+    tot = {n: np.array([r[n] for _, r in rows], dtype=np.float64) for n in ("sumsq_base", "sumsq_delta",
+                                                                             "unchanged", "n")}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(tot["sumsq_base"] > 0, np.sqrt(tot["sumsq_delta"] / tot["sumsq_base"]), np.nan)
+        model_rel = math.sqrt(tot["sumsq_delta"].sum() / tot["sumsq_base"].sum()) if tot["sumsq_base"].sum() else math.nan
+    rc, us = (m.attrs() for m in resolve_metrics(["relative_change", "update_sparsity"], kind="diff"))
+    ds = ds.assign_coords(tensor=("tensor", [name for name, _ in rows]),
+                          tensor_size=("tensor", tot["n"].astype(np.int64), {"long_name": "number of entries"}))
+    ds["tensor_relative_change"] = ("tensor", rel, {**rc, "long_name": "relative weight change per stored tensor"})
+    ds["tensor_update_sparsity"] = ("tensor", tot["unchanged"] / np.maximum(tot["n"], 1),
+                                    {**us, "long_name": "update sparsity per stored tensor"})
+    ds["model_relative_change"] = ((), model_rel, _MODEL_VARS["model_relative_change"])
+    ds["model_update_sparsity"] = ((), tot["unchanged"].sum() / max(tot["n"].sum(), 1.0),
+                                   _MODEL_VARS["model_update_sparsity"])
+    return ds
