@@ -179,3 +179,31 @@ class MissingPackageError(ToolkitError, ImportError):
         self.install = install
         what = f" ({what})" if what else ""
         super().__init__(f"package {package!r}{what} is not installed. Install it with: {install}")
+
+
+class AttentionUnavailableError(ToolkitError, RuntimeError):
+    """A model or setting that does not give usable post-softmax attention maps
+    (an implementation other than eager, a map that is not causal or whose rows
+    do not sum to 1). Fields: ``where`` (model type / layer), ``reason``.
+    """
+
+    def __init__(self, where: str, reason: str):
+        self.where = str(where)
+        self.reason = reason
+        super().__init__(
+            f"no attention map for {self.where}: {reason}. Attention statistics need the post-softmax "
+            "weights that the eager implementation returns (attn_implementation='eager'); "
+            "pass attention=False to skip them."
+        )
+
+
+class TokenizerMissingError(ToolkitError, ValueError):
+    """Text given for a model without a tokenizer. Fields: ``source``, ``reason``."""
+
+    def __init__(self, source: str, reason: str = ""):
+        self.source = str(source)
+        self.reason = reason
+        super().__init__(
+            f"no tokenizer for {self.source!r}{': ' + reason if reason else ''}. "
+            "Pass tokenizer=... or give token ids (lists of int) instead of strings."
+        )

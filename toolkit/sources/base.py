@@ -29,12 +29,19 @@ class TensorRecord:
     dtype : str
         Storage dtype as written in the file: ``"bfloat16"``, ``"float16"``,
         ``"float32"``, or a GGUF quantisation name (``"Q4_1"``, ``"Q4_K"``...).
+    file : str
+        The weight file the bytes come from (``""`` when unknown).
+    stored_name : str
+        The tensor's name inside that file when it differs from ``name``
+        (GGUF ``blk.0.attn_q.weight``, a legacy ``LayerNorm.gamma``), else ``""``.
     """
 
     name: str
     shape: tuple[int, ...]
     dtype: str
     _reader: Callable[[], torch.Tensor] = field(repr=False, compare=False)
+    file: str = field(default="", compare=False)
+    stored_name: str = field(default="", compare=False)
 
     def read(self) -> torch.Tensor:
         """Read the tensor now.

@@ -1,0 +1,303 @@
+"""GGUF files, named and valued as ``transformers`` loads them.
+
+``transformers`` loads a GGUF checkpoint by (1) deriving a config from the
+metadata, (2) building a GGUF-name -> parameter-name map from a model
+instance (``get_gguf_hf_weights_map``), (3) dequantising every tensor with
+``gguf.dequantize`` and (4) passing it through a per-architecture
+``TensorProcessor`` (llama's q/k un-permutation, gemma's ``norm - 1``,
+MoE expert merges...). This module runs the same functions, one stored
+tensor at a time: the map comes from a model built on the ``meta`` device
+(no weights), and which parameters each stored tensor feeds is learnt by
+running the processor on a zero-stride placeholder array (no file data).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from toolkit.errors import CheckpointFileError
+from toolkit.sources._common import FileSource, normalize_config
+from toolkit.sources._gguf_table import GGUFTable, read_gguf_table, tensor_data
+from toolkit.sources.base import TensorRecord
+
+#: GGUF float types kept in their own dtype by ``read()`` (when exact).
+_FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
+
+
+def gguf_config(path: str, architecture: str) -> dict:
+    """The config dict ``transformers`` derives from a GGUF file's metadata.
+
+    ``load_gguf_checkpoint(path, return_tensors=False)["config"]``, what
+    ``from_pretrained(..., gguf_file=...)`` builds its config from. It parses
+    the whole file with ``gguf.GGUFReader``, tokenizer included: 3-15 s for
+    the bundled models, the bulk of opening a GGUF source.
+
+    Raises
+    ------
+    CheckpointFileError
+        ``transformers`` cannot read this GGUF architecture.
+    """
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    try:
+        return load_gguf_checkpoint(path, return_tensors=False)["config"]
+    except (ValueError, KeyError, NotImplementedError) as exc:
+        import transformers
+
+        raise CheckpointFileError(
+            path, f"transformers {transformers.__version__} cannot read GGUF architecture {architecture!r} ({exc}); "
+            "use the model's safetensors checkpoint instead, or upgrade transformers"
+        ) from exc
+
+
+def meta_model(config: dict, path: str = "") -> torch.nn.Module:
+    """A model of this config on the ``meta`` device (shapes only, no memory).
+
+    Tries the config's ``architectures`` class, then ``AutoModelForCausalLM``,
+    ``AutoModelForSeq2SeqLM`` and ``AutoModel``, as ``from_pretrained`` of a
+    GGUF file is usually called.
+
+    Raises
+    ------
+    CheckpointFileError
+        No class accepts the config (``path`` names the file in the message).
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(**config)
+    named = [getattr(transformers, a, None) for a in (cfg.architectures or [])]
+    autos = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, transformers.AutoModel]
+    errors = []
+    with torch.device("meta"):
+        for cls in [c for c in named if c is not None] + autos:
+            try:
+                return cls.from_config(cfg) if cls in autos else cls(cfg)
+            except (ValueError, KeyError, TypeError) as exc:
+                errors.append(f"{cls.__name__}: {exc}")
+    raise CheckpointFileError(path, "no transformers model class builds its config: " + "; ".join(errors))
+
+
+class _Shallow:
+    """A model seen to ``get_gguf_hf_weights_map`` only down to its direct children.
+
+    That function recurses into every submodule and builds gguf's
+    ``TensorNameMap`` at each (about 40 ms each, hundreds of modules, 15+ s for
+    a 30-layer model); the names it can map are found at the top (a
+    ``BloomModel`` checkpoint needs one level down). The map it returns is the
+    same as the full recursion's for the bundled llama and gemma3 files
+    (checked by the tests).
+    """
+
+    def __init__(self, module: torch.nn.Module, depth: int = 1):
+        self._module, self._depth = module, depth
+
+    @property
+    def config(self):
+        return self._module.config
+
+    def state_dict(self) -> dict:
+        return self._module.state_dict()
+
+    def named_children(self) -> list:
+        if self._depth <= 0:
+            return []
+        return [(n, _Shallow(c, self._depth - 1)) for n, c in self._module.named_children()]
+
+
+class _Touched(dict):
+    """The dict processors write parameters into, noting which keys they touch
+    (an MoE merge writes its second half in place, into an existing key)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.keys_touched: list[str] = []
+
+    def _touch(self, key) -> None:
+        if key not in self.keys_touched:
+            self.keys_touched.append(key)
+
+    def __getitem__(self, key):
+        self._touch(key)
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        self._touch(key)
+        super().__setitem__(key, value)
+
+
+class _Plan:
+    """What transformers does with each stored tensor of one GGUF file."""
+
+    def __init__(self, path: str):
+        from transformers.modeling_gguf_pytorch_utils import (
+            TENSOR_PROCESSORS,
+            TensorProcessor,
+            get_gguf_hf_weights_map,
+        )
+
+        self.table: GGUFTable = read_gguf_table(path)
+        arch = self.table.architecture
+        _refuse_packed_path(path, arch)
+        self.raw_config = gguf_config(path, arch)
+        self.processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=self.raw_config)
+        self.key_map = get_gguf_hf_weights_map(_Shallow(meta_model(self.raw_config, path)), self.processor)
+        # probe: which parameters does each stored tensor feed, with which shape
+        outputs: dict[str, tuple[list[int], tuple[int, ...]]] = {}
+        parent = list(range(len(self.table.tensors)))
+
+        def find(i):
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        self.dropped: list[str] = []
+        for i, info in enumerate(self.table.tensors):
+            placeholder = np.broadcast_to(np.zeros((), np.float32), info.shape)
+            fed = self._process(placeholder, info.name, {"tensors": {}}, copy=False)
+            if not fed:
+                self.dropped.append(info.name)
+            for name, shape in fed.items():
+                sources = outputs.setdefault(name, ([], shape))[0]
+                if sources:
+                    parent[find(i)] = find(sources[0])
+                sources.append(i)
+        self.outputs = {name: (find(srcs[0]), shape) for name, (srcs, shape) in outputs.items()}
+        self.groups: dict[int, list[int]] = {}
+        for i in range(len(parent)):
+            if self.table.tensors[i].name not in self.dropped:
+                self.groups.setdefault(find(i), []).append(i)
+
+    def _process(self, weights, name: str, parsed: dict, copy: bool = True) -> dict:
+        """One stored tensor through the processor, as ``load_gguf_checkpoint`` does.
+
+        Returns ``{parameter name: shape}`` of the parameters it fed: the one
+        the name map gives, or those the processor itself wrote (GPT-2's
+        ``lm_head``, MoE experts split or merged into ``parsed``).
+        """
+        parsed["tensors"] = touched = _Touched(parsed["tensors"])
+        result = self.processor.process(
+            weights=weights, name=name, tensor_key_mapping=self.key_map, parsed_parameters=parsed
+        )
+        fed = {k: tuple(touched[k].shape) for k in touched.keys_touched}
+        if result.name is not None and result.name in self.key_map:
+            target = self.key_map[result.name]
+            if copy:  # transformers copies every array; only read-only or strided ones need it
+                weights = result.weights
+                if not (weights.flags.writeable and weights.flags.c_contiguous):
+                    weights = np.copy(weights)
+                parsed["tensors"][target] = torch.from_numpy(weights)
+            fed[target] = tuple(np.shape(result.weights))
+        return fed
+
+    def materialise(self, group: int) -> dict[str, torch.Tensor]:
+        """Dequantise and process the stored tensors of one group (usually one tensor)."""
+        from gguf import dequantize
+
+        parsed: dict = {"tensors": {}}
+        for i in self.groups[group]:
+            info = self.table.tensors[i]
+            try:
+                weights = dequantize(tensor_data(info, self.table.path), info.ggml_type)
+            except NotImplementedError as exc:
+                raise CheckpointFileError(self.table.path, f"tensor {info.name!r}: {exc}") from exc
+            self._process(weights, info.name, parsed)
+        return parsed["tensors"]
+
+
+def _refuse_packed_path(path: str, arch: str) -> None:
+    try:
+        from transformers.integrations.gguf.utils import is_gguf_arch_supported
+    except ImportError:
+        return
+    if is_gguf_arch_supported(arch):
+        raise CheckpointFileError(
+            path, f"GGUF architecture {arch!r} is loaded by transformers' packed-GGUF converter, which this "
+            "toolkit does not replay yet; open the model's safetensors checkpoint instead"
+        )
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(path: str, size: int, mtime_ns: int) -> _Plan:
+    return _Plan(path)
+
+
+class GGUFSource(FileSource):
+    """Tensors of one GGUF file, named as ``transformers`` names the parameters.
+
+    Parameters
+    ----------
+    path : Path
+        The ``.gguf`` file.
+    location : str, optional
+        Shown as the source (default: the path).
+    revision : str, default ""
+        Hub commit, when the file came from the hub.
+
+    Attributes
+    ----------
+    dropped : list of str
+        GGUF tensors ``transformers`` does not load (no parameter maps to them,
+        e.g. ``rope_freqs.weight``); they get no record.
+
+    Raises
+    ------
+    CheckpointFileError
+        Not a GGUF file, truncated, or an architecture ``transformers`` cannot read.
+    """
+
+    def __init__(self, path: Path, *, location: str | None = None, revision: str = ""):
+        st = os.stat(path)
+        self._plan = _plan(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        super().__init__(
+            location=location or str(path), format="gguf", config=normalize_config(self._plan.raw_config),
+            files=[path], revision=revision,
+        )
+        self.dropped = list(self._plan.dropped)
+        self._cache: tuple[int, dict[str, torch.Tensor]] | None = None
+
+    def _read(self, name: str) -> torch.Tensor:
+        group, _ = self._plan.outputs[name]
+        if self._cache is not None and self._cache[0] == group:
+            tensors = self._cache[1]
+        else:
+            self._cache = None
+            tensors = self._plan.materialise(group)
+            if len(tensors) > 1:  # one stored tensor split into several parameters: keep the rest
+                self._cache = (group, tensors)
+        tensor = tensors[name]
+        sources = self._plan.groups[group]
+        kind = self._plan.table.tensors[sources[0]].type_name
+        want = _FLOAT_TYPES.get(kind)
+        if len(sources) == 1 and want is not None and want != tensor.dtype:
+            narrowed = tensor.to(want)
+            if torch.equal(narrowed.to(tensor.dtype), tensor):  # exact: keep the storage dtype
+                tensor = narrowed
+        return tensor
+
+    def tensors(self) -> Iterator[TensorRecord]:
+        """Yield one record per parameter ``transformers`` fills from this file.
+
+        Yields
+        ------
+        TensorRecord
+            ``dtype`` is the GGUF storage type (``"Q4_K"``, ``"float32"``...);
+            ``read()`` returns float32 for quantised types and the stored float
+            dtype for F16/BF16/F32 when the processed values fit it exactly.
+        """
+        table = self._plan.table
+        for name, (group, shape) in self._plan.outputs.items():
+            infos = [table.tensors[i] for i in self._plan.groups[group]]
+            kinds = sorted({i.type_name for i in infos})
+            dtype = ",".join(str(_FLOAT_TYPES[k]).removeprefix("torch.") if k in _FLOAT_TYPES else k for k in kinds)
+            stored = ",".join(i.name for i in infos)
+            yield TensorRecord(
+                name, shape, dtype, functools.partial(self._read, name), file=table.path, stored_name=stored,
+            )

@@ -1,0 +1,199 @@
+"""Hub ids (``"Qwen/Qwen2.5-7B"``): resolved to a folder of the local HF cache.
+
+Online, only what the weights need is downloaded: ``config.json`` and one
+copy of the weights (the sharded safetensors index and its shards, else
+``model.safetensors``, else the ``.bin`` equivalents, or the named GGUF file).
+Offline (``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the
+cached snapshot is used. The environment (``HF_HUB_OFFLINE``,
+``HF_HUB_CACHE``, ``HF_HOME``, ``HF_ENDPOINT``) is read at each call, not at
+import, so it can be changed inside a session.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from toolkit.errors import CheckpointFileError, HubUnreachableError, SourceNotFoundError
+from toolkit.sources.base import Source
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".json", ".pt", ".pth")
+_WEIGHT_SETS = (
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+)
+
+
+def looks_like_hub_id(text: str) -> bool:
+    """``"org/name"`` or ``"name"``, not a path-looking string (``./x``, ``a/b/c``, ``x.gguf``)."""
+    return bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith(_FILE_SUFFIXES)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def is_offline() -> bool:
+    """Whether hub access is switched off (``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``)."""
+    from huggingface_hub import constants
+
+    return _truthy(os.environ.get("HF_HUB_OFFLINE")) or _truthy(os.environ.get("TRANSFORMERS_OFFLINE")) or (
+        "HF_HUB_OFFLINE" not in os.environ and bool(constants.HF_HUB_OFFLINE)
+    )
+
+
+def cache_dir() -> str:
+    """The HF hub cache folder: ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else the default."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return os.path.expanduser(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
+    return constants.HF_HUB_CACHE
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError, OfflineModeIsEnabled, LocalEntryNotFoundError]
+    http_module = sys.modules.get(HfHubHTTPError.__mro__[1].__module__)  # httpx (or its fork) used by the client
+    if http_module is not None and hasattr(http_module, "TransportError"):
+        errors.append(http_module.TransportError)
+    errors.append(HfHubHTTPError)  # 5xx, 429...: the not-found subclasses are caught before
+    return tuple(errors)
+
+
+def _wanted_files(repo_id: str, files: list[str], gguf_file: str | None) -> list[str]:
+    """The files of the repo to download (index first when sharded)."""
+    top = {f for f in files if "/" not in f}
+    if gguf_file:
+        if gguf_file not in files:
+            ggufs = sorted(f for f in files if f.endswith(".gguf"))
+            raise SourceNotFoundError(
+                repo_id, f"the repo has no file {gguf_file!r}; its GGUF files: {', '.join(ggufs) or 'none'}"
+            )
+        return [gguf_file]
+    config = ["config.json"] if "config.json" in top else []
+    for index, single in _WEIGHT_SETS:
+        if index in top:
+            return config + [index]
+        if single in top:
+            return config + [single]
+    ggufs = sorted(f for f in files if f.endswith(".gguf"))
+    if len(ggufs) == 1:
+        return ggufs
+    hint = f" It holds GGUF files ({', '.join(ggufs)}): pass gguf_file='...'." if ggufs else ""
+    raise SourceNotFoundError(
+        repo_id, "the repo has no model.safetensors(.index.json) or pytorch_model.bin(.index.json)." + hint
+    )
+
+
+def _download(repo_id: str, revision: str | None, gguf_file: str | None, cache: str) -> Path:
+    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+
+    from toolkit.sources._common import read_index
+
+    endpoint = os.environ.get("HF_ENDPOINT") or None
+    info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
+    commit = info.sha or revision
+    wanted = _wanted_files(repo_id, [s.rfilename for s in info.siblings or []], gguf_file)
+    if wanted[-1].endswith(".index.json"):
+        index = hf_hub_download(repo_id, wanted[-1], revision=commit, cache_dir=cache, endpoint=endpoint)
+        wanted += sorted(set(read_index(Path(index)).values()))
+    folder = snapshot_download(
+        repo_id, revision=commit, cache_dir=cache, allow_patterns=wanted, endpoint=endpoint
+    )
+    return Path(folder)
+
+
+def _from_cache(repo_id: str, revision: str | None, cache: str, why: str, advice: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError) as exc:
+        rev = f" at revision {revision!r}" if revision else ""
+        raise HubUnreachableError(
+            repo_id,
+            f"it is not a local path, and {why}, and the local Hugging Face cache ({cache}) has no copy of it{rev}. "
+            "Pass the path of a local copy instead (a folder with config.json and model.safetensors, or a .gguf file), "
+            f"or {advice}, or point HF_HUB_CACHE (or HF_HOME) at the cache that holds it.",
+            cache,
+        ) from exc
+
+
+def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None = None) -> Source:
+    """Open a hub repo's weights from the HF cache, downloading them when online.
+
+    Parameters
+    ----------
+    repo_id : str
+        ``"org/name"``.
+    revision : str, optional
+        Branch, tag or commit (default: ``main``).
+    gguf_file : str, optional
+        A GGUF file of the repo to open instead of its safetensors/``.bin``.
+
+    Returns
+    -------
+    Source
+        ``location`` is ``repo_id``; ``revision`` the resolved commit.
+
+    Raises
+    ------
+    HubUnreachableError
+        Offline or unreachable, and not in the cache.
+    SourceNotFoundError
+        No such repo, revision or file on the hub.
+    CheckpointFileError
+        The downloaded or cached files are incomplete or corrupted.
+    """
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from toolkit.sources.local import open_local
+
+    cache = cache_dir()
+    folder = None
+    if is_offline():
+        why = "the hub is switched off (HF_HUB_OFFLINE=1)"
+        advice = "unset HF_HUB_OFFLINE and connect to the internet to download it"
+    else:
+        try:
+            folder = _download(repo_id, revision, gguf_file, cache)
+        except GatedRepoError as exc:
+            raise SourceNotFoundError(
+                repo_id, "the repo is gated: accept its licence on huggingface.co and log in (`hf auth login`)"
+            ) from exc
+        except RepositoryNotFoundError as exc:
+            raise SourceNotFoundError(
+                repo_id,
+                "no such local path, and no such repo on the hub (check the spelling, or log in if it is private)",
+            ) from exc
+        except RevisionNotFoundError as exc:
+            raise SourceNotFoundError(repo_id, f"the repo has no revision {revision!r}") from exc
+        except RemoteEntryNotFoundError as exc:
+            raise SourceNotFoundError(repo_id, f"a file is missing on the hub ({exc})") from exc
+        except _network_errors() as exc:
+            why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"
+            advice = ("check the network connection (and HF_ENDPOINT) to download it; set HF_HUB_OFFLINE=1 to use "
+                      "only the local cache without trying the hub")
+    if folder is not None:
+        return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
+    folder = _from_cache(repo_id, revision, cache, why, advice)
+    try:
+        return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
+    except (SourceNotFoundError, CheckpointFileError) as exc:  # a partial download in the cache
+        raise HubUnreachableError(
+            repo_id, f"{why}, and its cached copy ({folder}) is incomplete: {exc}. Either {advice}, "
+            "or pass the path of a complete local copy instead.", cache,
+        ) from exc

@@ -1,0 +1,119 @@
+"""PyTorch ``.bin`` checkpoints: ``pytorch_model.bin`` or shards with an index.
+
+Each file is opened with ``torch.load(weights_only=True, mmap=True)``: the
+pickle is read, the tensor storages stay memory-mapped, so listing reads no
+tensor data and a read touches only that tensor's pages. One shard is kept
+open at a time. Files in the legacy (pre-zip) format cannot be mapped and are
+loaded whole, one shard at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from toolkit.errors import CheckpointFileError
+from toolkit.sources._common import FileSource, dtype_name, read_index, shards_of, transformers_renamer
+from toolkit.sources.base import TensorRecord
+
+
+def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of one ``.bin`` file, memory-mapped where the format allows.
+
+    Raises
+    ------
+    CheckpointFileError
+        Truncated, corrupted, or holding pickled objects other than tensors
+        (``weights_only`` refuses those).
+    """
+    try:
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            data = torch.load(path, map_location="cpu", weights_only=True)  # legacy format: no mmap
+    except Exception as exc:  # zip, pickle and weights_only errors have many types
+        raise CheckpointFileError(
+            path, f"cannot load it with torch.load(weights_only=True) ({type(exc).__name__}: {exc}); "
+            "re-download or re-save it (safetensors preferred)"
+        ) from exc
+    if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
+        data = data["state_dict"]
+    if not isinstance(data, dict):
+        raise CheckpointFileError(path, f"holds a {type(data).__name__}, not a state dict of tensors")
+    return {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+
+
+class TorchBinSource(FileSource):
+    """Tensors of one ``.bin`` file or of a sharded ``.bin`` checkpoint.
+
+    Build with :meth:`from_file` or :meth:`from_index`. Names get
+    ``transformers``' load-time renamings, as for safetensors.
+    """
+
+    def __init__(self, entries: list[tuple[str, str, tuple[int, ...], str]], **kwargs):
+        super().__init__(format="pytorch", **kwargs)
+        self._entries = entries  # (stored name, dtype, shape, file)
+        self._rename = transformers_renamer(self.config)
+        self._open: tuple[str, dict[str, torch.Tensor]] | None = None
+
+    @classmethod
+    def _list(cls, path: Path) -> list[tuple[str, str, tuple[int, ...], str]]:
+        sd = load_state_dict(path)
+        return [(k, dtype_name(v.dtype), tuple(v.shape), str(path)) for k, v in sd.items()]
+
+    @classmethod
+    def from_file(cls, path: Path, *, config: dict, location: str, revision: str = "") -> TorchBinSource:
+        """Open a single ``.bin`` file (raises :class:`CheckpointFileError` when unreadable)."""
+        return cls(cls._list(path), config=config, location=location, files=[path], revision=revision)
+
+    @classmethod
+    def from_index(cls, index_path: Path, *, config: dict, location: str, revision: str = "") -> TorchBinSource:
+        """Open a sharded checkpoint from its ``pytorch_model.bin.index.json``.
+
+        Raises
+        ------
+        CheckpointFileError
+            A shard named by the index is missing or unreadable, or does not
+            hold a tensor the index puts in it.
+        """
+        weight_map = read_index(index_path)
+        shards = shards_of(index_path, weight_map)
+        entries = []
+        for shard in shards:
+            listed = cls._list(shard)
+            held = {e[0] for e in listed}
+            absent = [k for k, v in weight_map.items() if v == shard.name and k not in held]
+            if absent:
+                raise CheckpointFileError(
+                    index_path,
+                    f"the index puts {len(absent)} tensor(s) in {shard.name} that it does not hold "
+                    f"(first: {absent[0]!r}); the shard and the index come from different saves. "
+                    "Download both again, or re-save the checkpoint.",
+                )
+            entries += listed
+        return cls(entries, config=config, location=location, files=shards, revision=revision)
+
+    def _read(self, file: str, name: str) -> torch.Tensor:
+        if self._open is None or self._open[0] != file:
+            self._open = None  # drop the previous shard's mapping first
+            self._open = (file, load_state_dict(Path(file)))
+        return self._open[1][name].clone()
+
+    def tensors(self) -> Iterator[TensorRecord]:
+        """Yield one record per stored tensor, shard by shard.
+
+        Yields
+        ------
+        TensorRecord
+            ``read()`` returns a copy of the tensor in its stored dtype.
+        """
+        for stored, dt, shape, file in self._entries:
+            name = self._rename(stored)
+            yield TensorRecord(
+                name, shape, dt, lambda f=file, s=stored: self._read(f, s),
+                file=file, stored_name=stored if name != stored else "",
+            )
