@@ -1,0 +1,195 @@
+"""Layer x component heatmaps: prepared data, orientation, colours, NaN cells, panels."""
+
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from _stats_data import make_stats, with_heads  # noqa: E402
+
+from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
+from toolkit.plot import heatmap, heatmaps, prepare_heatmap  # noqa: E402
+from toolkit.plot._style import cmap  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_figure_left_open():
+    plt.close("all")
+    yield
+    plt.close("all")
+
+
+def test_prepared_values_equal_the_dataset_selection():
+    ds = make_stats(20, checkpoints=3)
+    comps = ["mlp.down", "attn.q", "attn.v"]  # given out of order
+    p = prepare_heatmap(ds, "spectral_norm", checkpoint="ckpt-1", layers=(3, 10), components=comps)
+    expected = ds["spectral_norm"].sel(checkpoint="ckpt-1", layer=slice(3, 10),
+                                       component=["attn.q", "attn.v", "mlp.down"]).values
+    np.testing.assert_array_equal(p.values, expected)
+    assert p.rows == tuple(range(3, 11))
+    assert p.cols == ("attn.q", "attn.v", "mlp.down")  # canonical order
+    assert p.col_labels == ("attn. q", "attn. v", "mlp. down")
+    assert p.selection == {"checkpoint": "ckpt-1"}
+    assert "ckpt-1" in p.title and "Spectral norm" in p.title and "test-org/tiny-model" in p.title
+
+
+def test_selection_by_a_coordinate_along_an_extra_dimension():
+    ds = make_stats(6, checkpoints=3)
+    p = prepare_heatmap(ds, "stable_rank", step=2000)
+    np.testing.assert_array_equal(p.values, ds["stable_rank"].sel(checkpoint="ckpt-2").values)
+
+
+def test_layer_zero_is_drawn_at_the_bottom():
+    ds = make_stats(28)
+    ax = heatmap(ds, "stable_rank")
+    p = prepare_heatmap(ds, "stable_rank")
+    assert ax.get_ylim() == (0, 28)  # increasing upwards: row 0 at the bottom
+    mesh = ax.collections[0]
+    drawn = np.asarray(mesh.get_array()).reshape(28, 7)  # pcolormesh rows go from y=0 upwards
+    np.testing.assert_array_equal(drawn[0], ds["stable_rank"].sel(layer=0).values)
+    np.testing.assert_array_equal(drawn[-1], ds["stable_rank"].sel(layer=27).values)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["0", "4", "8", "12", "16", "20", "24", "27"]  # every 4 and the last
+    ys = [t.get_position()[1] for t in ax.get_yticklabels()]
+    assert ys == sorted(ys) and ys[0] < ys[-1]
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"]
+    assert p.yticks[0] == 0 and p.ytick_labels[-1] == "27"
+
+
+def test_tick_next_to_the_last_layer_is_dropped():
+    p = prepare_heatmap(make_stats(30), "stable_rank")
+    assert p.ytick_labels == ("0", "4", "8", "12", "16", "20", "24", "29")
+
+
+def test_narrow_band_uses_the_full_colour_range():
+    ds = make_stats(28)  # stable_rank in 0.075 .. 0.105
+    values = ds["stable_rank"].values
+    p = prepare_heatmap(ds, "stable_rank")
+    assert 0.075 <= p.vmin < p.center < p.vmax <= 0.105
+    assert p.center == pytest.approx(np.median(values))
+    assert p.vmin == pytest.approx(np.percentile(values, 2)) and p.vmax == pytest.approx(np.percentile(values, 98))
+    norm = p.norm()
+    assert norm(p.vmin) == pytest.approx(0) and norm(p.vmax) == pytest.approx(1) and norm(p.center) == pytest.approx(0.5)
+    assert p.extend == "both"
+    full = prepare_heatmap(ds, "stable_rank", robust=False)
+    assert (full.vmin, full.vmax) == (values.min(), values.max()) and full.extend == "neither"
+
+
+def test_colour_map_runs_blue_white_orange():
+    cm = cmap("diverging")
+    low, mid, high = (np.array(cm(x)[:3]) for x in (0.0, 0.5, 1.0))
+    assert low[2] > low[0]  # blue
+    np.testing.assert_allclose(mid, 1.0, atol=0.01)  # white
+    assert high[0] > high[1] > high[2]  # orange
+
+
+def test_colorbar_has_three_to_five_ticks_and_units():
+    ds = make_stats(12)
+    for scale in ("diverging", "sequential", "log"):
+        ax = heatmap(ds, "frobenius_norm", scale=scale)
+        cbar_ax = ax.figure.axes[-1]
+        ticks = cbar_ax.get_yticks()
+        assert 3 <= len(ticks) <= 5, (scale, ticks)
+        assert "Frobenius norm" in cbar_ax.get_ylabel() and "dimensionless" in cbar_ax.get_ylabel()
+        plt.close(ax.figure)
+    assert prepare_heatmap(ds, "frobenius_norm", scale="sequential").center is None
+    assert prepare_heatmap(ds, "frobenius_norm", center=0.5, robust=False).center == 0.5  # limits widen
+
+
+def test_nan_column_is_hatched_and_ignored_by_the_colours():
+    ds = make_stats(12, gate=False)
+    p = prepare_heatmap(ds, "stable_rank")
+    gate = p.cols.index("mlp.gate")
+    assert p.nan_mask[:, gate].all() and not p.nan_mask[:, :gate].any()
+    finite = ds["stable_rank"].values[:, :gate]
+    assert p.center == pytest.approx(np.median(finite))
+    ax = heatmap(ds, "stable_rank", annotate=True)
+    hatched = [a for a in ax.patches if a.get_hatch()]
+    assert len(hatched) == 12
+    assert "NaN" in ax.get_xlabel()
+    assert len(ax.texts) == 12 * 6  # annotations only on cells with a value
+
+
+def test_head_variable_draws_heads_as_columns():
+    ds = with_heads(make_stats(6))
+    p = prepare_heatmap(ds, "attn_entropy")
+    assert p.col_dim == "head" and p.cols == (0, 1, 2, 3)
+    np.testing.assert_array_equal(p.values, ds["attn_entropy"].values)
+    p2 = prepare_heatmap(ds, "head_norm", head=2)
+    np.testing.assert_array_equal(p2.values, ds["head_norm"].sel(head=2).values)
+
+
+def test_clear_errors():
+    ds = make_stats(6, checkpoints=2)
+    with pytest.raises(UnknownMetricError, match="stable_rank"):
+        prepare_heatmap(ds, "no_such_metric")
+    with pytest.raises(ValueError, match="checkpoint="):
+        prepare_heatmap(ds, "stable_rank")
+    with pytest.raises(ValueError, match="ckpt-0"):
+        prepare_heatmap(ds, "stable_rank", checkpoint="nope")
+    with pytest.raises(ValueError, match="attn.q"):
+        prepare_heatmap(ds, "stable_rank", checkpoint="ckpt-0", components=["attn.x"])
+    with pytest.raises(EmptyInputError):
+        prepare_heatmap(ds, "stable_rank", checkpoint="ckpt-0", components=[])
+    with pytest.raises(ValueError, match="scale"):
+        prepare_heatmap(ds, "stable_rank", checkpoint="ckpt-0", scale="cubic")
+
+
+def test_panels_of_models_with_different_depths():
+    models = [make_stats(n, seed=n) for n in (28, 36, 48)]
+    fig = heatmaps(models, "stable_rank")
+    axes = fig.axes[:3]  # the panels come first, their colorbars after
+    assert [ax.get_ylim()[1] for ax in axes] == [28, 36, 48]
+    assert len(fig.axes) == 6
+    limits = {ax.collections[0].norm.vmin for ax in axes}
+    assert len(limits) == 3  # own colour range per panel
+
+
+def test_panels_share_one_scale_when_asked():
+    ds = make_stats(12, checkpoints=3)
+    fig = heatmaps(ds, "stable_rank", share_scale=True)
+    panels = fig.axes[:3]
+    assert len(fig.axes) == 4  # three panels, one colorbar
+    norms = {(ax.collections[0].norm.vmin, ax.collections[0].norm.vmax) for ax in panels}
+    assert len(norms) == 1
+    assert ["step 0" in ax.get_title() or "ckpt-0" in ax.get_title() for ax in panels][0]
+
+
+def test_two_metrics_side_by_side():
+    fig = heatmaps(make_stats(12), ["spectral_norm", "stable_rank"])
+    assert "Spectral norm" in fig.axes[0].get_title() and "Stable rank" in fig.axes[1].get_title()
+
+
+def test_figures_do_not_pile_up():
+    ds = make_stats(8)
+    before = len(plt.get_fignums())
+    for _ in range(5):
+        plt.close(heatmap(ds, "stable_rank").figure)
+    assert len(plt.get_fignums()) == before
+
+
+def test_import_is_lazy_and_names_stay_functions():
+    code = ("import sys, toolkit.plot as tp; assert 'matplotlib' not in sys.modules, 'matplotlib imported';"
+            "import toolkit.plot.heatmap, toolkit.plot._panels;"
+            "assert callable(tp.heatmap) and callable(tp.heatmaps) and callable(tp.prepare_heatmap)")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_infinite_values_are_drawn_beyond_the_colorbar_not_as_missing():
+    ds = make_stats(8)
+    ds["stable_rank"][2, 3] = np.inf  # e.g. the condition number of a rank-deficient matrix
+    p = prepare_heatmap(ds, "stable_rank")
+    assert not p.nan_mask.any() and np.isfinite([p.vmin, p.vmax]).all()
+    assert p.extend in ("max", "both")
+    ax = heatmap(ds, "stable_rank", annotate=True)
+    assert not [a for a in ax.patches if a.get_hatch()]
+    assert "inf" in [t.get_text() for t in ax.texts]
+    mesh = ax.collections[0]
+    drawn = np.asarray(mesh.get_array()).reshape(8, 7)[2, 3]
+    assert mesh.cmap(float(mesh.norm(drawn))) == tuple(mesh.cmap.get_over())

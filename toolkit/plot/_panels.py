@@ -1,0 +1,119 @@
+"""Several heatmap panels side by side (models, checkpoints or metrics)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from toolkit.plot import _style
+from toolkit.plot.heatmap import auto_figsize, draw_heatmap, prepare_heatmap
+
+#: Extra dimensions that ``heatmaps`` splits into panels when asked for nothing else.
+PANEL_DIMS = ("checkpoint", "step", "epoch")
+
+
+def _panels(data, metric, over):
+    """List of (data, metric, selection) for each panel."""
+    import xarray as xr
+
+    if isinstance(data, (list, tuple)):
+        if isinstance(metric, (list, tuple)):
+            raise ValueError("pass either several datasets or several metrics, not both")
+        return [(d, metric, {}) for d in data]
+    if isinstance(metric, (list, tuple)):
+        return [(data, m, {}) for m in metric]
+    var = data[metric] if isinstance(data, xr.Dataset) and metric is not None else data
+    if isinstance(var, xr.Dataset):  # metric None: the first metric
+        from toolkit.plot._select import metric_names
+
+        names = metric_names(var)
+        var = var[names[0]] if names else var
+    if over is None:
+        over = next((d for d in PANEL_DIMS if d in getattr(var, "dims", ())), None)
+    if over is None:
+        return [(data, metric, {})]
+    if over not in var.dims:
+        raise ValueError(f"cannot make panels over {over!r}: dims are {tuple(var.dims)}")
+    labels = var[over].values.tolist() if over in var.coords else list(range(var.sizes[over]))
+    return [(data, metric, {over: lab}) for lab in labels]
+
+
+def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = False,
+             titles=None, ncols: int | None = None, figsize=None, annotate: bool = False,
+             center="median", scale: str = "diverging", robust: bool = True, **kwargs):
+    """Several layer x component heatmaps side by side, sharing the component axis.
+
+    Parameters
+    ----------
+    data : xarray.Dataset, DataArray, or list of them
+        A list gives one panel per item (e.g. models of 28, 36 and 48 layers).
+    metric : str or list of str, optional
+        A list (with one Dataset) gives one panel per metric.
+    over : str, optional
+        With one Dataset and one metric: the extra dimension to split into
+        panels. Default: the first of ``checkpoint``, ``step``, ``epoch`` the
+        metric has; none gives a single panel.
+    share_scale : bool, default False
+        One colour range (from all panels' values) and one colorbar. By
+        default each panel keeps its own range and colorbar.
+    titles : list of str, optional
+        Panel titles; default from each panel's model, metric and selection.
+    ncols : int, optional
+        Panels per row (default: all in one row).
+    figsize : (float, float), optional
+        Inches; default from the panel count and the largest layer count.
+    annotate, center, scale, robust, **kwargs
+        As for :func:`toolkit.plot.heatmap` (``layers``, ``components`` and
+        selections such as ``head=3`` apply to every panel).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        Its panel axes are ``fig.axes[:n_panels]`` (colorbars follow).
+
+    Raises
+    ------
+    ValueError
+        Both several datasets and several metrics, or an unknown ``over``.
+    """
+    import matplotlib.pyplot as plt
+
+    specs = _panels(data, metric, over)
+    opts = dict(center=center, scale=scale, robust=robust, **kwargs)
+    prepared = [prepare_heatmap(d, m, **opts, **sel) for d, m, sel in specs]
+    if share_scale:
+        pooled = np.concatenate([p.values.ravel() for p in prepared])
+        lo, hi, c = _style.color_limits(pooled, scale=scale, robust=robust, center=center)
+        shared = dict(opts, vmin=lo, vmax=hi, center=c if c is not None else center)
+        prepared = [prepare_heatmap(d, m, **shared, **sel) for d, m, sel in specs]
+    if titles is not None:
+        from dataclasses import replace
+
+        prepared = [replace(p, title=t) for p, t in zip(prepared, titles, strict=True)]
+    n = len(prepared)
+    ncols = min(ncols or n, n)
+    nrows = math.ceil(n / ncols)
+    if figsize is None:
+        w, h = auto_figsize(max(p.values.shape[0] for p in prepared), max(p.values.shape[1] for p in prepared))
+        figsize = (w * ncols - (0.9 * (ncols - 1) if share_scale else 0), h * nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
+    flat = axes.ravel()
+    for p, ax in zip(prepared, flat):
+        draw_heatmap(p, ax=ax, annotate=annotate, cbar=not share_scale)
+    for ax in flat[n:]:
+        ax.remove()
+    if share_scale:
+        p = prepared[0]
+        label = "\n".join(dict.fromkeys(q.cbar_label for q in prepared))  # unique, in panel order
+        cb = fig.colorbar(flat[0].collections[0], ax=list(flat[:n]), extend=_merge_extend(prepared),
+                          label=label, fraction=0.05 / ncols + 0.02, pad=0.02)
+        cb.set_ticks(list(p.cbar_ticks), labels=[_style.format_tick(t, p.scale) for t in p.cbar_ticks])
+        cb.minorticks_off()
+    return fig
+
+
+def _merge_extend(prepared) -> str:
+    low = any(p.extend in ("min", "both") for p in prepared)
+    high = any(p.extend in ("max", "both") for p in prepared)
+    return {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((low, high), "both")

@@ -1,0 +1,190 @@
+"""Colours, colour limits and colorbar ticks shared by every heatmap.
+
+Only :func:`cmap` and :func:`make_norm` import matplotlib; the limit and tick
+helpers are plain numpy so :func:`toolkit.plot.prepare_heatmap` stays cheap.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SCALES = ("diverging", "sequential", "log")
+
+#: Blue (low) - white (middle) - orange (high), as in the published figures.
+DIVERGING_COLORS = ("#1f4e8c", "#5b8fc7", "#b9d3ea", "#ffffff", "#fdd3a5", "#f39237", "#b34d00")
+#: White to deep orange, for ``scale="sequential"`` and ``scale="log"``.
+SEQUENTIAL_COLORS = ("#fff7ec", "#fdd3a5", "#f9a35a", "#e8731a", "#b34d00", "#6b2c00")
+#: Face colour and hatch of cells with no value (NaN, e.g. ``mlp.gate`` of BERT).
+NAN_FACE = "#ececec"
+NAN_EDGE = "#9a9a9a"
+NAN_HATCH = "///"
+
+#: Robust colour limits use these percentiles of the finite values.
+ROBUST_PERCENTILES = (2.0, 98.0)
+
+_CMAPS: dict[str, object] = {}
+
+
+def check_scale(scale: str) -> str:
+    """Return ``scale`` if it is one of :data:`SCALES`, else raise ValueError."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}; got {scale!r}")
+    return scale
+
+
+def cmap(scale: str = "diverging"):
+    """The colormap for a scale.
+
+    Parameters
+    ----------
+    scale : {"diverging", "sequential", "log"}
+
+    Returns
+    -------
+    matplotlib.colors.LinearSegmentedColormap
+        ``toolkit_diverging`` (blue-white-orange) or ``toolkit_sequential``
+        (white-orange, shared by "sequential" and "log"). NaN cells are drawn
+        transparent so the hatched background shows through.
+    """
+    from matplotlib.colors import LinearSegmentedColormap
+
+    name = "diverging" if check_scale(scale) == "diverging" else "sequential"
+    if name not in _CMAPS:
+        colors = DIVERGING_COLORS if name == "diverging" else SEQUENTIAL_COLORS
+        cm = LinearSegmentedColormap.from_list(f"toolkit_{name}", colors, N=256)
+        _CMAPS[name] = cm.with_extremes(bad=(0, 0, 0, 0))
+    return _CMAPS[name]
+
+
+def color_limits(values, *, scale: str = "diverging", robust: bool = True,
+                 center: str | float | None = "median") -> tuple[float, float, float | None]:
+    """Colour limits adapted to the data's range.
+
+    Parameters
+    ----------
+    values : array_like
+        Any shape; NaN and +-inf are ignored. For ``scale="log"`` only
+        positive values count.
+    scale : {"diverging", "sequential", "log"}
+    robust : bool
+        Use the 2nd and 98th percentiles instead of min and max, so a few
+        outliers do not wash out the rest.
+    center : "median", float or None
+        Colour of the middle (white) of the diverging map. Ignored (returned
+        as None) for the sequential and log scales.
+
+    Returns
+    -------
+    vmin, vmax : float
+        ``vmin < vmax`` always (a constant array gets a small band around it).
+    center : float or None
+        Strictly between ``vmin`` and ``vmax`` for the diverging scale: a
+        centre given outside the data's range widens the limits
+        symmetrically around it.
+
+    Raises
+    ------
+    toolkit.errors.EmptyInputError
+        No finite value (or no positive value for the log scale).
+    """
+    from toolkit.errors import EmptyInputError
+
+    check_scale(scale)
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if scale == "log":
+        v = v[v > 0]
+    if v.size == 0:
+        what = "positive finite" if scale == "log" else "finite"
+        raise EmptyInputError(f"no {what} value to colour (scale={scale!r}); pick another metric, "
+                              "selection or scale")
+    if robust:
+        lo, hi = (float(x) for x in np.percentile(v, ROBUST_PERCENTILES))
+    else:
+        lo, hi = float(v.min()), float(v.max())
+    if scale == "log":
+        lo, hi = math.log10(lo), math.log10(hi)
+    if hi <= lo:  # constant data: a small band around the value
+        pad = abs(lo) * 0.05 or 0.5
+        lo, hi = lo - pad, hi + pad
+    if scale == "log":
+        return 10.0 ** lo, 10.0 ** hi, None
+    if scale == "sequential" or center is None:
+        return lo, hi, None
+    c = float(np.median(v)) if center == "median" else float(center)
+    if not lo < c < hi:
+        if center == "median":  # robust limits squeezed onto the median: widen a little
+            c = min(max(c, lo), hi)
+        half = max(abs(hi - c), abs(c - lo)) or (abs(c) * 0.05 or 0.5)
+        lo, hi = c - half, c + half
+    return lo, hi, c
+
+
+def colorbar_ticks(scale: str, vmin: float, vmax: float, center: float | None) -> tuple[float, ...]:
+    """Three to five colorbar ticks inside ``[vmin, vmax]``.
+
+    The diverging scale ticks the two limits, the centre and the two
+    midpoints (five ticks), so the white of the map is labelled with the
+    median. The sequential and log scales use "nice" numbers, falling back to
+    evenly spaced ticks when fewer than three nice ones fit.
+    """
+    if scale == "diverging" and center is not None:
+        return (vmin, (vmin + center) / 2, center, (center + vmax) / 2, vmax)
+    if scale == "log":
+        lo, hi = math.log10(vmin), math.log10(vmax)
+        ticks = [10.0 ** k for k in range(math.ceil(lo), math.floor(hi) + 1)]
+        if len(ticks) > 5:
+            step = math.ceil(len(ticks) / 5)
+            ticks = ticks[::step]
+        if len(ticks) < 3:
+            ticks = list(np.geomspace(vmin, vmax, 3))
+        return tuple(float(t) for t in ticks)
+    from matplotlib.ticker import MaxNLocator
+
+    ticks = [t for t in MaxNLocator(nbins=4).tick_values(vmin, vmax)
+             if vmin - 1e-12 * abs(vmax - vmin) <= t <= vmax + 1e-12 * abs(vmax - vmin)]
+    if not 3 <= len(ticks) <= 5:
+        ticks = list(np.linspace(vmin, vmax, 3))
+    return tuple(float(t) for t in ticks)
+
+
+def make_norm(scale: str, vmin: float, vmax: float, center: float | None = None):
+    """The matplotlib norm for a scale.
+
+    Returns
+    -------
+    matplotlib.colors.Normalize
+        ``TwoSlopeNorm`` (diverging; each half of the colour map spans one
+        side of the centre, so a skewed range still uses every colour),
+        ``Normalize`` (sequential) or ``LogNorm`` (log).
+    """
+    from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
+
+    check_scale(scale)
+    if scale == "log":
+        return LogNorm(vmin=vmin, vmax=vmax)
+    if scale == "diverging" and center is not None:
+        return TwoSlopeNorm(vcenter=center, vmin=vmin, vmax=vmax)
+    return Normalize(vmin=vmin, vmax=vmax)
+
+
+def format_value(x: float) -> str:
+    """Short label for a colorbar tick or an annotated cell (3 significant digits)."""
+    if math.isnan(x):
+        return ""
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def format_tick(x: float, scale: str) -> str:
+    """Colorbar tick label: powers of ten as ``10^k`` on the log scale, else :func:`format_value`."""
+    if scale == "log" and x > 0:
+        k = math.log10(x)
+        if abs(k - round(k)) < 1e-9:
+            return f"$10^{{{round(k)}}}$"
+    return format_value(x)

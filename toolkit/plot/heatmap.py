@@ -1,0 +1,301 @@
+"""Layer x component heatmaps (figure 1 of the design).
+
+Preparation is split from drawing: :func:`prepare_heatmap` turns a Dataset and
+a selection into a :class:`HeatmapData` (plain numbers and labels, no
+matplotlib), :func:`draw_heatmap` draws one on an Axes, and :func:`heatmap` does
+both. Tests, widgets and the CLI all go through these three functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.architectures.vocabulary import COMPONENT_LABELS
+from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.plot import _style
+from toolkit.plot._select import COL_DIMS, ROW_DIM, describe, metric_names, model_name, select, tick_rows
+
+
+@dataclass(frozen=True)
+class HeatmapData:
+    """Everything needed to draw one heatmap panel, without matplotlib.
+
+    Attributes
+    ----------
+    values : numpy.ndarray, shape (n_layers, n_cols), float64
+        The metric. Row ``i`` is layer ``rows[i]``; rows ascend, so row 0 is
+        the first layer shown and is drawn at the *bottom*, the last row at
+        the top. NaN where the model lacks the matrix.
+    rows : tuple of int
+        Layer numbers of the rows (ascending).
+    cols : tuple
+        Coordinate values of the columns (components in canonical order, or
+        heads).
+    col_dim : {"component", "head"}
+    col_labels : tuple of str
+        Column labels as printed (``attn. q`` ...).
+    yticks, ytick_labels : tuple
+        Row positions that carry a label (every 4th layer and the last) and
+        those labels.
+    metric, long_name, units : str
+        The variable's name and its ``long_name`` / ``units`` attrs.
+    scale : {"diverging", "sequential", "log"}
+    vmin, vmax : float
+        Colour limits (values outside are drawn with the end colours).
+    center : float or None
+        Value drawn white (diverging scale only).
+    cbar_ticks : tuple of float
+        Three to five colorbar ticks.
+    cbar_label, title : str
+    extend : {"neither", "min", "max", "both"}
+        Whether finite values fall outside ``[vmin, vmax]``.
+    selection : dict
+        Labels chosen for the extra dimensions (``{"checkpoint": ...}``).
+    """
+
+    values: np.ndarray
+    rows: tuple
+    cols: tuple
+    col_dim: str
+    col_labels: tuple
+    yticks: tuple
+    ytick_labels: tuple
+    metric: str
+    long_name: str
+    units: str
+    scale: str
+    vmin: float
+    vmax: float
+    center: float | None
+    cbar_ticks: tuple
+    cbar_label: str
+    title: str
+    extend: str = "neither"
+    selection: dict = field(default_factory=dict)
+
+    @property
+    def nan_mask(self) -> np.ndarray:
+        """Boolean array like ``values``, True where there is no value (NaN).
+
+        +-inf (e.g. the condition number of a rank-deficient matrix) is a
+        value: it is drawn with the colour beyond ``vmax`` (``vmin``).
+        """
+        return np.isnan(self.values)
+
+    def norm(self):
+        """The matplotlib norm of this panel (see :func:`toolkit.plot._style.make_norm`)."""
+        return _style.make_norm(self.scale, self.vmin, self.vmax, self.center)
+
+
+def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: str = "diverging",
+                    robust: bool = True, layers=None, components=None, title: str | None = None,
+                    vmin: float | None = None, vmax: float | None = None, **selection) -> HeatmapData:
+    """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
+
+    Parameters
+    ----------
+    data : xarray.Dataset or xarray.DataArray
+        Statistics with dims ``(layer, component)`` or ``(layer, head)``,
+        possibly with extra dims (``checkpoint``, ``head``, ``step`` ...).
+    metric : str, optional
+        Variable name (``"stable_rank"``). Default: the first metric of the
+        Dataset (ignored for a DataArray).
+    center : "median", float or None, default "median"
+        Value drawn white on the diverging scale. None: no centre (plain
+        linear limits).
+    scale : {"diverging", "sequential", "log"}, default "diverging"
+    robust : bool, default True
+        Colour limits from the 2nd/98th percentiles instead of min/max.
+    layers : slice, (first, last) tuple, or list of int, optional
+        Layers to show; a 2-tuple and a slice are inclusive label ranges.
+    components : iterable of str, optional
+        Columns to keep (``{"attn.q", "mlp.up"}``); kept in canonical order.
+    title : str, optional
+        Default: ``"<model>: <long_name> (<selection>)"``.
+    vmin, vmax : float, optional
+        Fixed colour limits (used by ``heatmaps(..., share_scale=True)``).
+    **selection
+        One label per extra dimension, e.g. ``checkpoint="step-1000"``,
+        ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
+        without a coordinate is selected by position.
+
+    Returns
+    -------
+    HeatmapData
+        ``values`` has shape (n_layers, n_cols), row 0 = lowest layer.
+
+    Raises
+    ------
+    toolkit.errors.UnknownMetricError
+        ``metric`` is not a metric of the Dataset.
+    ValueError
+        A selection label that does not exist, an unknown component, an extra
+        dimension left unselected, or an unknown ``scale``.
+    toolkit.errors.EmptyInputError
+        The selection leaves no cell, or no finite value to colour.
+    """
+    import xarray as xr
+
+    _style.check_scale(scale)
+    attrs = {}
+    if isinstance(data, xr.Dataset):
+        names = metric_names(data)
+        metric = metric if metric is not None else (names[0] if names else None)
+        if metric not in names:
+            raise UnknownMetricError(str(metric), names)
+        attrs, da = dict(data.attrs), data[metric]
+    else:
+        da, metric = data, str(data.name or metric or "value")
+    col_dim = next((d for d in COL_DIMS if d in da.dims), None)
+    if ROW_DIM not in da.dims or col_dim is None:
+        raise ValueError(f"{metric!r} has dims {tuple(da.dims)}; a heatmap needs 'layer' and 'component' or 'head'")
+    da = select(da, selection)
+    if layers is not None:
+        if isinstance(layers, tuple) and len(layers) == 2:
+            layers = slice(*layers)
+        da = da.sel(layer=layers) if isinstance(layers, slice) else select(da, {ROW_DIM: list(layers)})
+    if components is not None:
+        wanted = {str(c) for c in ([components] if isinstance(components, str) else components)}
+        known = [str(c) for c in da[col_dim].values]
+        if wanted - set(known):
+            raise ValueError(f"unknown {col_dim}(s) {sorted(wanted - set(known))}; known: {known}")
+        da = da.isel({col_dim: [i for i, c in enumerate(known) if c in wanted]})
+    extra = [d for d in da.dims if d not in (ROW_DIM, col_dim)]
+    if any(da.sizes[d] > 1 for d in extra):
+        d = next(d for d in extra if da.sizes[d] > 1)
+        shown = da[d].values.tolist() if d in da.coords else f"{da.sizes[d]} positions"
+        raise ValueError(f"{metric!r} has an extra dimension {d!r} ({shown}); choose one with {d}=...")
+    da = da.squeeze(extra, drop=False).transpose(ROW_DIM, col_dim).sortby(ROW_DIM)
+    values = np.asarray(da.values, dtype=np.float64)
+    if values.size == 0:
+        raise EmptyInputError(f"the selection leaves no cell of {metric!r} to draw")
+    lo, hi, c = (None, None, None) if vmin is not None and vmax is not None else \
+        _style.color_limits(values, scale=scale, robust=robust, center=center)
+    lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
+    if scale == "diverging" and center is not None and (c is None or not lo < c < hi):
+        finite = values[np.isfinite(values)]
+        c = float(center) if center != "median" else float(np.median(finite)) if finite.size else None
+        c = c if c is not None and lo < c < hi else (lo + hi) / 2
+    known = values[~np.isnan(values)]
+    below, above = bool((known < lo).any()), bool((known > hi).any())
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
+    long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
+    units = str(da.attrs.get("units", ""))
+    unit_text = " (dimensionless)" if units == "1" else (f" [{units}]" if units else "")
+    rows = tuple(int(x) for x in da[ROW_DIM].values)
+    cols = tuple(x.item() if hasattr(x, "item") else x for x in da[col_dim].values)
+    labels = tuple(COMPONENT_LABELS.get(str(c), str(c)) for c in cols)
+    yticks, ytick_labels = tick_rows(rows)
+    if title is None:
+        name, sel = model_name(attrs), describe(selection)
+        title = (f"{name}: " if name else "") + long_name + (f" ({sel})" if sel else "")
+    return HeatmapData(
+        values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
+        yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
+        units=units, scale=scale, vmin=lo, vmax=hi, center=c,
+        cbar_ticks=_style.colorbar_ticks(scale, lo, hi, c),
+        cbar_label=_cbar_label(long_name, unit_text + (", log scale" if scale == "log" else "")),
+        title=title, extend=extend, selection=dict(selection))
+
+
+def _cbar_label(long_name: str, units: str) -> str:
+    """``long_name (units)``, with the units on a second line when the label is long."""
+    return long_name + ("\n" + units.lstrip(" ,") if len(long_name + units) > 30 and units else units)
+
+
+def auto_figsize(n_rows: int, n_cols: int) -> tuple[float, float]:
+    """A figure size (inches) that keeps cells readable: about 0.17 in per layer."""
+    return (max(4.0, 0.62 * n_cols + 2.6), max(3.6, 0.17 * n_rows + 1.7))
+
+
+def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar: bool = True,
+                 cbar_kws: dict | None = None):
+    """Draw a :class:`HeatmapData` on ``ax``.
+
+    Layer 0 (``rows[0]``) is at the bottom. NaN cells show a hatched grey
+    background and the x label says so.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        With the mesh as ``ax.collections[0]`` and, when ``cbar``, the
+        colorbar axes added to the same figure.
+    """
+    from matplotlib.patches import Rectangle
+
+    p = prepared
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=auto_figsize(*p.values.shape), layout="constrained")
+    n_rows, n_cols = p.values.shape
+    norm, cm = p.norm(), _style.cmap(p.scale)
+    big = np.finfo(np.float64).max / 1e6  # +-inf drawn with the "over"/"under" colours
+    shown = np.nan_to_num(p.values, nan=np.nan, posinf=big, neginf=-big)
+    if p.scale == "log":  # values <= 0 have no logarithm: the "under" colour
+        shown = np.where(shown <= 0, p.vmin * 1e-3, shown)
+    shown = np.ma.masked_invalid(shown)
+    mesh = ax.pcolormesh(np.arange(n_cols + 1), np.arange(n_rows + 1), shown,
+                         cmap=cm, norm=norm, shading="flat")
+    mask = p.nan_mask
+    for i, j in zip(*np.nonzero(mask)):
+        ax.add_patch(Rectangle((j, i), 1, 1, facecolor=_style.NAN_FACE, edgecolor=_style.NAN_EDGE,
+                               hatch=_style.NAN_HATCH, linewidth=0, zorder=0.5))
+    ax.set_xlim(0, n_cols)
+    ax.set_ylim(0, n_rows)  # row 0 (lowest layer) at the bottom
+    ax.set_xticks(np.arange(n_cols) + 0.5, p.col_labels, rotation=45, ha="right", rotation_mode="anchor")
+    ax.set_yticks(np.asarray(p.yticks) + 0.5, p.ytick_labels)
+    ax.tick_params(length=2)
+    ax.set_ylabel("layer")
+    xlabel = "head" if p.col_dim == "head" else ""
+    if mask.any():
+        xlabel += ("\n" if xlabel else "") + "hatched: no such matrix (NaN)"
+    ax.set_xlabel(xlabel, fontsize=8 if mask.any() else None)
+    ax.set_title(p.title, fontsize=10)
+    if annotate:
+        size = max(4.0, min(8.0, 90.0 / max(n_rows, 1)))
+        for i, j in zip(*np.nonzero(~mask)):
+            v = p.values[i, j]
+            r, g, b, _ = cm(norm(np.clip(v, p.vmin, p.vmax)))
+            dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45
+            ax.text(j + 0.5, i + 0.5, _style.format_value(v), ha="center", va="center",
+                    fontsize=size, color="white" if dark else "black")
+    if cbar:
+        kws = {"extend": p.extend, "label": p.cbar_label, "fraction": 0.07, "pad": 0.03, **(cbar_kws or {})}
+        cb = ax.figure.colorbar(mesh, ax=ax, **kws)
+        cb.set_ticks(list(p.cbar_ticks), labels=[_style.format_tick(t, p.scale) for t in p.cbar_ticks])
+        cb.minorticks_off()
+    return ax
+
+
+def heatmap(data, metric: str | None = None, *, ax=None, center="median", scale: str = "diverging",
+            robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
+            cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
+            vmax: float | None = None, **selection):
+    """Layer x component heatmap of one metric.
+
+    Parameters are those of :func:`prepare_heatmap` plus:
+
+    ax : matplotlib.axes.Axes, optional
+        Default: a new pyplot figure sized to the number of layers.
+    annotate : bool, default False
+        Print each cell's value (3 significant digits).
+    cbar : bool, default True
+        Colorbar on the right, labelled with ``long_name`` and ``units``.
+    cbar_kws : dict, optional
+        Extra keywords for ``Figure.colorbar``.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> ds = toolkit.weight_stats()                     # doctest: +SKIP
+    >>> toolkit.plot.heatmap(ds, "stable_rank", layers=(0, 11))  # doctest: +SKIP
+    """
+    p = prepare_heatmap(data, metric, center=center, scale=scale, robust=robust, layers=layers,
+                        components=components, title=title, vmin=vmin, vmax=vmax, **selection)
+    return draw_heatmap(p, ax=ax, annotate=annotate, cbar=cbar, cbar_kws=cbar_kws)

@@ -1,0 +1,32 @@
+"""Jupyter widgets over statistics Datasets (imported lazily: ``ipywidgets`` loads on first use).
+
+- :func:`explore` -- interactive heatmap panel over any statistics Dataset.
+- :func:`explore_model` -- compute a model's weight statistics with a progress
+  bar in the widget, then the same panel.
+- :func:`lab_explorer` -- the attention-activation lab's panel.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "explore": "toolkit.widgets.explorer",
+    "Explorer": "toolkit.widgets.explorer",
+    "explore_model": "toolkit.widgets._model",
+    "lab_explorer": "toolkit.widgets.lab",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'toolkit.widgets' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
