@@ -56,12 +56,10 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
             cell.values[m.name], cell.reasons[m.name] = math.nan, s_error or "no singular values"
             continue
         try:
-            value = float(m.func(w, s if m.needs_singular_values else None))
-        except Exception as e:  # noqa: BLE001 - a metric's failure is one NaN cell, not a crash
-            cell.values[m.name] = math.nan
-            cell.reasons[m.name] = str(e) or type(e).__name__
-            continue
+            value, reason = m.evaluate(w, s)
+        except Exception as e:  # noqa: BLE001 - a failing (user) metric is one NaN cell, not a crash
+            value, reason = math.nan, f"{type(e).__name__}: {e}"
         cell.values[m.name] = value
         if math.isnan(value):
-            cell.reasons.setdefault(m.name, "undefined for this matrix")
+            cell.reasons[m.name] = reason or "undefined for this matrix"
     return cell

@@ -87,7 +87,7 @@ def weight_stats(
     chosen = resolve_metrics(metrics, kind="weight")
     plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping)
     store = open_cache(plan.source.fingerprint, "weights", enabled=cache)
-    keys = {m.name: metric_key(m) for m in chosen}
+    keys = {m.name: metric_key(m, **dict(m.options)) for m in chosen}
     cells: dict[tuple[int, str], Cell] = {}
     report = make_progress(progress, total=len(plan.records), desc="weights")
     try:

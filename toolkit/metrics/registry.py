@@ -1,23 +1,71 @@
 """The metric registry: one frozen record per statistic, with its metadata.
 
-A weight metric is a pure function ``func(w, s) -> float`` of a matrix
-``w`` (torch tensor, shape (out_features, in_features), float32 or float64)
-and its singular values ``s`` (1-D float64 tensor, descending; ``None`` when
-the metric does not declare ``needs_singular_values``). Singular values are
-computed once per matrix by the caller and shared by every spectral metric.
+A weight metric is a pure function ``func(w, s, **options) -> float`` of a
+matrix ``w`` (torch tensor, shape (out_features, in_features), float32 or
+float64) and its singular values ``s`` (1-D float64 CPU tensor, descending,
+length ``min(out, in)``; ``None`` when the metric does not declare
+``needs_singular_values``). Singular values are computed once per matrix by
+the caller (:func:`toolkit.metrics.singular_values`) and shared by every
+spectral metric.
 
 A diff metric (``kind="diff"``) is ``func(base, target, ctx) -> float``; see
 :mod:`toolkit.metrics.diff`.
+
+Undefined values
+----------------
+Where a statistic is undefined for a matrix (all zeros, NaN/Inf entries, a
+spectrum too short for a power-law fit, ...) the function raises
+:class:`DegenerateMatrix` with a ``reason``. It never returns a silent NaN.
+The caller turns it into NaN and records the reason:
+:meth:`Metric.evaluate` and :func:`compute_weight_metrics` do exactly that
+and return a :class:`MetricValue` ``(value, reason)``; ``reason`` is ``""``
+for a defined value. Any other exception is a bug and propagates.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from toolkit.errors import ToolkitError, UnknownMetricError
 
 KINDS = ("weight", "diff")
+
+
+class DegenerateMatrix(ToolkitError, ValueError):
+    """A statistic that is undefined for this matrix.
+
+    Fields: ``reason`` (one line, e.g. ``"all-zero matrix"``) and ``metric``
+    (the metric name when known, else ``""``). Callers record NaN and the
+    reason instead of failing the whole checkpoint.
+    """
+
+    def __init__(self, reason: str, metric: str = ""):
+        self.reason = reason
+        self.metric = metric
+        super().__init__(f"{metric}: {reason}" if metric else reason)
+
+
+class DuplicateMetricError(ToolkitError, ValueError):
+    """A metric name registered twice. Fields: ``name``, ``existing`` (Metric)."""
+
+    def __init__(self, name: str, existing: "Metric"):
+        self.name = name
+        self.existing = existing
+        where = f"{getattr(existing.func, '__module__', '?')}.{getattr(existing.func, '__qualname__', '?')}"
+        super().__init__(
+            f"a metric named {name!r} is already registered ({existing.long_name!r}, from {where}); "
+            f"pass overwrite=True to replace it, or pick another name"
+        )
+
+
+class MetricValue(NamedTuple):
+    """A metric's value and, when undefined (``value`` NaN), the reason."""
+
+    value: float
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,7 +90,7 @@ class Metric:
         ``"weight"`` or ``"diff"``.
     needs_singular_values : bool
         Whether ``func`` reads the shared singular values.
-    options : dict
+    options : tuple of (str, value) pairs
         Default keyword options passed to ``func`` (part of the cache key).
     """
 
@@ -65,6 +113,33 @@ class Metric:
             "reference": self.reference,
         }
 
+    def evaluate(self, w, s=None, **options) -> MetricValue:
+        """Call a weight metric, turning :class:`DegenerateMatrix` into NaN.
+
+        Parameters
+        ----------
+        w : torch.Tensor, shape (out, in)
+        s : torch.Tensor or None
+            Shared singular values (descending, float64); computed here when
+            the metric needs them and none are given.
+        **options
+            Override the registered default options.
+
+        Returns
+        -------
+        MetricValue
+            ``(value, "")`` or ``(nan, reason)``.
+        """
+        try:
+            if self.needs_singular_values and s is None:
+                from toolkit.metrics.spectral import singular_values
+
+                s = singular_values(w)
+            value = self.func(w, s if self.needs_singular_values else None, **{**dict(self.options), **options})
+        except DegenerateMatrix as e:
+            return MetricValue(math.nan, e.reason)
+        return MetricValue(float(value), "")
+
 
 _REGISTRY: dict[str, Metric] = {}
 
@@ -79,6 +154,7 @@ def register_metric(
     reference: str = "",
     kind: str = "weight",
     needs_singular_values: bool = False,
+    options: dict | None = None,
     overwrite: bool = False,
 ):
     """Register a statistic so ``weight_stats`` (or ``compare``) computes it.
@@ -93,15 +169,19 @@ def register_metric(
     func : callable, optional
         ``func(w, s) -> float`` for weight metrics (``w``: tensor (out, in);
         ``s``: descending singular values, float64, or None),
-        ``func(base, target, ctx) -> float`` for diff metrics.
+        ``func(base, target, ctx) -> float`` for diff metrics. Raise
+        :class:`DegenerateMatrix` where the value is undefined.
     long_name, units, description, reference : str
         Metadata stored as the variable's attrs.
     kind : {"weight", "diff"}
     needs_singular_values : bool
         Ask the caller to pass the shared singular values.
+    options : dict, optional
+        Default keyword options passed to ``func``.
     overwrite : bool
-        Replace an existing metric of that name (otherwise a duplicate name
-        raises ``ToolkitError``).
+        Replace an existing metric of that name. Re-registering the same
+        module-level function (same module and qualified name, e.g. after
+        ``importlib.reload``) is always allowed.
 
     Returns
     -------
@@ -109,19 +189,21 @@ def register_metric(
 
     Raises
     ------
+    DuplicateMetricError
+        Duplicate name without ``overwrite=True``.
     ToolkitError
-        Duplicate name without ``overwrite=True``, or an unknown ``kind``.
+        An unknown ``kind`` or a name that is not an identifier.
     """
     if kind not in KINDS:
         raise ToolkitError(f"metric kind must be one of {KINDS}, got {kind!r}")
-    if not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier():
         raise ToolkitError(f"metric name must be a snake_case identifier, got {name!r}")
+    _ensure_builtins()  # so a user metric cannot be silently replaced by a built-in later
 
     def _add(f: Callable):
-        if name in _REGISTRY and not overwrite:
-            raise ToolkitError(
-                f"a metric named {name!r} is already registered; pass overwrite=True to replace it"
-            )
+        old = _REGISTRY.get(name)
+        if old is not None and not overwrite and _qualname(old.func) != _qualname(f):
+            raise DuplicateMetricError(name, old)
         m = Metric(
             name=name,
             func=f,
@@ -131,6 +213,7 @@ def register_metric(
             reference=reference,
             kind=kind,
             needs_singular_values=needs_singular_values,
+            options=tuple(sorted((options or {}).items())),
         )
         _REGISTRY[name] = m
         return m
@@ -143,6 +226,15 @@ def register_metric(
 
         return deco
     return _add(func)
+
+
+def _qualname(f) -> tuple:
+    # Module-level functions keep their identity across a reload; lambdas and
+    # nested functions are always distinct.
+    q = getattr(f, "__qualname__", "")
+    if not q or "<" in q:
+        return (id(f),)
+    return (getattr(f, "__module__", None), q)
 
 
 def unregister_metric(name: str) -> None:
@@ -190,6 +282,49 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
         if m.kind != kind:
             raise UnknownMetricError(n, list_metrics(kind))
         out.append(m)
+    return out
+
+
+def compute_weight_metrics(w, metrics=None, *, s=None, device="cpu") -> dict[str, MetricValue]:
+    """Every requested weight metric of one matrix, sharing one SVD.
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (out, in)
+    metrics : str, list of str or None
+        Names (None: every registered weight metric).
+    s : torch.Tensor, optional
+        Precomputed singular values; otherwise computed once here if any
+        requested metric needs them.
+    device : str or torch.device
+        Where the singular values are computed (see ``singular_values``).
+
+    Returns
+    -------
+    dict of name -> MetricValue
+        NaN with a reason where the metric is undefined; if the singular
+        values themselves cannot be computed (NaN/Inf entries), every spectral
+        metric gets that reason.
+
+    Raises
+    ------
+    UnknownMetricError
+    """
+    records = resolve_metrics(metrics, kind="weight")
+    s_reason = ""
+    if s is None and any(m.needs_singular_values for m in records):
+        from toolkit.metrics.spectral import singular_values
+
+        try:
+            s = singular_values(w, device=device)
+        except DegenerateMatrix as e:
+            s_reason = e.reason
+    out = {}
+    for m in records:
+        if m.needs_singular_values and s_reason:
+            out[m.name] = MetricValue(math.nan, s_reason)
+        else:
+            out[m.name] = m.evaluate(w, s)
     return out
 
 

@@ -1,0 +1,163 @@
+"""The metric registry: registration forms, metadata, errors, NaN-with-reason."""
+
+import math
+
+import pytest
+import torch
+
+from toolkit.errors import ToolkitError, UnknownMetricError
+from toolkit.metrics import (
+    DegenerateMatrix,
+    DuplicateMetricError,
+    MetricValue,
+    compute_weight_metrics,
+    get_metric,
+    list_metrics,
+    register_metric,
+    resolve_metrics,
+    unregister_metric,
+)
+
+BUILTINS = [
+    "frobenius_norm",
+    "rms",
+    "kurtosis",
+    "max_abs_over_rms",
+    "spectral_norm",
+    "stable_rank",
+    "effective_rank",
+    "condition_number",
+    "alpha",
+]
+
+
+@pytest.fixture
+def cleanup():
+    names = []
+    yield names
+    for n in names:
+        unregister_metric(n)
+
+
+def test_builtins_registered_in_order_with_metadata():
+    assert list_metrics() == BUILTINS
+    for name in BUILTINS:
+        m = get_metric(name)
+        attrs = m.attrs()
+        assert set(attrs) == {"long_name", "units", "description", "reference"}
+        assert all(isinstance(v, str) and v for v in attrs.values()), name
+        assert attrs["units"] == "1"
+        assert m.kind == "weight"
+    spectral = {m.name for m in resolve_metrics(None) if m.needs_singular_values}
+    assert spectral == {"spectral_norm", "stable_rank", "effective_rank", "condition_number", "alpha"}
+    assert "sigma_max^2" in get_metric("spectral_norm").description  # WeightWatcher's convention named
+
+
+def test_register_call_form(cleanup):
+    cleanup.append("max_row_norm")
+    m = register_metric(
+        "max_row_norm",
+        lambda w, s: float(w.norm(dim=1).max()),
+        long_name="largest row norm",
+        description="max_i ||W_i,:||_2",
+    )
+    assert m.name == "max_row_norm" and get_metric("max_row_norm") is m
+    assert list_metrics()[-1] == "max_row_norm"
+    w = torch.tensor([[3.0, 4.0], [1.0, 0.0]])
+    assert compute_weight_metrics(w, "max_row_norm") == {"max_row_norm": MetricValue(5.0, "")}
+
+
+def test_register_decorator_form_with_singular_values_and_options(cleanup):
+    cleanup.append("top_k_energy")
+
+    @register_metric("top_k_energy", long_name="energy in top k", needs_singular_values=True, options={"k": 1})
+    def top_k_energy(w, s, *, k):
+        return float((s[:k] ** 2).sum() / (s**2).sum())
+
+    assert callable(top_k_energy)  # decorator returns the function unchanged
+    assert top_k_energy.__name__ == "top_k_energy"
+    w = torch.diag(torch.tensor([3.0, 4.0]))
+    m = get_metric("top_k_energy")
+    assert m.options == (("k", 1),)
+    assert m.evaluate(w).value == pytest.approx(16 / 25)
+    assert m.evaluate(w, k=2).value == pytest.approx(1.0)
+    out = compute_weight_metrics(w, ["stable_rank", "top_k_energy"])
+    assert out["top_k_energy"].value == pytest.approx(16 / 25)
+    assert out["stable_rank"].value == pytest.approx(25 / 16)
+
+
+def test_duplicate_name_error_message(cleanup):
+    cleanup.append("dup_metric")
+    register_metric("dup_metric", lambda w, s: 1.0, long_name="first")
+    with pytest.raises(DuplicateMetricError) as exc:
+        register_metric("dup_metric", lambda w, s: 2.0, long_name="second")
+    msg = str(exc.value)
+    assert "'dup_metric' is already registered" in msg and "'first'" in msg and "overwrite=True" in msg
+    assert isinstance(exc.value, ToolkitError) and exc.value.name == "dup_metric"
+    with pytest.raises(DuplicateMetricError):
+        register_metric("stable_rank", lambda w, s: 0.0, long_name="mine")
+    register_metric("dup_metric", lambda w, s: 2.0, long_name="second", overwrite=True)
+    assert get_metric("dup_metric").func(None, None) == 2.0
+
+
+def test_reregistering_same_function_is_allowed(cleanup):
+    cleanup.append("same_fn")
+
+    def same_fn(w, s):
+        return 1.0
+
+    register_metric("same_fn", same_fn, long_name="a")
+    register_metric("same_fn", same_fn, long_name="b")  # e.g. a module reload
+    assert get_metric("same_fn").long_name == "b"
+
+
+def test_unknown_metric_lists_known_ones():
+    with pytest.raises(UnknownMetricError) as exc:
+        get_metric("stabel_rank")
+    msg = str(exc.value)
+    assert "'stabel_rank'" in msg
+    for name in BUILTINS:
+        assert name in msg
+    assert exc.value.known == sorted(exc.value.known) and "stable_rank" in exc.value.known
+    with pytest.raises(UnknownMetricError):
+        resolve_metrics(["rms", "nope"])
+    with pytest.raises(UnknownMetricError):
+        resolve_metrics(["rms"], kind="diff")  # exists, but is not a diff metric
+
+
+def test_bad_registrations():
+    with pytest.raises(ToolkitError, match="kind"):
+        register_metric("x_metric", lambda w, s: 0.0, long_name="x", kind="activation")
+    with pytest.raises(ToolkitError, match="identifier"):
+        register_metric("not a name", lambda w, s: 0.0, long_name="x")
+
+
+def test_resolve_metrics():
+    assert [m.name for m in resolve_metrics(None)] == BUILTINS
+    assert [m.name for m in resolve_metrics("alpha")] == ["alpha"]
+    assert [m.name for m in resolve_metrics(["rms", "alpha"])] == ["rms", "alpha"]
+
+
+def test_degenerate_becomes_nan_with_reason(cleanup):
+    cleanup.append("always_degenerate")
+    register_metric("always_degenerate", lambda w, s: _raise("no can do"), long_name="d")
+    v = get_metric("always_degenerate").evaluate(torch.ones(2, 2))
+    assert math.isnan(v.value) and v.reason == "no can do"
+
+
+def test_other_exceptions_propagate(cleanup):
+    cleanup.append("buggy_metric")
+    register_metric("buggy_metric", lambda w, s: 1 / 0, long_name="b")
+    with pytest.raises(ZeroDivisionError):
+        compute_weight_metrics(torch.ones(2, 2), "buggy_metric")
+
+
+def test_degenerate_matrix_fields():
+    e = DegenerateMatrix("all-zero matrix", "stable_rank")
+    assert e.reason == "all-zero matrix" and e.metric == "stable_rank"
+    assert str(e) == "stable_rank: all-zero matrix"
+    assert isinstance(e, ToolkitError) and isinstance(e, ValueError)
+
+
+def _raise(reason):
+    raise DegenerateMatrix(reason)

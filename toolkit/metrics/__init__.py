@@ -1,0 +1,39 @@
+"""Statistics of weight matrices: a registry of pure functions with metadata.
+
+>>> import torch
+>>> from toolkit.metrics import compute_weight_metrics
+>>> compute_weight_metrics(torch.eye(4), ["stable_rank", "condition_number"])
+{'stable_rank': MetricValue(value=4.0, reason=''), 'condition_number': MetricValue(value=1.0, reason='')}
+"""
+
+from toolkit.metrics.registry import (
+    DegenerateMatrix,
+    DuplicateMetricError,
+    Metric,
+    MetricValue,
+    compute_weight_metrics,
+    get_metric,
+    list_metrics,
+    register_metric,
+    resolve_metrics,
+    unregister_metric,
+)
+from toolkit.metrics import builtin  # noqa: F401  (registers the built-ins, in order)
+from toolkit.metrics.powerlaw import PowerLawFit, fit_power_law
+from toolkit.metrics.spectral import singular_values
+
+__all__ = [
+    "DegenerateMatrix",
+    "DuplicateMetricError",
+    "Metric",
+    "MetricValue",
+    "PowerLawFit",
+    "compute_weight_metrics",
+    "fit_power_law",
+    "get_metric",
+    "list_metrics",
+    "register_metric",
+    "resolve_metrics",
+    "singular_values",
+    "unregister_metric",
+]

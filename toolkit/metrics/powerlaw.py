@@ -1,0 +1,275 @@
+r"""Heavy-tailed self-regularisation: the power-law exponent ``alpha`` of the ESD.
+
+Follows WeightWatcher 0.7.7's default fit (``pl_package="ww"``,
+``fix_fingers=False``, ``xmax=None``) so that numbers agree with it:
+
+1. eigenvalues :math:`\lambda_i = \sigma_i^2` of :math:`W^\top W`,
+   **not** normalised (no division by N; ``normalize`` is off by default and
+   commented out in ``combined_eigenvalues``);
+2. keep :math:`\lambda > 10^{-5}` (``EVALS_THRESH``, an absolute threshold);
+3. every eigenvalue but the largest is an ``xmin`` candidate and the largest
+   is kept in the tail (no ``xmax`` clipping);
+4. for candidate :math:`i` (ascending order, tail size :math:`n = N - i`,
+   counting :math:`\lambda_i` itself): MLE
+   :math:`\alpha_i = 1 + n / \sum_{j \ge i} \ln(\lambda_j / \lambda_i)`,
+   and KS distance
+   :math:`D_i = \max_{t<n} |1 - (\lambda_{i+t}/\lambda_i)^{1-\alpha_i} - t/n|`;
+5. :math:`x_{min}` minimises :math:`D` (first index on ties).
+   With fewer than 20 kept eigenvalues WeightWatcher switches to its
+   small-N fit: bias-corrected :math:`\alpha = 1 + (n-1)/\sum\ln`, only
+   tails of at least 8 eigenvalues; the xmin rule stays argmin D (its
+   objective :math:`D - 0.868/\sqrt{n}` is computed but then overridden
+   by ``WWFit.__init__``). So do we.
+
+Source: ``weightwatcher/WW_powerlaw.py`` (``WWFit.fit_power_law_standard``,
+``fit_powerlaw_smallN``, ``pl_fit``) and ``weightwatcher/weightwatcher.py``
+(``fit_powerlaw``, ``combined_eigenvalues``) of weightwatcher 0.7.7.
+
+WeightWatcher gets the eigenvalues from a float64 SciPy SVD (CPU) or a
+float32 ``torch.linalg.svdvals`` (CUDA); here they come from
+:func:`~toolkit.metrics.singular_values` (Gram route in float64), which
+agrees far below the precision the fit can resolve: on float32 matrices the
+alpha of the two pipelines matched to 1e-12.
+
+WeightWatcher evaluates :math:`D_i` for every candidate with an O(N) inner
+loop (O(N²) in Python). Here it is exact but pruned (:func:`fit_power_law`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from toolkit.metrics.registry import DegenerateMatrix, register_metric
+
+EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
+MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
+SMALL_N = 20  # WeightWatcher WW_powerlaw.SMALL_N_CUTOFF
+_SAMPLES = 64  # sample points per tail for the D bounds
+_BLOCK = 1 << 22  # elements per block of exact D evaluation
+
+
+class PowerLawFit(NamedTuple):
+    """Result of :func:`fit_power_law`: exponent, tail start, KS distance, tail size."""
+
+    alpha: float
+    xmin: float
+    ks_distance: float
+    num_tail: int
+
+
+def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
+    r"""Continuous power-law fit of an eigenvalue tail, xmin by minimum KS distance.
+
+    Parameters
+    ----------
+    eigenvalues : array-like, 1-D
+        :math:`\lambda_i \ge 0`, any order.
+    threshold : float, default 1e-5
+        Keep only :math:`\lambda > ` threshold (WeightWatcher's EVALS_THRESH).
+    min_eigenvalues : int, default 8
+        Fewer kept eigenvalues than this is degenerate. WeightWatcher skips
+        matrices whose smaller side is below 8 (``min_evals``) but would still
+        fit a larger one with fewer than 8 eigenvalues above the threshold
+        (a nearly rank-deficient matrix); here that is degenerate too.
+
+    Returns
+    -------
+    PowerLawFit
+
+    Raises
+    ------
+    DegenerateMatrix
+        Too few eigenvalues above the threshold, or a tail whose eigenvalues
+        are all equal (alpha infinite), e.g. an identity matrix.
+
+    Notes
+    -----
+    Exact argmin of :math:`D` without the O(N²) scan: on K+1 quantiles of
+    each candidate's tail, the sampled deviations give a lower bound on
+    :math:`D_i` and, because the fitted and empirical CDFs are both
+    non-decreasing, ``max(F_fit(b) - F_emp(a), F_emp(b) - F_fit(a))`` over
+    consecutive samples ``a < b`` gives an upper bound. After each round the
+    8 candidates with the smallest upper bound are scored exactly; every
+    candidate whose lower bound exceeds the best exact :math:`D` so far
+    cannot be the minimum and is dropped. Rounds use K = 64, 256, 1024, ...
+    while more than 64 candidates survive and sampling is cheaper than
+    scoring them exactly; the survivors are then scored exactly, in
+    vectorised blocks. The result is WeightWatcher's argmin (ties: first
+    index) at a cost near N·64, against its N²/2 in a Python loop
+    (measured: 0.01-0.1 s for N = 5000-16000, 6-30x faster than its loop).
+
+    References
+    ----------
+    Clauset, A., Shalizi, C. R. & Newman, M. E. J. (2009). Power-law
+    distributions in empirical data. *SIAM Review* 51(4), 661-703, eqs.
+    (3.7) and (3.9).
+    Martin, C. H. & Mahoney, M. W. (2021). Implicit self-regularization in
+    deep neural networks. *JMLR* 22(165), 1-73.
+    Martin, C. H., Peng, T. S. & Mahoney, M. W. (2021). Predicting trends in
+    the quality of state-of-the-art neural networks without access to
+    training or testing data. *Nature Communications* 12, 4122.
+    """
+    lam = np.asarray(eigenvalues, dtype=np.float64).ravel()
+    x = np.sort(lam[lam > threshold])
+    N = x.size
+    if N < min_eigenvalues:
+        raise DegenerateMatrix(
+            f"too short a spectrum: {N} eigenvalue{'s' * (N != 1)} above {threshold:g} "
+            f"(a power-law fit needs at least {min_eigenvalues})",
+            "alpha",
+        )
+    logx = np.log(x)
+    if N < SMALL_N:
+        fit = _fit_small_n(x, logx)
+    else:
+        fit = _fit_standard(x, logx)
+    if not math.isfinite(fit.alpha):
+        raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
+    return fit
+
+
+def _tail_alphas(logx: np.ndarray, bias_corrected: bool = False):
+    """MLE alpha for each candidate i = 0..N-2 and the tail sizes n = N - i."""
+    N = logx.size
+    n = np.arange(N, 1, -1, dtype=np.float64)  # N - i
+    ref = logx.mean()
+    suffix = np.cumsum((logx - ref)[::-1])[::-1][:-1]  # sum_{j>=i} (log x_j - ref)
+    s = suffix - n * (logx[:-1] - ref)  # sum_{j>=i} log(x_j / x_i)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha = 1.0 + ((n - 1.0) if bias_corrected else n) / s
+    return alpha, n, s
+
+
+def _exact_d(x, idx, alpha, n):
+    """Exact KS distances D_i for candidate indices ``idx`` (sorted), in blocks."""
+    N = x.size
+    out = np.empty(idx.size)
+    pos = 0
+    while pos < idx.size:
+        i0 = idx[pos]
+        width = N - i0
+        rows = max(1, _BLOCK // width)
+        sel = idx[pos : pos + rows]
+        j = np.arange(i0, N)
+        t = j[None, :] - sel[:, None]  # offset in each tail; < 0 outside it
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            ratio = x[None, i0:] / x[sel, None]
+            dev = np.abs(1.0 - ratio ** (1.0 - alpha[sel, None]) - t / n[sel, None])
+        dev[t < 0] = 0.0
+        out[pos : pos + sel.size] = dev.max(axis=1)
+        pos += sel.size
+    return out
+
+
+def _bounds(logx, idx, alpha, n, k):
+    """Lower and upper bounds on D_i from k + 1 quantiles of each tail."""
+    lower = np.empty(idx.size)
+    upper = np.empty(idx.size)
+    grid = np.linspace(0.0, 1.0, k + 1)
+    rows = max(1, _BLOCK // (k + 1))
+    for a in range(0, idx.size, rows):
+        sel = idx[a : a + rows]
+        t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
+        with np.errstate(over="ignore", invalid="ignore"):
+            ffit = -np.expm1((1.0 - alpha[sel, None]) * (logx[sel[:, None] + t] - logx[sel, None]))
+        femp = t / n[sel, None]
+        lo = np.abs(ffit - femp).max(axis=1)
+        up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
+        lower[a : a + sel.size] = lo
+        upper[a : a + sel.size] = np.maximum(up, lo)
+    return lower, upper
+
+
+def _fit_standard(x: np.ndarray, logx: np.ndarray) -> PowerLawFit:
+    N = x.size
+    alpha, n, _ = _tail_alphas(logx)
+    # WeightWatcher only scores alpha > 1 (else D = 1); alpha is > 1 or inf here.
+    keep = np.flatnonzero(alpha > 1.0)
+    d = np.ones(N - 1)
+    scored = np.zeros(N - 1, dtype=bool)
+    best = np.inf  # an upper bound on min D: the best exact D found so far
+    k = _SAMPLES
+    # Refine the bounds on the surviving candidates (k = 64, 256, 1024, ...)
+    # while that is cheaper than the exact D of the survivors; then go exact.
+    # After each round the few most promising get their exact D, which
+    # tightens ``best`` far more than the sampled upper bounds would.
+    while keep.size > _SAMPLES and 2 * (k + 1) < N - keep[0]:
+        lower, upper = _bounds(logx, keep, alpha, n, k)
+        probe = np.sort(keep[np.argsort(upper, kind="stable")[:8]])
+        d[probe] = _exact_d(x, probe, alpha, n)
+        scored[probe] = True
+        best = min(best, float(d[probe].min()))
+        keep = keep[~(lower > best * (1 + 1e-9) + 1e-12)]
+        k *= 4
+    keep = keep[~scored[keep]]
+    if keep.size:
+        d[keep] = _exact_d(x, keep, alpha, n)
+    i = int(np.argmin(d))
+    return PowerLawFit(float(alpha[i]), float(x[i]), float(d[i]), int(n[i]))
+
+
+def _fit_small_n(x: np.ndarray, logx: np.ndarray, k_min: int = 8) -> PowerLawFit:
+    # WWFit.fit_powerlaw_smallN scores tails of >= k_min with the bias-corrected
+    # alpha; WWFit.__init__ then takes argmin D (its J = D - 0.868/sqrt(n) only
+    # trims WWFit.data), so the selection rule is the standard one.
+    alpha, n, s = _tail_alphas(logx, bias_corrected=True)
+    idx = np.flatnonzero((n >= k_min) & (s > 1e-12))
+    if idx.size == 0:
+        raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
+    d = _exact_d(x, idx, alpha, n)
+    b = int(np.argmin(d))
+    i = int(idx[b])
+    return PowerLawFit(float(alpha[i]), float(x[i]), float(d[b]), int(n[i]))
+
+
+def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+    r"""Power-law exponent of the empirical spectral density of :math:`W^\top W`.
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (m, n)
+        Unused (the spectrum comes from ``s``).
+    s : torch.Tensor, shape (min(m, n),)
+        Singular values; :math:`\lambda_i = \sigma_i^2`.
+
+    Returns
+    -------
+    float
+        :math:`\alpha` of :math:`p(\lambda) \propto \lambda^{-\alpha}` for
+        :math:`\lambda \ge x_{min}` (see :func:`fit_power_law`); roughly 2-6
+        for trained layers, smaller meaning heavier-tailed.
+
+    Raises
+    ------
+    DegenerateMatrix
+        Fewer than ``min_eigenvalues`` eigenvalues above ``threshold``
+        (one-row, rank-1 and all-zero matrices included), or an all-equal tail.
+    """
+    if s is None or s.numel() == 0:
+        raise DegenerateMatrix("no singular values", "alpha")
+    if float(s[0]) == 0.0:
+        raise DegenerateMatrix("all-zero matrix", "alpha")
+    sv = s.detach().to("cpu", torch.float64).numpy()
+    return fit_power_law(sv * sv, threshold=threshold, min_eigenvalues=min_eigenvalues).alpha
+
+
+register_metric(
+    "alpha",
+    alpha,
+    long_name="power-law exponent alpha",
+    units="1",
+    description=(
+        "alpha = 1 + n / sum_{i: lambda_i >= xmin} ln(lambda_i / xmin), lambda_i = sigma_i^2 > 1e-5 "
+        "(eigenvalues of W^T W, unnormalised), xmin minimising the Kolmogorov-Smirnov distance, "
+        "largest eigenvalue kept (WeightWatcher 0.7.7 default fit)"
+    ),
+    reference=(
+        "Martin & Mahoney (2021) JMLR 22(165); Martin, Peng & Mahoney (2021) Nat. Commun. 12:4122; "
+        "Clauset, Shalizi & Newman (2009) SIAM Rev. 51(4)"
+    ),
+    needs_singular_values=True,
+)
