@@ -1,0 +1,145 @@
+"""The lab's layer grid (prepared data, then the drawn figure) and its widget panel."""
+
+import base64
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
+from toolkit.lab.dataset import build_dataset, new_history  # noqa: E402
+from toolkit.plot.layer_grid import (  # noqa: E402
+    ACTIVATION_COLORS,
+    draw_layer_grid,
+    layer_grid,
+    prepare_layer_grid,
+    training_curves,
+)
+from toolkit.widgets.lab import lab_explorer  # noqa: E402
+
+LABELS = ["softmax", "x/1", "x/16", "x³/1", "x³/16"]
+
+
+def make_lab(labels=LABELS, epochs=6, depth=12, heads=4, done=None):
+    """A synthetic lab Dataset: norm = (1 + activation index) * 10**(epoch/epochs) * (1 + layer/10)."""
+    rng = np.random.default_rng(0)
+    hists = {}
+    for a, label in enumerate(labels):
+        h = new_history()
+        for e in range((done or epochs) + 1):
+            norm = (1 + a) * 10 ** (e / epochs) * (1 + np.arange(depth) / 10)
+            h["attention_norm_head"].append(np.repeat(norm[:, None], heads, 1) * (1 + 0.01 * np.arange(heads)))
+            h["attention_norm_max"].append(h["attention_norm_head"][-1] * 1.1)
+            for k in ("train_loss", "test_loss"):
+                h[k].append(2.3 * 0.7 ** e)
+            for k in ("train_accuracy", "test_accuracy"):
+                h[k].append(min(1.0, 0.1 + 0.15 * e + 0.01 * rng.random()))
+            h["skipped_steps"].append(0)
+            h["epoch_time"].append(float("nan") if e == 0 else 0.5)
+        hists[label] = h
+    return build_dataset(hists, epochs=epochs, depth=depth, heads=heads, attrs={"num_tokens": 17})
+
+
+def test_prepared_grid_is_three_by_four_layers_with_one_series_per_activation():
+    d = prepare_layer_grid(make_lab(), "attention_norm")
+    assert d.values.shape == (12, 5, 7) and (d.nrows, d.ncols) == (3, 4)
+    assert d.panel_titles == tuple(f"Layer {i}" for i in range(1, 13))
+    assert d.series == tuple(LABELS) and d.colors == tuple(ACTIVATION_COLORS[a] for a in LABELS)
+    assert d.log and d.bound == pytest.approx(math.sqrt(17))
+    lo, hi = d.ylim  # whole decades around the data and √N, shared by every panel
+    assert lo == 1.0 and hi == 1000.0 and lo <= d.values.min() and d.values.max() <= hi
+    np.testing.assert_allclose(d.values[3, 1], 2 * 10 ** (np.arange(7) / 6) * 1.3 * 1.015)  # mean of heads
+    np.testing.assert_array_equal(d.x, np.arange(7))
+
+
+def test_selection_keeps_colours_and_picks_heads_and_layers():
+    ds = make_lab(labels=[*LABELS, "x²/4"])
+    d = prepare_layer_grid(ds, "attention_norm_head", activations=["x²/4", "x/16"], layers=[0, 11], head=2)
+    assert d.series == ("x²/4", "x/16") and d.colors[1] == ACTIVATION_COLORS["x/16"]
+    assert d.colors[0] == prepare_layer_grid(ds, activations=["x²/4"]).colors[0]
+    assert d.panel_titles == ("Layer 1", "Layer 12") and (d.nrows, d.ncols) == (1, 2)
+    assert d.selection == {"head": 2}
+    np.testing.assert_allclose(d.values[1, 1], 3 * 10 ** (np.arange(7) / 6) * 2.1 * 1.02)
+
+
+def test_run_level_variables_give_one_linear_panel():
+    d = prepare_layer_grid(make_lab(), "test_accuracy")
+    assert d.values.shape == (1, 5, 7) and d.panel_titles == ("test accuracy",)
+    assert not d.log and d.bound is None and d.ylim == (0.0, 1.02)
+    assert prepare_layer_grid(make_lab(), "train_loss").log
+
+
+def test_unfinished_rows_are_gaps_and_bad_requests_are_typed_errors():
+    d = prepare_layer_grid(make_lab(done=3), "attention_norm")
+    assert np.isnan(d.values[:, :, 4:]).all() and np.isfinite(d.values[:, :, :4]).all()
+    ds = make_lab()
+    with pytest.raises(UnknownMetricError) as err:
+        prepare_layer_grid(ds, "spectral_norm")
+    assert "attention_norm" in err.value.known
+    with pytest.raises(EmptyInputError):
+        prepare_layer_grid(ds, activations=[])
+    with pytest.raises(EmptyInputError, match="relu"):
+        prepare_layer_grid(ds, activations=["relu"])
+    with pytest.raises(EmptyInputError):
+        prepare_layer_grid(ds, layers=[])
+
+
+def test_drawn_grid_shares_limits_log_scale_and_one_legend():
+    fig = layer_grid(make_lab(), "attention_norm")
+    try:
+        axes = [ax for ax in fig.axes if ax.get_visible()]
+        assert [ax.get_title() for ax in axes] == [f"Layer {i}" for i in range(1, 13)]
+        assert {ax.get_yscale() for ax in axes} == {"log"}
+        assert {ax.get_ylim() for ax in axes} == {(1.0, 1000.0)}
+        assert all(len(ax.get_lines()) == 6 for ax in axes)  # 5 activations + √N
+        (legend,) = fig.legends
+        assert [t.get_text() for t in legend.get_texts()] == [*LABELS, "√N = 4.12"]
+        colors = {ax.get_lines()[1].get_color() for ax in axes}
+        assert colors == {ACTIVATION_COLORS["x/1"]}
+    finally:
+        plt.close(fig)
+
+
+def test_caller_figure_is_used_and_left_open():
+    fig = Figure()
+    out = draw_layer_grid(prepare_layer_grid(make_lab(), layers=[0, 1, 2, 3, 4]), fig=fig, legend="panel")
+    assert out is fig and len(fig.axes) == 8 and sum(ax.get_visible() for ax in fig.axes) == 5
+    assert all(ax.get_legend() is not None for ax in fig.axes if ax.get_visible())
+    assert plt.get_fignums() == []
+    fig = training_curves(make_lab())
+    try:
+        assert [ax.get_title() for ax in fig.axes] == ["train loss", "test accuracy"]
+    finally:
+        plt.close(fig)
+
+
+def _png(ex) -> bytes:
+    (out,) = ex.output.outputs
+    return base64.b64decode(out["data"]["image/png"])
+
+
+def test_widget_panel_redraws_one_png_per_change():
+    ex = lab_explorer(make_lab())
+    c = ex.controls
+    assert [v for _, v in c["metric"].options][:3] == ["attention_norm", "attention_norm_max", "train_loss"]
+    assert c["scale"].value == "log" and _png(ex)[:4] == b"\x89PNG"
+    first = _png(ex)
+    c["activations"].value = ("softmax", "x³/1")
+    c["layers"].value = (0, 5, 11)
+    assert ex.current.series == ("softmax", "x³/1") and ex.current.panels == (0, 5, 11)
+    assert _png(ex) != first
+    c["metric"].value = "test_accuracy"
+    assert c["scale"].value == "linear" and not ex.current.log and ex.current.values.shape == (1, 2, 7)
+    c["scale"].value = "log"
+    assert ex.current.log
+    c["activations"].value = ()
+    assert "no activation" in ex.status.value and ex.current.series == ("softmax", "x³/1")
+    bundle = ex._repr_mimebundle_()
+    assert "image/png" in bundle and "application/vnd.jupyter.widget-view+json" in bundle
+    assert plt.get_fignums() == []

@@ -1,0 +1,299 @@
+"""Train the lab's ViT once per attention activation, recording every epoch.
+
+After every epoch the run saves, for that activation, a checkpoint (model,
+optimizer, shuffling generator, history) and rewrites the NetCDF of the whole
+experiment; both writes are atomic. Started again with the same ``out``, an
+interrupted run picks up each activation after its last checkpoint and
+reproduces the uninterrupted run bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import xarray as xr
+
+from toolkit.errors import ToolkitError
+from toolkit.lab import dataset as lab_ds
+from toolkit.lab.attention import REFERENCE, parse_activation
+from toolkit.lab.data import DATASET_NAME, Split, load_digits_split
+from toolkit.lab.vit import ViT
+
+#: The five activations of the published figure.
+PAPER_ACTIVATIONS = ("softmax", "x/1", "x/16", "x³/1", "x³/16")
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """Everything that decides the numbers of a run (saved as the ``config`` attr)."""
+
+    epochs: int = 200
+    dim: int = 32
+    depth: int = 12
+    heads: int = 4
+    patch_size: int = 2
+    mlp_ratio: int = 2
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    grad_clip: float = 1.0
+    eval_batch: int = 256
+    train_subset: int = 0  # 0 = all 1,437 training images
+    seed: int = 0
+
+    def model_json(self) -> str:
+        """The config less ``epochs`` (a run may be extended), as JSON."""
+        return json.dumps({k: v for k, v in asdict(self).items() if k != "epochs"}, sort_keys=True)
+
+
+#: ``full``: the committed experiment: 12 layers, width 32, 4 heads of 8,
+#: 2 x 2 patches of the 8 x 8 digits -> N = 16 + 1 = 17 tokens (√N ≈ 4.12),
+#: ~0.8 s an epoch on one idle core. ``fast``: 3 epochs of a narrower 12-layer
+#: model on 512 training images, for tests and the notebook's own runs.
+PRESETS = {
+    "full": LabConfig(),
+    "fast": LabConfig(epochs=3, dim=16, heads=2, batch_size=32, lr=2e-3, train_subset=512,
+                      eval_batch=64),
+}
+
+
+class LabConfigMismatchError(ToolkitError, ValueError):
+    """An existing lab file or checkpoint made with other settings.
+
+    Fields: ``path``, ``saved`` and ``requested`` (config JSON).
+    """
+
+    def __init__(self, path, saved: str, requested: str):
+        self.path, self.saved, self.requested = str(path), saved, requested
+        super().__init__(
+            f"{self.path} was made with other settings.\n  saved:     {saved}\n"
+            f"  requested: {requested}\nPass another out=, the same preset and seed, "
+            "or resume=False to start over.")
+
+
+@contextmanager
+def _cpu_settings(threads: int | None):
+    """Thread count and flush-to-zero for the run, restored afterwards.
+
+    Cubes of small scores make subnormal floats (< 1.2e-38), which x86 CPUs
+    handle in microcode, up to ~20× slower; flushing them to zero keeps the
+    polynomial activations as fast as softmax.
+    """
+    old = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(old)
+
+
+def _checkpoint_path(ckdir: Path, label: str) -> Path:
+    safe = parse_activation(label).name.replace("/", "_over_").replace("^", "_pow")
+    return ckdir / f"{safe}.pt"
+
+
+def _save_atomic(obj, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+@torch.no_grad()
+def _evaluate(model: ViT, split: Split, eval_images: torch.Tensor) -> dict:
+    model.eval()
+    logits = model(split.x_test)
+    norms = model.attention_norms(eval_images)  # (layer, head, batch)
+    return {
+        "test_loss": F.cross_entropy(logits, split.y_test).item(),
+        "test_accuracy": (logits.argmax(-1) == split.y_test).double().mean().item(),
+        "attention_norm_head": norms.mean(-1).tolist(),
+        "attention_norm_max": norms.amax(-1).tolist(),
+    }
+
+
+def _train_epoch(model, opt, split: Split, cfg: LabConfig, gen: torch.Generator) -> dict:
+    model.train()
+    perm = torch.randperm(len(split.y_train), generator=gen)
+    losses, correct, skipped = [], 0, 0
+    t0 = time.perf_counter()
+    for i in range(0, len(perm), cfg.batch_size):
+        idx = perm[i:i + cfg.batch_size]
+        logits = model(split.x_train[idx])
+        loss = F.cross_entropy(logits, split.y_train[idx])
+        opt.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            skipped += 1
+            continue
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if not torch.isfinite(grad_norm):
+            skipped += 1
+            continue
+        opt.step()
+        losses.append(loss.item())
+        correct += int((logits.argmax(-1) == split.y_train[idx]).sum())
+    return {
+        "train_loss": sum(losses) / len(losses) if losses else math.nan,
+        "train_accuracy": correct / len(perm),
+        "skipped_steps": skipped,
+        "epoch_time": time.perf_counter() - t0,
+    }
+
+
+def _initial_row(model: ViT, split: Split, eval_images) -> dict:
+    row = _evaluate(model, split, eval_images)
+    with torch.no_grad():
+        logits = model(split.x_train)
+    row.update(train_loss=F.cross_entropy(logits, split.y_train).item(),
+               train_accuracy=(logits.argmax(-1) == split.y_train).double().mean().item(),
+               skipped_steps=0, epoch_time=math.nan)
+    return row
+
+
+def _append(hist: dict, row: dict) -> None:
+    for k in hist:
+        hist[k].append(row[k])
+
+
+def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int | None = None,
+                   out: str | os.PathLike | None = None, seed: int = 0, preset: str = "full", *,
+                   resume: bool = True, checkpoint_dir: str | os.PathLike | None = None,
+                   threads: int | None = 1, progress: bool = False,
+                   callback: Callable[[str, int], None] | None = None,
+                   **overrides) -> xr.Dataset:
+    """Train the ViT once per activation and record attention norms per epoch.
+
+    Parameters
+    ----------
+    activations : sequence of str
+        Attention activations (see :func:`toolkit.lab.parse_activation`);
+        default the paper's five: softmax, x/1, x/16, x³/1, x³/16.
+    epochs : int, optional
+        Epochs per activation; default the preset's (200 full, 3 fast).
+    out : path, optional
+        NetCDF file rewritten after every epoch; with ``resume`` an existing
+        file and its checkpoints are continued. None keeps everything in memory.
+    seed : int
+        Seeds the weights (identical for every activation) and the shuffling.
+    preset : {"full", "fast"}
+        Model and training settings, see :data:`PRESETS`.
+    resume : bool
+        Continue from ``out`` and its checkpoints (default). False starts over.
+    checkpoint_dir : path, optional
+        Where model/optimizer checkpoints go; default ``<out>.tmp-checkpoints``.
+    threads : int, optional
+        torch CPU threads during the run (restored afterwards); default 1, the
+        fastest for a model this small. None leaves torch's setting.
+    progress : bool
+        Print one line per activation as it finishes.
+    callback : callable, optional
+        ``callback(activation_label, epoch)`` after each recorded epoch.
+    **overrides
+        Fields of :class:`LabConfig` (``dim``, ``lr``, ...).
+
+    Returns
+    -------
+    xarray.Dataset
+        dims (activation, epoch, layer, head), see
+        :func:`toolkit.lab.dataset.build_dataset`. Attrs include
+        ``num_tokens`` (N) and ``sqrt_n_bound`` (√N).
+
+    Raises
+    ------
+    LabConfigMismatchError
+        ``out`` holds a run with other settings (and ``resume`` is True).
+    UnknownActivationError
+        An activation that cannot be read.
+
+    Examples
+    --------
+    >>> ds = run_experiment(["softmax", "x²/4"], preset="fast", out="lab.nc")  # doctest: +SKIP
+    >>> toolkit.plot.layer_grid(ds, "attention_norm")  # doctest: +SKIP
+    """
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    cfg = replace(PRESETS[preset], seed=seed, **overrides)
+    if epochs is not None:
+        cfg = replace(cfg, epochs=int(epochs))
+    acts = list({a.label: a for a in map(parse_activation, activations)}.values())
+    labels = [a.label for a in acts]
+    out = Path(out) if out is not None else None
+    ckdir = Path(checkpoint_dir) if checkpoint_dir else (
+        out.with_name(out.name + ".tmp-checkpoints") if out else None)
+    split = load_digits_split(train_subset=cfg.train_subset or None)
+    eval_images = split.x_test[:cfg.eval_batch]
+    n_tokens = (split.x_train.shape[-1] // cfg.patch_size) ** 2 + 1  # patches + class token
+    attrs = dict(title="Attention norm per layer over training, per attention activation",
+                 preset=preset, config=cfg.model_json(), epochs=cfg.epochs, seed=seed,
+                 num_tokens=n_tokens, sqrt_n_bound=math.sqrt(n_tokens),
+                 dataset=DATASET_NAME, model="ViT, pre-norm, class token, learned positions",
+                 reference=REFERENCE, torch_version=str(torch.__version__))
+
+    saved: dict[str, dict] = {}
+    if out is not None and resume and out.exists():
+        old = lab_ds.read_netcdf(out)
+        if old.attrs.get("config") != cfg.model_json():
+            raise LabConfigMismatchError(out, old.attrs.get("config", "?"), cfg.model_json())
+        saved = lab_ds.histories_from_dataset(old)
+
+    histories = {label: lab_ds.new_history() for label in labels}
+
+    def write():
+        ds = lab_ds.build_dataset(histories, epochs=cfg.epochs, depth=cfg.depth,
+                                  heads=cfg.heads, attrs=attrs)
+        if out is not None:
+            lab_ds.write_netcdf(ds, out)
+        return ds
+
+    with _cpu_settings(threads):
+        for act in acts:
+            label = act.label
+            hist = histories[label]
+            if len(saved.get(label, {}).get("train_loss", [])) > cfg.epochs:
+                histories[label] = saved[label]  # already trained this far
+                continue
+            torch.manual_seed(cfg.seed)
+            model = ViT(act, patch_size=cfg.patch_size, dim=cfg.dim, depth=cfg.depth,
+                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio)
+            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            gen = torch.Generator().manual_seed(cfg.seed + 1)
+            ck = _checkpoint_path(ckdir, label) if ckdir else None
+            if resume and ck is not None and ck.exists():
+                state = torch.load(ck, weights_only=True)
+                if state["config"] != cfg.model_json():
+                    raise LabConfigMismatchError(ck, state["config"], cfg.model_json())
+                model.load_state_dict(state["model"])
+                opt.load_state_dict(state["optimizer"])
+                gen.set_state(state["generator"])
+                histories[label] = hist = state["history"]
+            else:
+                _append(hist, _initial_row(model, split, eval_images))
+            for epoch in range(len(hist["train_loss"]), cfg.epochs + 1):
+                row = _train_epoch(model, opt, split, cfg, gen)
+                row.update(_evaluate(model, split, eval_images))
+                _append(hist, row)
+                if ck is not None:
+                    _save_atomic({"config": cfg.model_json(), "activation": label, "epoch": epoch,
+                                  "model": model.state_dict(), "optimizer": opt.state_dict(),
+                                  "generator": gen.get_state(), "history": hist}, ck)
+                write()
+                if callback is not None:
+                    callback(label, epoch)
+            if progress:
+                times = [t for t in hist["epoch_time"][1:] if t == t]
+                print(f"{label:>8}: test accuracy {hist['test_accuracy'][cfg.epochs]:.3f}, "
+                      f"{sum(times) / max(len(times), 1):.2f} s/epoch", flush=True)
+    return write()

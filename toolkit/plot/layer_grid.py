@@ -1,0 +1,316 @@
+"""One panel per layer, one line per series over epochs (figure 2 of the design).
+
+:func:`prepare_layer_grid` turns a lab Dataset (dims ``activation, epoch,
+layer[, head]``) into a :class:`LayerGridData` of plain numbers and labels
+(no matplotlib); :func:`draw_layer_grid` draws it; :func:`layer_grid` does
+both. :func:`training_curves` draws the per-activation curves (loss,
+accuracy) side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from toolkit.errors import EmptyInputError, UnknownMetricError
+
+#: Fixed colours of the paper's five activations (seaborn "colorblind").
+ACTIVATION_COLORS = {"softmax": "#0173b2", "x/1": "#de8f05", "x/16": "#029e73",
+                     "x³/1": "#d55e00", "x³/16": "#cc78bc"}
+_MORE_COLORS = ("#ca9161", "#56b4e9", "#949494", "#ece133", "#fbafe4", "#000000")
+
+
+def grid_variables(ds) -> list[str]:
+    """Variables of ``ds`` that can be drawn over epochs (numeric, with an ``epoch`` dim)."""
+    return [str(k) for k, v in ds.data_vars.items() if "epoch" in v.dims and v.dtype.kind in "fiu"]
+
+
+def default_log(var: str) -> bool:
+    """Log y by default for attention norms and losses, linear otherwise."""
+    return var.startswith("attention_norm") or var.endswith("loss")
+
+
+def series_colors(labels, known=()) -> tuple[str, ...]:
+    """One colour per label, fixed per label (not per position in a selection).
+
+    The paper's five activations keep :data:`ACTIVATION_COLORS`; any other label
+    gets the next colour by its index in ``known`` (the full coordinate).
+    """
+    others = [k for k in known if k not in ACTIVATION_COLORS]
+    out = []
+    for lab in labels:
+        if lab in ACTIVATION_COLORS:
+            out.append(ACTIVATION_COLORS[lab])
+        else:
+            i = others.index(lab) if lab in others else len(others) + len(out)
+            out.append(_MORE_COLORS[i % len(_MORE_COLORS)])
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class LayerGridData:
+    """Everything needed to draw a layer grid, without matplotlib.
+
+    Attributes
+    ----------
+    values : numpy.ndarray, shape (panel, series, epoch), float64
+        NaN where nothing was recorded (unfinished run, diverged steps).
+    x : numpy.ndarray, shape (epoch,)
+        Epoch numbers.
+    panels : tuple of int
+        Layer of each panel (0-based); ``(-1,)`` for a variable without ``layer``.
+    panel_titles : tuple of str
+        ``"Layer 1"`` ... (1-based), or the variable's long name.
+    series : tuple of str
+        Activation labels, one line each.
+    colors : tuple of str
+        Hex colour per series, the same in every panel.
+    nrows, ncols : int
+        Grid shape (3 x 4 for 12 layers).
+    log : bool
+        Log-scale y axis.
+    ylim : (float, float)
+        Shared y limits (decades on a log axis).
+    bound : float or None
+        √N, drawn as a dashed line on attention-norm panels.
+    metric, long_name, units, ylabel : str
+    selection : dict
+        How extra dims were reduced, e.g. ``{"head": "mean"}``.
+    """
+
+    values: np.ndarray
+    x: np.ndarray
+    panels: tuple
+    panel_titles: tuple
+    series: tuple
+    colors: tuple
+    nrows: int
+    ncols: int
+    log: bool
+    ylim: tuple
+    bound: float | None
+    metric: str
+    long_name: str
+    units: str
+    ylabel: str
+    selection: dict = field(default_factory=dict)
+
+
+def _ylim(values: np.ndarray, log: bool, bound: float | None, metric: str) -> tuple[float, float]:
+    v = values[np.isfinite(values)]
+    if log:
+        v = v[v > 0]
+    if v.size == 0:
+        raise EmptyInputError(f"no {'positive ' if log else ''}finite value of {metric!r} to draw; "
+                              "pick other activations, layers or a linear scale")
+    lo, hi = float(v.min()), float(v.max())
+    if bound is not None and (not log or bound > 0):
+        lo, hi = min(lo, bound), max(hi, bound)
+    if log:
+        return 10.0 ** math.floor(math.log10(lo)), 10.0 ** math.ceil(math.log10(hi) + 1e-9)
+    if metric.endswith("accuracy"):
+        return 0.0, 1.02
+    pad = 0.05 * (hi - lo) or 0.5
+    return lo - pad, hi + pad
+
+
+def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None,
+                       head=None, log: bool | None = None, ncols: int | None = None,
+                       bound: bool = True) -> LayerGridData:
+    """Select and lay out the numbers of a layer grid.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A lab result (:func:`toolkit.lab.run_experiment`): dims
+        ``(activation, epoch, layer[, head])``.
+    var : str
+        Variable to draw (default ``"attention_norm"``); any with an ``epoch`` dim.
+    activations : sequence of str, optional
+        Activation labels to draw, in this order; default all.
+    layers : sequence of int, optional
+        Layers (0-based) to draw, one panel each; default all.
+    head : int, optional
+        For a variable with a ``head`` dim: the head to draw; default the mean
+        over heads.
+    log : bool, optional
+        Log y axis; default :func:`default_log` of ``var``.
+    ncols : int, optional
+        Panels per row; default 4 (3 x 4 for 12 layers).
+    bound : bool
+        Carry √N (attr ``num_tokens``) for attention-norm variables.
+
+    Returns
+    -------
+    LayerGridData
+
+    Raises
+    ------
+    UnknownMetricError
+        ``var`` is not a variable with an ``epoch`` dim.
+    EmptyInputError
+        An empty selection, or nothing finite (positive, for log) to draw.
+    """
+    names = grid_variables(ds)
+    if var not in names:
+        raise UnknownMetricError(var, names)
+    da = ds[var]
+    selection = {}
+    if "head" in da.dims:
+        da = da.mean("head") if head is None else da.sel(head=head)
+        selection["head"] = "mean" if head is None else head
+    if "activation" in da.dims:
+        known = [str(a) for a in ds["activation"].values.tolist()]
+        series = known if activations is None else [str(a) for a in activations]
+        missing = [a for a in series if a not in known]
+        if missing:
+            raise EmptyInputError(f"activation(s) {missing} not in the Dataset; it has {known}")
+        da = da.sel(activation=series)
+    else:
+        known, series = [], [da.attrs.get("long_name", var)]
+        da = da.expand_dims(activation=series)
+    if not series:
+        raise EmptyInputError("no activation selected; pick at least one")
+    if "layer" in da.dims:
+        panels = list(ds["layer"].values.tolist()) if layers is None else [int(x) for x in layers]
+        if not panels:
+            raise EmptyInputError("no layer selected; pick at least one")
+        da = da.sel(layer=panels)
+        titles = [f"Layer {p + 1}" for p in panels]
+    else:
+        da, panels, titles = da.expand_dims(layer=[-1]), [-1], [da.attrs.get("long_name", var)]
+    values = da.transpose("layer", "activation", "epoch").values.astype(float)
+    log = default_log(var) if log is None else bool(log)
+    sqrt_n = None
+    if bound and var.startswith("attention_norm") and "num_tokens" in ds.attrs:
+        sqrt_n = math.sqrt(float(ds.attrs["num_tokens"]))
+    ncols = min(ncols or 4, len(panels))
+    units = str(ds[var].attrs.get("units", ""))
+    long_name = str(ds[var].attrs.get("long_name", var))
+    return LayerGridData(
+        values=values, x=ds["epoch"].values, panels=tuple(panels), panel_titles=tuple(titles),
+        series=tuple(series), colors=series_colors(series, known), nrows=math.ceil(len(panels) / ncols),
+        ncols=ncols, log=log, ylim=_ylim(values, log, sqrt_n, var), bound=sqrt_n, metric=var,
+        long_name=long_name, units=units,
+        ylabel=long_name + (f" ({units})" if units not in ("", "1") else ""), selection=selection)
+
+
+def _draw_panel(ax, data: LayerGridData, i: int, *, title: str | None = None):
+    for j, label in enumerate(data.series):
+        ax.plot(data.x, data.values[i, j], color=data.colors[j], lw=1.4, label=label)
+    if data.bound is not None:
+        ax.axhline(data.bound, color="0.35", ls="--", lw=0.9, label=f"√N = {data.bound:.2f}")
+    if data.log:
+        ax.set_yscale("log")
+    ax.set_ylim(*data.ylim)
+    ax.set_xlim(data.x[0], data.x[-1])
+    ax.set_title(title or data.panel_titles[i], fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _new_figure(fig, figsize):
+    if fig is None:
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure(figsize=figsize, layout="constrained")
+    return fig
+
+
+def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str | None = "shared",
+                    title: str | None = None):
+    """Draw a prepared layer grid.
+
+    Parameters
+    ----------
+    data : LayerGridData
+    fig : matplotlib.figure.Figure, optional
+        An empty figure to draw on (not closed). Default: a new pyplot figure.
+    figsize : (float, float), optional
+        Size of the new figure; default 3.2 in per column, 2.4 in per row.
+    legend : {"shared", "panel", None}
+        One legend below the grid, one in each panel's upper left, or none.
+    title : str, optional
+        Figure title; default the variable's long name.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    fig = _new_figure(fig, figsize or (3.2 * data.ncols, 2.4 * data.nrows + 0.8))
+    axes = np.atleast_1d(fig.subplots(data.nrows, data.ncols, sharex=True, sharey=True, squeeze=False)).ravel()
+    for i, ax in enumerate(axes):
+        if i >= len(data.panels):
+            ax.set_visible(False)
+            continue
+        _draw_panel(ax, data, i)
+        if legend == "panel":
+            ax.legend(loc="upper left", fontsize=7)
+        if i % data.ncols == 0:
+            ax.set_ylabel(data.ylabel)
+        if i >= len(data.panels) - data.ncols:
+            ax.set_xlabel("epoch")
+    if legend == "shared":
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    extra = ", ".join(f"{k} {v}" for k, v in data.selection.items())
+    fig.suptitle(title or (data.long_name + (f" ({extra})" if extra else "")))
+    return fig
+
+
+def layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None, head=None,
+               log: bool | None = None, ncols: int | None = None, bound: bool = True,
+               legend: str | None = "shared", fig=None, figsize=None, title: str | None = None):
+    """Line grid: one panel per layer, epochs on x, one line per activation.
+
+    The seed figure of Saratchandran et al. (arXiv:2410.18613): 12 layers in
+    3 x 4 panels titled "Layer 1" ... "Layer 12", log-scale attention norm,
+    the same y limits and colours in every panel, one shared legend, and the
+    softmax bound √N dashed. Parameters as in :func:`prepare_layer_grid` and
+    :func:`draw_layer_grid`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> fig = layer_grid(toolkit.lab.load_result(), "attention_norm")  # doctest: +SKIP
+    """
+    data = prepare_layer_grid(ds, var, activations=activations, layers=layers, head=head,
+                              log=log, ncols=ncols, bound=bound)
+    return draw_layer_grid(data, fig=fig, figsize=figsize, legend=legend, title=title)
+
+
+def training_curves(ds, variables=("train_loss", "test_accuracy"), *, activations=None,
+                    log: bool | None = None, fig=None, figsize=None):
+    """Per-activation curves of run-level variables (loss, accuracy), one panel each.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A lab result.
+    variables : sequence of str
+        Variables with dims (activation, epoch); default train loss and test accuracy.
+    activations : sequence of str, optional
+        Default all.
+    log : bool, optional
+        Log y for every panel; default :func:`default_log` per variable.
+    fig, figsize
+        As in :func:`draw_layer_grid`.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    prepared = [prepare_layer_grid(ds, v, activations=activations, log=log) for v in variables]
+    fig = _new_figure(fig, figsize or (4.2 * len(prepared), 3.4))
+    axes = np.atleast_1d(fig.subplots(1, len(prepared), squeeze=False)).ravel()
+    for ax, data in zip(axes, prepared):
+        _draw_panel(ax, data, 0, title=data.long_name)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(data.ylabel)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    return fig
