@@ -73,9 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=_cmd_weights)
 
-    lab = sub.add_parser("lab", help="attention-activation lab (softmax vs polynomial attention)", add_help=False)
-    lab.add_argument("rest", nargs=argparse.REMAINDER)
-    lab.set_defaults(func=lambda a: __import__("toolkit.lab", fromlist=["main"]).main(a.rest))
+    from toolkit.lab import cli as lab_cli
+
+    lab = sub.add_parser("lab", help="attention-activation lab: softmax vs polynomial attention over training")
+    lab_cli.build_parser(lab)
+    lab.set_defaults(func=lab_cli.run)
     return parser
 
 
