@@ -121,3 +121,20 @@ def test_killed_run_resumes_computing_only_the_missing(tmp_path, cache, reads):
     assert len(reads) == 6 * 7 - 17
     fresh = toolkit.weight_stats(path, metrics=METRICS, progress=False, cache=False)
     xr.testing.assert_identical(_strip(resumed), _strip(fresh))
+
+
+def test_two_processes_at_once_leave_a_valid_cache(tmp_path, cache, reads):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=6)
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import sys, toolkit\n"
+        f"toolkit.weight_stats(sys.argv[1], metrics={METRICS!r}, progress=False)\n"
+    )
+    env = dict(os.environ, TOOLKIT_CACHE_DIR=str(cache))
+    procs = [subprocess.Popen([sys.executable, str(script), str(path)], env=env, stderr=subprocess.PIPE) for _ in range(2)]
+    for p in procs:
+        assert p.wait() == 0, p.stderr.read().decode()[-2000:]
+    cached = toolkit.weight_stats(path, metrics=METRICS, progress=False)
+    assert reads == []  # every cell was readable from the cache
+    fresh = toolkit.weight_stats(path, metrics=METRICS, progress=False, cache=False)
+    xr.testing.assert_identical(_strip(cached), _strip(fresh))
