@@ -20,9 +20,10 @@ import torch
 import xarray as xr
 
 from toolkit._version import __version__
+from toolkit.collect._compare_dataset import TOTALS, pair_dataset, series_name, tensor_totals
 from toolkit.collect._compare_pairs import pair_tensors
 from toolkit.collect.cache import _digest, metric_key, open_cache
-from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.grid import Cell
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.errors import EmptyInputError, ToolkitError
@@ -30,19 +31,6 @@ from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import DegenerateMatrix, resolve_metrics
 
 REFERENCES = ("first", "previous")
-
-_MODEL_VARS = {
-    "model_relative_change": dict(
-        long_name="whole-model relative weight change", units="1",
-        description="sqrt(sum ||W_t - W_b||_F^2 / sum ||W_b||_F^2) over every compared tensor "
-                    "(embeddings, norms and biases included; tied embeddings counted once)",
-        reference=_diff._MUKHERJEE),
-    "model_update_sparsity": dict(
-        long_name="whole-model update sparsity", units="1",
-        description="unchanged entries / all entries over every compared tensor (tied embeddings counted once); "
-                    + _diff._UNCHANGED, reference=_diff._MUKHERJEE),
-}
-
 
 def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True) -> xr.Dataset:
@@ -143,10 +131,11 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     xarray.Dataset
         Dims ``(checkpoint, layer, component)`` for the diff metrics,
         ``(checkpoint, tensor)`` and ``(checkpoint,)`` for the tensor and
-        model totals; coords ``checkpoint`` (0..n-1), ``step``,
-        ``checkpoint_source`` and ``reference_checkpoint`` (the checkpoint
-        each row is diffed against); attrs as :func:`compare` with the first
-        checkpoint as base, plus ``reference``.
+        model totals; coords ``checkpoint`` (0..n-1), ``step`` and
+        ``reference_step`` (the step each row is diffed against); attrs as
+        :func:`compare` with the first checkpoint as base (no ``target_*``),
+        plus ``reference``, ``checkpoint_sources`` and
+        ``checkpoint_fingerprints`` (lists, one per checkpoint).
 
     Raises
     ------
@@ -179,10 +168,14 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     ds = ds.assign_coords(
         checkpoint=("checkpoint", np.arange(len(plans))),
         step=("checkpoint", np.asarray(steps, dtype=np.int64), {"long_name": "training step"}),
-        checkpoint_source=("checkpoint", [p.source.location for p in plans]),
-        reference_checkpoint=("checkpoint", np.asarray([b for b, _ in pairs], dtype=np.int64)),
+        reference_step=("checkpoint", np.asarray([steps[b] for b, _ in pairs], dtype=np.int64),
+                        {"long_name": "training step of the checkpoint diffed against"}),
     )
-    ds.attrs.update(reference=reference, model_name=f"{_short(plans[-1].source.location)} ({len(plans)} checkpoints)")
+    ds.attrs = {k: v for k, v in ds.attrs.items() if not k.startswith("target_")}
+    ds.attrs.update(comparison=f"each checkpoint vs the {reference} one", reference=reference,
+                    checkpoint_sources=[p.source.location for p in plans],
+                    checkpoint_fingerprints=[p.source.fingerprint for p in plans],
+                    model_name=series_name([p.source.location for p in plans]))
     return ds
 
 
@@ -198,29 +191,13 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _short(location: str) -> str:
-    text = str(location).rstrip("/\\")
-    return os.path.basename(text) if os.path.exists(text) else text
-
-
-def _side_attrs(plan, side: str) -> dict:
-    return {f"{side}_{k}": v for k, v in plan.attrs().items() if k not in ("model_type", "num_hidden_layers")}
-
-
-def _totals(b: torch.Tensor, t: torch.Tensor, tolerance: float) -> dict[str, float]:
-    bf, tf = b.to(torch.float64), t.to(torch.float64)
-    return {"sumsq_base": float(bf.pow(2).sum()), "sumsq_delta": float((tf - bf).pow(2).sum()),
-            "unchanged": float(_diff.count_unchanged(b, t, tolerance)), "n": float(b.numel())}
-
-
 def _run(plans, pairs, metrics, tolerance, k, device, progress, cache) -> list[xr.Dataset]:
     """One Dataset per ``(base index, target index)`` pair of ``plans``."""
     chosen = resolve_metrics(metrics, kind="diff")
     overrides = {"tolerance": float(tolerance), "k": int(k)}
     options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
     keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
-    total_keys = {n: f"{n}:{_digest(float(tolerance), __version__)[:16]}" for n in ("sumsq_base", "sumsq_delta",
-                                                                                      "unchanged", "n")}
+    total_keys = {n: f"{n}:{_digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
     matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
     report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
     memo: dict = {}  # (checkpoint, layer, component, k) -> top-k left singular vectors, reused across pairs
@@ -241,7 +218,7 @@ def _run(plans, pairs, metrics, tolerance, k, device, progress, cache) -> list[x
                 tid = f"{tp.base.name}|{tp.base.dtype}|{tp.base.shape}|{tp.target.name}|{tp.target.dtype}"
                 cached, _ = store.get(tid + "|tensor")
                 if not all(key in cached for key in total_keys.values()):
-                    fresh = _totals(*read(), tolerance)
+                    fresh = tensor_totals(*read(), tolerance)
                     cached = {total_keys[n]: (v, "") for n, v in fresh.items()}
                     store.put(tid + "|tensor", cached, tuple(tp.base.shape[:2]) if len(tp.base.shape) >= 2 else (0, 0))
                 rows.append((tp.name, {n: cached[key][0] for n, key in total_keys.items()}))
@@ -254,7 +231,7 @@ def _run(plans, pairs, metrics, tolerance, k, device, progress, cache) -> list[x
             later = {b for b, _ in pairs[j + 1:]}
             for key in [key for key in memo if key[0] not in later]:
                 del memo[key]
-            out.append(_dataset(plans[bi], plans[ti], cells, rows, chosen, skipped, tolerance, k))
+            out.append(pair_dataset(plans[bi], plans[ti], cells, rows, chosen, skipped, tolerance, k))
     finally:
         report.close()
     return out
@@ -269,7 +246,7 @@ def _cell(store, cell_id, piece, read, chosen, keys, options, memo, bi, ti, devi
         wb, wt = piece.extract(b), piece.extract(t)
         cell.shape = (int(wb.shape[0]), int(wb.shape[1]))
         new = {}
-        bad = int((~torch.isfinite(wb.float())).sum() + (~torch.isfinite(wt.float())).sum())
+        bad = int((~torch.isfinite(wb)).sum() + (~torch.isfinite(wt)).sum())
         if bad:
             new = {keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}
         else:
@@ -297,30 +274,3 @@ def _cell(store, cell_id, piece, read, chosen, keys, options, memo, bi, ti, devi
         if reason:
             cell.reasons[m.name] = reason
     return cell
-
-
-def _dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k) -> xr.Dataset:
-    cfg = bplan.source.config
-    attrs = {
-        "comparison": "target vs base",
-        "model_name": f"{_short(tplan.source.location)} vs {_short(bplan.source.location)}",
-        **_side_attrs(bplan, "base"), **_side_attrs(tplan, "target"),
-        "model_type": str(cfg.get("model_type", "")), "num_hidden_layers": int(bplan.num_layers),
-        "tolerance": float(tolerance), "subspace_k": int(k), "skipped_tensors": ", ".join(skipped),
-    }
-    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs)
-    tot = {n: np.array([r[n] for _, r in rows], dtype=np.float64) for n in ("sumsq_base", "sumsq_delta",
-                                                                             "unchanged", "n")}
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(tot["sumsq_base"] > 0, np.sqrt(tot["sumsq_delta"] / tot["sumsq_base"]), np.nan)
-        model_rel = math.sqrt(tot["sumsq_delta"].sum() / tot["sumsq_base"].sum()) if tot["sumsq_base"].sum() else math.nan
-    rc, us = (m.attrs() for m in resolve_metrics(["relative_change", "update_sparsity"], kind="diff"))
-    ds = ds.assign_coords(tensor=("tensor", [name for name, _ in rows]),
-                          tensor_size=("tensor", tot["n"].astype(np.int64), {"long_name": "number of entries"}))
-    ds["tensor_relative_change"] = ("tensor", rel, {**rc, "long_name": "relative weight change per stored tensor"})
-    ds["tensor_update_sparsity"] = ("tensor", tot["unchanged"] / np.maximum(tot["n"], 1),
-                                    {**us, "long_name": "update sparsity per stored tensor"})
-    ds["model_relative_change"] = ((), model_rel, _MODEL_VARS["model_relative_change"])
-    ds["model_update_sparsity"] = ((), tot["unchanged"].sum() / max(tot["n"].sum(), 1.0),
-                                   _MODEL_VARS["model_update_sparsity"])
-    return ds

@@ -1,0 +1,7 @@
+"""``python -m toolkit.finetune``."""
+
+import sys
+
+from toolkit.finetune.cli import main
+
+sys.exit(main())

@@ -1,0 +1,336 @@
+r"""Diff metrics: how a fine-tune changed one weight matrix.
+
+A diff metric is a pure function ``func(base, target, ctx, **options) -> float``:
+
+- ``base``, ``target``: torch tensors, shape (out_features, in_features),
+  float32, the two sides' values as stored (bf16 and fp16 convert exactly;
+  quantised GGUF is already dequantised).
+- ``ctx``: the :class:`DiffContext` of the pair. It computes the shared
+  quantities once, on first use, so every metric reads the same
+  :math:`\Delta W`, the same singular values of :math:`\Delta W` and the
+  same singular subspaces.
+- ``options``: the metric's registered options (``tolerance``, ``k``),
+  overridable by the caller (part of the cache key).
+
+Where a value is undefined (a zero base matrix, an unchanged matrix for the
+rank of :math:`\Delta W`) the function raises
+:class:`~toolkit.metrics.registry.DegenerateMatrix`; the caller records NaN
+and the reason.
+
+"Unchanged" (update sparsity)
+-----------------------------
+An entry is unchanged when its stored value is the same on both sides,
+compared bit for bit in the *comparison dtype*: the storage dtype when both
+sides share it (two bf16 checkpoints: the bf16 bits), else the coarser of
+the two as read (fewer mantissa bits: bfloat16 < float16 < float32 <
+float64), both sides rounded to it. A dequantised GGUF base (read as
+float32) against a bf16 fine-tune is judged in bf16: an entry counts as
+unchanged when the fine-tune stores the bf16 rounding of the base's value,
+since no smaller change could have been stored. With ``tolerance > 0`` an
+entry is unchanged when :math:`|t - b| \le` ``tolerance`` (absolute, in the
+weights' units) after that rounding. The continuous metrics (relative change,
+cosine, ranks, subspaces) use the values as read, unrounded.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import torch
+
+from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics
+
+#: Mantissa bits of the float dtypes, to pick the coarser side.
+_MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
+_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+_BLOCK = 1 << 22  # entries of W converted to float64 at a time
+
+
+def comparison_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
+    """The dtype two stored tensors are compared in: the one with fewer mantissa bits."""
+    for d in (a, b):
+        if d not in _MANTISSA:
+            raise TypeError(f"cannot compare stored dtype {d}; expected one of {sorted(map(str, _MANTISSA))}")
+    return a if _MANTISSA[a] <= _MANTISSA[b] else b
+
+
+def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0) -> int:
+    """Number of entries whose stored value did not change (see module docstring).
+
+    Parameters
+    ----------
+    base, target : torch.Tensor
+        Same shape, in their storage dtypes (bf16 as bf16).
+    tolerance : float, default 0.0
+        Absolute tolerance; 0 compares the bits in the comparison dtype.
+
+    Returns
+    -------
+    int
+    """
+    dtype = comparison_dtype(base.dtype, target.dtype)
+    b, t = base.to(dtype), target.to(dtype)
+    if tolerance > 0:
+        return int(((t.float() - b.float()).abs() <= tolerance).sum())
+    view = _INT_VIEW[dtype.itemsize]
+    return int((b.contiguous().view(view) == t.contiguous().view(view)).sum())
+
+
+def top_left_singular_vectors(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
+    r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``.
+
+    Computed in float64 from the smaller Gram matrix: the eigenvectors of
+    :math:`WW^\top` when ``out <= in``; else :math:`U_k = W V_k \Sigma_k^{-1}`
+    from the eigenvectors :math:`V_k` of :math:`W^\top W`.
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (out, in)
+    k : int
+        Clipped to ``min(out, in)``.
+
+    Returns
+    -------
+    torch.Tensor, shape (out, k), float64, on the CPU
+
+    Raises
+    ------
+    DegenerateMatrix
+        Rank below ``k`` (the subspace is not unique) or non-finite entries.
+    """
+    x = w.to(device=device)
+    m, n = x.shape
+    k = max(1, min(int(k), m, n))
+    wide = m <= n  # Gram of the smaller side, accumulated in float64 by blocks (no float64 copy of W)
+    gram = torch.zeros((m, m) if wide else (n, n), dtype=torch.float64, device=x.device)
+    step = max(1, _BLOCK // max(m, n))
+    for blk in (x.split(step, dim=1) if wide else x.split(step, dim=0)):
+        b = blk.to(torch.float64)
+        gram.addmm_(b, b.T) if wide else gram.addmm_(b.T, b)
+    if not bool(torch.isfinite(gram).all()):
+        raise DegenerateMatrix("matrix contains NaN/Inf")
+    lam, vec = torch.linalg.eigh(gram)
+    lam, vec = lam.flip(0)[:k], vec.flip(1)[:, :k]
+    if float(lam[-1]) <= max(m, n) * 1e-15 * float(lam[0]) or float(lam[0]) <= 0:
+        raise DegenerateMatrix(f"rank below k={k}: the top-{k} singular subspace is not unique")
+    if not wide:  # U_k = W V_k / sigma_k, row block by row block
+        vec = torch.cat([blk.to(torch.float64) @ vec for blk in x.split(step, dim=0)]) / lam.sqrt()
+    return vec.cpu()
+
+
+class DiffContext:
+    """Quantities shared by the diff metrics of one (base, target) pair.
+
+    Parameters
+    ----------
+    base, target : torch.Tensor, shape (out, in)
+        As stored (any float dtype; bf16 stays bf16 for bit comparison).
+    device : str
+        Where the factorisations run (``"cpu"``, ``"cuda"``).
+    bases : dict, optional
+        Precomputed subspaces ``{("base" | "target", k): U}``, e.g. the base's
+        from the previous pair of a series; filled as they are computed.
+
+    Attributes
+    ----------
+    base, target : torch.Tensor, float32
+    stored : tuple of two tensors in their storage dtypes
+    identical : bool
+        Both sides hold the same values (as read, before any rounding).
+    """
+
+    def __init__(self, base, target, *, device="cpu", bases: dict | None = None):
+        if base.shape != target.shape:
+            raise ValueError(f"shapes differ: {tuple(base.shape)} vs {tuple(target.shape)}")
+        self.stored = (base, target)
+        self.base, self.target = base.to(torch.float32), target.to(torch.float32)
+        self.device = device
+        self.bases = {} if bases is None else bases
+        self._unchanged: dict[float, int] = {}
+
+    @cached_property
+    def identical(self) -> bool:
+        """Both sides hold the same values as read (then every diff is known without work)."""
+        return bool(torch.equal(self.base, self.target))
+
+    @cached_property
+    def delta(self) -> torch.Tensor:
+        """:math:`\\Delta W = W_t - W_b`, float32."""
+        return self.target - self.base
+
+    @cached_property
+    def delta_singular_values(self) -> torch.Tensor:
+        """Singular values of :math:`\\Delta W`, float64, descending (shared helper)."""
+        from toolkit.metrics.spectral import singular_values
+
+        return singular_values(self.delta, device=self.device)
+
+    def unchanged(self, tolerance: float = 0.0) -> int:
+        """Entries whose stored value did not change (:func:`count_unchanged`)."""
+        if tolerance not in self._unchanged:
+            self._unchanged[tolerance] = count_unchanged(*self.stored, tolerance)
+        return self._unchanged[tolerance]
+
+    def left_basis(self, side: str, k: int) -> torch.Tensor:
+        """Top-``k`` left singular vectors of ``side`` (``"base"`` or ``"target"``), (out, k) float64."""
+        key = (side, k)
+        if key not in self.bases:
+            if side == "target" and self.identical:
+                self.bases[key] = self.left_basis("base", k)
+            else:
+                w = self.base if side == "base" else self.target
+                self.bases[key] = top_left_singular_vectors(w, k, device=self.device)
+        return self.bases[key]
+
+
+def _sq(x: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(x, dtype=torch.float64) ** 2)
+
+
+def relative_change(base, target, ctx: DiffContext) -> float:
+    r"""Relative change :math:`\|W_t - W_b\|_F / \|W_b\|_F`.
+
+    References: Mukherjee et al. (2025), arXiv:2505.11711, sec. 4.
+    """
+    nb = _sq(base)
+    if nb == 0.0:
+        raise DegenerateMatrix("base matrix is all zeros")
+    return 0.0 if ctx.identical else math.sqrt(_sq(ctx.delta) / nb)
+
+
+def update_sparsity(base, target, ctx: DiffContext, *, tolerance: float = 0.0) -> float:
+    r"""Fraction of entries whose stored value did not change, :math:`\#\{ij: t_{ij} = b_{ij}\} / mn`.
+
+    References: Mukherjee et al. (2025), arXiv:2505.11711, sec. 3 (update sparsity).
+    """
+    return ctx.unchanged(tolerance) / base.numel()
+
+
+def update_density(base, target, ctx: DiffContext, *, tolerance: float = 0.0) -> float:
+    """Fraction of entries that changed, ``1 - update_sparsity``."""
+    return 1.0 - ctx.unchanged(tolerance) / base.numel()
+
+
+def _delta_spectral(ctx: DiffContext, func, name: str) -> float:
+    if ctx.identical:
+        raise DegenerateMatrix("unchanged matrix (delta W = 0)", name)
+    try:
+        return func(ctx.delta, ctx.delta_singular_values)
+    except DegenerateMatrix as e:
+        raise DegenerateMatrix(f"delta W: {e.reason}", name) from None
+
+
+def delta_stable_rank(base, target, ctx: DiffContext) -> float:
+    r"""Stable rank of :math:`\Delta W`: :math:`\|\Delta W\|_F^2 / \sigma_{max}(\Delta W)^2`."""
+    from toolkit.metrics.spectral import stable_rank
+
+    return _delta_spectral(ctx, stable_rank, "delta_stable_rank")
+
+
+def delta_effective_rank(base, target, ctx: DiffContext) -> float:
+    r"""Effective rank of :math:`\Delta W`: :math:`\exp(-\sum_i p_i \ln p_i)`, :math:`p_i = \sigma_i / \sum_j \sigma_j`
+    over the singular values of :math:`\Delta W`."""
+    from toolkit.metrics.spectral import effective_rank
+
+    return _delta_spectral(ctx, effective_rank, "delta_effective_rank")
+
+
+def cosine_similarity(base, target, ctx: DiffContext) -> float:
+    r"""Cosine of the flattened matrices, :math:`\langle W_b, W_t\rangle_F / (\|W_b\|_F \|W_t\|_F)`."""
+    nb, nt = _sq(base), _sq(target)
+    if nb == 0.0 or nt == 0.0:
+        raise DegenerateMatrix("a matrix is all zeros")
+    if ctx.identical:
+        return 1.0
+    dot = float(torch.sum(base.to(torch.float64) * target.to(torch.float64)))
+    return max(-1.0, min(1.0, dot / math.sqrt(nb * nt)))
+
+
+def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
+    r"""Overlap of the top-k left singular subspaces, :math:`\|U_{b,k}^\top U_{t,k}\|_F^2 / k`.
+
+    The mean of :math:`\cos^2\theta_i` over the k principal angles between
+    the subspaces: 1 for the same subspace, about :math:`k/m` for random ones.
+    ``k`` is clipped to ``min(out, in)``.
+
+    References: Björck & Golub (1973), Math. Comp. 27(123), 579-594 (principal angles).
+    """
+    if ctx.identical:
+        return 1.0
+    ub, ut = ctx.left_basis("base", k), ctx.left_basis("target", k)
+    return min(1.0, float((ub.T @ ut).pow(2).sum()) / ub.shape[1])
+
+
+#: Reference of relative change and update sparsity.
+REFERENCE_MUKHERJEE = ("Mukherjee et al. (2025), Reinforcement Learning Finetunes Small Subnetworks in "
+                       "Large Language Models, arXiv:2505.11711")
+#: What "unchanged" means, for the descriptions.
+UNCHANGED_RULE = ("stored values compared bit for bit in the coarser storage dtype of the two sides "
+                  "(|t - b| <= tolerance when tolerance > 0)")
+_TOL, _K = {"tolerance": 0.0}, {"k": 16}
+_METRICS = (  # name, function, long_name, description, reference, options
+    ("relative_change", relative_change, "relative weight change", "||W_t - W_b||_F / ||W_b||_F",
+     REFERENCE_MUKHERJEE, None),
+    ("update_sparsity", update_sparsity, "update sparsity",
+     f"fraction of entries unchanged, #{{ij: t_ij = b_ij}} / (m n); {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL),
+    ("update_density", update_density, "update density",
+     f"fraction of entries changed, 1 - update_sparsity; {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL),
+    ("delta_stable_rank", delta_stable_rank, "stable rank of the update",
+     "||dW||_F^2 / sigma_max(dW)^2, dW = W_t - W_b", "Rudelson & Vershynin (2007), J. ACM 54(4):21", None),
+    ("delta_effective_rank", delta_effective_rank, "effective rank of the update",
+     "exp(-sum_i p_i ln p_i), p_i = sigma_i(dW) / sum_j sigma_j(dW), dW = W_t - W_b",
+     "Roy & Vetterli (2007), EUSIPCO, Definition 1", None),
+    ("cosine_similarity", cosine_similarity, "cosine similarity",
+     "<W_b, W_t>_F / (||W_b||_F ||W_t||_F), matrices flattened", "cosine of the Frobenius inner product", None),
+    ("subspace_overlap", subspace_overlap, "top-k left singular subspace overlap",
+     "||U_b,k^T U_t,k||_F^2 / k = mean cos^2 of the k principal angles between the top-k left singular "
+     "subspaces of W_b and W_t", "Bjorck & Golub (1973), Math. Comp. 27(123):579-594", _K),
+)
+for _name, _func, _long, _desc, _ref, _opts in _METRICS:
+    register_metric(_name, _func, long_name=_long, units="1", description=_desc, reference=_ref, kind="diff",
+                    options=_opts)
+
+
+def metric_options(metric, overrides: dict) -> dict:
+    """The options a diff metric is called with: its registered defaults, updated
+    by the ``overrides`` it declares (``tolerance``, ``k``); others are ignored."""
+    opts = dict(metric.options)
+    opts.update({k: v for k, v in overrides.items() if k in opts})
+    return opts
+
+
+def compute_diff_metrics(base, target, metrics=None, *, ctx: DiffContext | None = None, device="cpu",
+                         **overrides) -> dict[str, MetricValue]:
+    """Every requested diff metric of one pair of matrices, sharing one :class:`DiffContext`.
+
+    Parameters
+    ----------
+    base, target : torch.Tensor, shape (out, in)
+        As stored (bf16 stays bf16).
+    metrics : str, list of str or None
+        Diff metric names (None: every registered diff metric).
+    ctx : DiffContext, optional
+        Reuse a context (and its cached factorisations).
+    **overrides
+        ``tolerance=``, ``k=``: passed to the metrics that declare them.
+
+    Returns
+    -------
+    dict of name -> MetricValue
+        NaN with a reason where undefined.
+
+    Examples
+    --------
+    >>> w = torch.randn(8, 4)
+    >>> compute_diff_metrics(w, 2 * w, ["relative_change", "cosine_similarity"])["relative_change"].value
+    1.0
+    """
+    ctx = ctx or DiffContext(base, target, device=device)
+    out = {}
+    for m in resolve_metrics(metrics, kind="diff"):
+        try:
+            out[m.name] = MetricValue(float(m.func(ctx.base, ctx.target, ctx, **metric_options(m, overrides))))
+        except DegenerateMatrix as e:
+            out[m.name] = MetricValue(math.nan, e.reason)
+    return out
