@@ -19,6 +19,7 @@ from toolkit._version import __version__
 from toolkit.architectures import Mapping, register_architecture
 from toolkit.architectures.vocabulary import COMPONENTS
 from toolkit.collect.cache import cache_info, clear_cache
+from toolkit.collect.compare import compare, compare_series
 from toolkit.collect.weights import weight_stats
 from toolkit.errors import ToolkitError
 from toolkit.io import load, save
@@ -32,6 +33,8 @@ __all__ = [
     "__version__",
     "cache_info",
     "clear_cache",
+    "compare",
+    "compare_series",
     "get_metric",
     "list_metrics",
     "load",

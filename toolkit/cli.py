@@ -59,6 +59,47 @@ def _cmd_weights(args) -> int:
     return 0
 
 
+def _cmd_compare(args) -> int:
+    import toolkit
+
+    ds = toolkit.compare(
+        args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
+        device=args.device, progress=not args.quiet,
+    )
+    _save_outputs(ds, args, "relative_change")
+    if not args.output and not args.plot:
+        print(ds)
+    return 0
+
+
+def _cmd_series(args) -> int:
+    import toolkit
+
+    ds = toolkit.compare_series(
+        args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
+        tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
+    )
+    if args.output:
+        toolkit.save(ds, args.output)
+        print(f"wrote {args.output}")
+    if args.plot:  # the last checkpoint's heatmap
+        _save_outputs(ds.isel(checkpoint=-1), argparse.Namespace(**{**vars(args), "output": None}), "relative_change")
+    if not args.output and not args.plot:
+        print(ds)
+    return 0
+
+
+def _add_diff_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", nargs="+", default=None, help="diff metric names (default: all)")
+    p.add_argument("--tolerance", type=float, default=0.0, help="|t - b| <= tolerance counts as unchanged")
+    p.add_argument("--k", type=int, default=16, help="subspace dimension for subspace_overlap")
+    p.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
+    p.add_argument("-o", "--output", default=None, help="NetCDF file to write")
+    p.add_argument("--plot", default=None, help="heatmap PNG to write")
+    p.add_argument("--plot-metric", default=None, help="metric to plot (default: relative_change)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +113,25 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--plot-metric", default=None, help="metric to plot (default: stable_rank)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=_cmd_weights)
+
+    c = sub.add_parser("compare", help="diff metrics of a base and a target checkpoint, per layer and component")
+    c.add_argument("base", help="base checkpoint: hub id, local directory or .gguf file")
+    c.add_argument("target", help="target checkpoint (fine-tuned)")
+    _add_diff_args(c)
+    c.set_defaults(func=_cmd_compare)
+
+    s = sub.add_parser("series", help="diff metrics along a series of checkpoints (a training run)")
+    s.add_argument("checkpoints", nargs="+", help="checkpoints in training order")
+    s.add_argument("--steps", nargs="+", type=int, default=None, help="training step of each checkpoint")
+    s.add_argument("--reference", choices=["first", "previous"], default="first", help="diff against the first or the previous checkpoint")
+    _add_diff_args(s)
+    s.set_defaults(func=_cmd_series)
+
+    from toolkit.finetune import cli as finetune_cli
+
+    f = sub.add_parser("finetune", help="fine-tune the embedded SmolLM2 on data/finetune.txt, saving bf16 checkpoints")
+    finetune_cli.build_parser(f)
+    f.set_defaults(func=finetune_cli.run_from_args)
 
     from toolkit.lab import cli as lab_cli
 

@@ -31,6 +31,8 @@ _LAZY = {
     "training_curves": "toolkit.plot.layer_grid",
     "component_lines": "toolkit.plot.lines",
     "prepare_component_lines": "toolkit.plot.lines",
+    "draw_component_lines": "toolkit.plot.lines",
+    "ComponentLinesData": "toolkit.plot.lines",
 }
 
 __all__ = sorted(_LAZY)
