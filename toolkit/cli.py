@@ -78,6 +78,7 @@ def _cmd_series(args) -> int:
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
+        client=args.scheduler,
     )
     if args.output:
         toolkit.save(ds, args.output)
@@ -125,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--steps", nargs="+", type=int, default=None, help="training step of each checkpoint")
     s.add_argument("--reference", choices=["first", "previous"], default="first", help="diff against the first or the previous checkpoint")
     _add_diff_args(s)
+    s.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="Dask scheduler address (tcp://host:8786): one task per checkpoint x tensor on the cluster; "
+                        "workers read the checkpoints from a shared path (pip install 'toolkit[distributed]')")
     s.set_defaults(func=_cmd_series)
 
     from toolkit.finetune import cli as finetune_cli

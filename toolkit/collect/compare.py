@@ -33,7 +33,7 @@ from toolkit.metrics.registry import DegenerateMatrix, resolve_metrics
 REFERENCES = ("first", "previous")
 
 def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
-            device: str = "cpu", progress: bool | Callable = True, cache: bool = True) -> xr.Dataset:
+            device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
@@ -59,6 +59,10 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
         A tqdm bar over tensors, or ``progress(done, total, name)``.
     cache : bool
         Reuse and store per-cell results in the on-disk cache.
+    client : distributed.Client or str, optional
+        Run on a Dask cluster (a client or a scheduler address such as
+        ``"tcp://host:8786"``): one task per stored tensor pair, read by the
+        workers themselves; the same Dataset (:mod:`toolkit.collect.distributed`).
 
     Returns
     -------
@@ -102,13 +106,13 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
     """
     plans = [plan_pieces(s, mapping=mapping) for s in (base, target)]
-    ds = _run(plans, [(0, 1)], metrics, tolerance, k, device, progress, cache)[0]
+    ds = _run(plans, [(0, 1)], metrics, tolerance, k, device, progress, cache, client)[0]
     return ds
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
-                   progress: bool | Callable = True, cache: bool = True) -> xr.Dataset:
+                   progress: bool | Callable = True, cache: bool = True, client=None) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
@@ -123,7 +127,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         Diff each checkpoint against the first one (cumulative change) or
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
-    metrics, tolerance, k, mapping, device, progress, cache
+    metrics, tolerance, k, mapping, device, progress, cache, client
         As in :func:`compare`.
 
     Returns
@@ -162,7 +166,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     plans = [plan_pieces(s, mapping=mapping) for s in checkpoints]
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(plans))]
-    rows = _run(plans, pairs, metrics, tolerance, k, device, progress, cache)
+    rows = _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -191,8 +195,12 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(plans, pairs, metrics, tolerance, k, device, progress, cache) -> list[xr.Dataset]:
+def _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client=None) -> list[xr.Dataset]:
     """One Dataset per ``(base index, target index)`` pair of ``plans``."""
+    if client is not None:
+        from toolkit.collect import distributed as _distributed
+
+        return _distributed.run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, client)
     chosen = resolve_metrics(metrics, kind="diff")
     overrides = {"tolerance": float(tolerance), "k": int(k)}
     options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
