@@ -29,6 +29,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
         undefined for this matrix (all zeros, NaN/Inf entries, too short a
         spectrum...) or raised.
     """
+    from toolkit.metrics.norms import count_nonfinite
     from toolkit.metrics.spectral import singular_values
 
     cell = Cell(parameter_name=parameter_name, shape=(int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (0, 0))
@@ -38,8 +39,8 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
             cell.reasons[m.name] = f"not a non-empty matrix (shape {tuple(w.shape)})"
         return cell
     w = w.to(torch.float32)
-    if not bool(torch.isfinite(w).all()):
-        bad = int((~torch.isfinite(w)).sum())
+    bad = count_nonfinite(w)  # one float64 sum, shared with the entry-wise metrics
+    if bad:
         for m in metrics:
             cell.values[m.name] = math.nan
             cell.reasons[m.name] = f"matrix contains {bad} NaN/Inf entries"

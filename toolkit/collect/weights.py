@@ -11,6 +11,7 @@ from toolkit.collect.evaluate import evaluate_matrix
 from toolkit.collect.grid import Cell, build_grid_dataset
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
+from toolkit.collect.stream import map_tensors
 from toolkit.metrics.registry import resolve_metrics
 
 
@@ -24,12 +25,15 @@ def weight_stats(
     device: str = "cpu",
     progress: bool | Callable[[int, int, str], None] = True,
     cache: bool = True,
+    client=None,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
-    Tensors are streamed one at a time from the file (the model is never
-    instantiated), dequantised to float32, split into canonical components
-    and measured; peak memory stays near the largest tensor.
+    Tensors are streamed from the file (the model is never instantiated),
+    dequantised to float32, split into canonical components and measured;
+    reading overlaps with measuring, on up to two pipelines that share
+    torch's thread budget (:mod:`toolkit.collect.stream`), so peak memory
+    stays within a few times the largest tensor.
 
     Parameters
     ----------
@@ -55,6 +59,10 @@ def weight_stats(
         Reuse and store per-matrix results in the on-disk cache
         (:mod:`toolkit.collect.cache`; ``$TOOLKIT_CACHE_DIR``), so a re-run is
         near-instant and an interrupted run computes only what is missing.
+    client : distributed.Client or str, optional
+        Run on a Dask cluster (a client or a scheduler address such as
+        ``"tcp://host:8786"``): one task per stored tensor, read by the
+        workers themselves; the same Dataset (:mod:`toolkit.collect.distributed`).
 
     Returns
     -------
@@ -84,36 +92,65 @@ def weight_stats(
     >>> ds = toolkit.weight_stats()                      # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "stable_rank")          # doctest: +SKIP
     """
+    if client is not None:
+        from toolkit.collect import distributed as _distributed
+
+        return _distributed.weight_stats(source, metrics, gguf_file=gguf_file, revision=revision, mapping=mapping,
+                                         device=device, progress=progress, cache=cache, client=client)
     chosen = resolve_metrics(metrics, kind="weight")
     plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping)
     store = open_cache(plan.source.fingerprint, "weights", enabled=cache)
     keys = {m.name: metric_key(m, **dict(m.options)) for m in chosen}
     cells: dict[tuple[int, str], Cell] = {}
+    # Look every cell up in the cache first: only tensors with work left are read.
+    jobs = []
+    for record, pieces in plan.records:
+        entries = []
+        for piece in pieces:
+            cell_id = f"{record.name}|{record.dtype}|{record.shape}|{piece.layer}|{piece.component}"
+            cached, shape = store.get(cell_id)
+            entries.append((piece, cell_id, cached, shape, [m for m in chosen if keys[m.name] not in cached]))
+        jobs.append((record, entries))
+    todo = [j for j, (_, entries) in enumerate(jobs) if any(e[4] for e in entries)]
+
+    def measure(i: int, tensor) -> list:
+        """The fresh Cells of job todo[i] (runs in a pipeline thread; stores nothing)."""
+        return [evaluate_matrix(piece.extract(tensor), need, device=device, parameter_name=piece.parameter_name)
+                if need else None for piece, _, _, _, need in jobs[todo[i]][1]]
+
+    def finish(j: int, fresh: list | None) -> None:
+        """Store job j's fresh results and fill its cells (main thread only)."""
+        for k, (piece, cell_id, cached, shape, need) in enumerate(jobs[j][1]):
+            cell = Cell(piece.parameter_name, shape or (0, 0))
+            if need:
+                got = fresh[k]
+                cell.shape = got.shape
+                new = {keys[m.name]: (got.values[m.name], got.reasons.get(m.name, "")) for m in need}
+                store.put(cell_id, new, got.shape)
+                cached = {**cached, **new}
+            for m in chosen:
+                value, reason = cached[keys[m.name]]
+                cell.values[m.name] = value
+                if reason:
+                    cell.reasons[m.name] = reason
+            cells[(piece.layer, piece.component)] = cell
+
     report = make_progress(progress, total=len(plan.records), desc="weights")
+    done = 0
     try:
-        for done, (record, pieces) in enumerate(plan.records, start=1):
-            tensor = None
-            for piece in pieces:
-                cell_id = f"{record.name}|{record.dtype}|{record.shape}|{piece.layer}|{piece.component}"
-                cached, shape = store.get(cell_id)
-                todo = [m for m in chosen if keys[m.name] not in cached]
-                cell = Cell(piece.parameter_name, shape or (0, 0))
-                if todo:
-                    if tensor is None:
-                        tensor = record.read()
-                    fresh = evaluate_matrix(piece.extract(tensor), todo, device=device, parameter_name=piece.parameter_name)
-                    cell.shape = fresh.shape
-                    new = {keys[m.name]: (fresh.values[m.name], fresh.reasons.get(m.name, "")) for m in todo}
-                    store.put(cell_id, new, fresh.shape)
-                    cached = {**cached, **new}
-                for m in chosen:
-                    value, reason = cached[keys[m.name]]
-                    cell.values[m.name] = value
-                    if reason:
-                        cell.reasons[m.name] = reason
-                cells[(piece.layer, piece.component)] = cell
-            del tensor
-            report(done, record.name)
+        pending = set(todo)
+        for j, (record, _) in enumerate(jobs):
+            if j not in pending:
+                finish(j, None)
+                done += 1
+                report(done, record.name)
+        # Tensors are read, converted and measured on parallel pipelines
+        # (toolkit.collect.stream); results are stored here, in this thread,
+        # so an interrupted run keeps exactly the results it reported.
+        for i, fresh in map_tensors([jobs[j][0].read for j in todo], measure):
+            finish(todo[i], fresh)
+            done += 1
+            report(done, jobs[todo[i]][0].name)
     finally:
         report.close()
     return build_grid_dataset(plan.num_layers, cells, chosen, plan.attrs())

@@ -3,21 +3,115 @@
 None of these needs the singular values. Each is a pure function
 ``f(w, s) -> float`` (``s`` ignored) registered with ``kind="weight"``;
 undefined cases raise :class:`~toolkit.metrics.registry.DegenerateMatrix`.
-Reductions run in float32 for float32 input (torch's blocked sums keep the
-relative error near 1e-7) except kurtosis, whose fourth moment is accumulated
-in float64.
+
+All of them read the same few reductions of the entries, accumulated in
+float64: the sum, the central second and fourth moments (two passes: the
+exact mean, then the moments in cache-sized chunks) and the largest
+magnitude. Like the singular values, these are computed once per matrix and
+shared: they are memoised on the last tensor object seen (checked by
+identity and ``Tensor._version``, so an in-place change recomputes), which
+is how :func:`~toolkit.collect.evaluate.evaluate_matrix` and every metric
+of one cell read them in a single pass over the data.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import weakref
 
+import numpy as np
 import torch
 
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-# Elements per chunk when a float64 copy is needed (bounds the temporary memory).
-_CHUNK = 1 << 22
+# Elements per chunk of the float64 moment pass: small enough that the float64
+# chunk stays in the CPU cache (bounds the temporary memory too).
+_CHUNK = 1 << 13
+
+_memo = threading.local()
+
+
+def _shared(w: torch.Tensor) -> dict:
+    """The dict of reductions already computed for ``w`` (a fresh one for a new tensor)."""
+    try:
+        version = w._version
+    except RuntimeError:  # an inference-mode tensor keeps no version counter: no memo
+        return {}
+    entry = getattr(_memo, "entry", None)
+    if entry is None or entry[0]() is not w or entry[1] != version:
+        entry = (weakref.ref(w), version, {})
+        _memo.entry = entry
+    return entry[2]
+
+
+def entry_sum(w: torch.Tensor) -> float:
+    """Sum of the entries accumulated in float64 (NaN/Inf when an entry is; never
+    overflows for float32 input). Memoised per tensor."""
+    memo = _shared(w)
+    if "sum" not in memo:
+        memo["sum"] = float(_numpy(w).sum(dtype=np.float64))
+    return memo["sum"]
+
+
+def count_nonfinite(w: torch.Tensor) -> int:
+    """Number of NaN/Inf entries; one memoised float64 sum when there are none."""
+    if math.isfinite(entry_sum(w)):
+        return 0
+    return int((~torch.isfinite(w)).sum())
+
+
+def central_moments(w: torch.Tensor) -> tuple[float, float, float]:
+    r"""``(mean, m2, m4)`` of the entries, :math:`m_k = \frac{1}{N}\sum (W_{ij} - \bar W)^k`.
+
+    Float64 throughout: the exact mean first (:func:`entry_sum`), then the
+    centred powers chunk by chunk in one reused float64 buffer of ``_CHUNK``
+    entries that stays in the CPU cache (``d = w - mean``, ``m2 += d·d``,
+    ``d = d²``, ``m4 += d·d``). Memoised per tensor.
+    """
+    memo = _shared(w)
+    key = ("moments", _CHUNK)  # the chunking is part of the key, so a test can vary it
+    if key not in memo:
+        x = _numpy(_flat(w))
+        n = x.size
+        mean = entry_sum(w) / n
+        buf = np.empty(min(_CHUNK, n), dtype=np.float64)
+        m2 = m4 = 0.0
+        for start in range(0, n, _CHUNK):
+            c = x[start : start + _CHUNK]
+            d = buf[: c.size]
+            np.subtract(c, mean, out=d, dtype=np.float64)
+            m2 += float(np.dot(d, d))
+            np.multiply(d, d, out=d)
+            m4 += float(np.dot(d, d))
+        memo[key] = (mean, m2 / n, m4 / n)
+    return memo[key]
+
+
+def max_abs(w: torch.Tensor) -> float:
+    """Largest entry magnitude, from ``torch.aminmax`` (no copy). Memoised per tensor."""
+    memo = _shared(w)
+    if "max_abs" not in memo:
+        lo, hi = torch.aminmax(_flat(w))
+        memo["max_abs"] = max(-float(lo), float(hi))
+    return memo["max_abs"]
+
+
+def sum_of_squares(w: torch.Tensor) -> float:
+    r""":math:`\sum_{ij} W_{ij}^2` in float64, from the central moments
+    (:math:`N (m_2 + \bar W^2)`). Memoised per tensor."""
+    mean, m2, _ = central_moments(w)
+    return w.numel() * (m2 + mean * mean)
+
+
+def _numpy(w: torch.Tensor) -> np.ndarray:
+    """A NumPy view of a CPU tensor (a float32 copy for dtypes NumPy lacks, e.g. bfloat16)."""
+    w = w.detach()
+    if w.device.type != "cpu":
+        w = w.cpu()
+    if w.dtype in (torch.bfloat16,) or w.is_complex():
+        w = w.to(torch.float32)
+    return w.numpy()
 
 
 def _flat(w: torch.Tensor) -> torch.Tensor:
@@ -47,10 +141,10 @@ def frobenius_norm(w: torch.Tensor, s=None) -> float:
     ----------
     Golub & Van Loan, *Matrix Computations*, 4th ed. (2013), eq. 2.3.1.
     """
-    v = float(torch.linalg.vector_norm(_flat(w)))
-    if not math.isfinite(v):
+    _flat(w)
+    if count_nonfinite(w):
         raise _nonfinite(w, "frobenius_norm")
-    return v
+    return math.sqrt(sum_of_squares(w))
 
 
 def rms(w: torch.Tensor, s=None) -> float:
@@ -84,19 +178,12 @@ def kurtosis(w: torch.Tensor, s=None) -> float:
     ----------
     Fisher, R. A. (1930); scipy.stats.kurtosis.
     """
-    x = _flat(w)
-    n = x.numel()
-    mean = sum(float(c.sum(dtype=torch.float64)) for c in x.split(_CHUNK)) / n
-    m2 = m4 = 0.0
-    for c in x.split(_CHUNK):
-        d = c.to(torch.float64) - mean
-        d2 = d * d
-        m2 += float(d2.sum())
-        m4 += float((d2 * d2).sum())
-    m2 /= n
-    m4 /= n
-    if not (math.isfinite(m2) and math.isfinite(m4)):
+    _flat(w)
+    if count_nonfinite(w):
         raise _nonfinite(w, "kurtosis")
+    _, m2, m4 = central_moments(w)
+    if not (math.isfinite(m2) and math.isfinite(m4)):
+        raise DegenerateMatrix("entries too large: their fourth powers overflow float64", "kurtosis")
     if m2 <= 0.0 or m2 * m2 == 0.0:
         raise DegenerateMatrix("constant matrix: zero variance", "kurtosis")
     return m4 / (m2 * m2) - 3.0
@@ -119,7 +206,7 @@ def max_abs_over_rms(w: torch.Tensor, s=None) -> float:
     r = rms(w)
     if r == 0.0:
         raise DegenerateMatrix("all-zero matrix", "max_abs_over_rms")
-    return float(w.abs().max()) / r
+    return max_abs(w) / r
 
 
 _DIMLESS = "1"

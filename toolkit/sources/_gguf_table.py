@@ -169,3 +169,98 @@ def tensor_data(info: GGUFTensorInfo, path: str) -> np.ndarray:
     if gtype in typed:
         return np.frombuffer(raw, dtype=typed[gtype]).reshape(info.shape)
     return np.frombuffer(raw, dtype=np.uint8).reshape(quant_shape_to_byte_shape(info.shape, gtype))
+
+
+# ---------------------------------------------------------------- metadata as gguf.GGUFReader fields
+
+_NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
+       7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
+
+
+class MetadataReader:
+    """The part of ``gguf.GGUFReader`` that ``transformers``' config derivation reads.
+
+    ``load_gguf_checkpoint(path, return_tensors=False)`` reads ``fields``
+    (``ReaderField`` objects: ``parts`` indexed by ``data``, ``types``) and
+    the names of ``tensors``. ``GGUFReader`` builds a NumPy view per element
+    of every metadata array, which for a tokenizer of 50k-260k strings takes
+    seconds; here the fields are built the same way, part for part, from
+    one read of the header, and the tokenizer's arrays (which feed only the
+    tokenizer, never the config) are left empty, except the token list when
+    the config takes its vocabulary size from it (no ``<arch>.vocab_size``).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A GGUF file already checked by :func:`read_gguf_table`.
+    """
+
+    def __init__(self, path):
+        from gguf.gguf_reader import ReaderField
+
+        with open(path, "rb") as fh:
+            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            _, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+            pos, raw = 24, []
+            for _ in range(n_kv):
+                start = pos
+                (klen,) = struct.unpack_from("<Q", buf, pos)
+                key = bytes(buf[pos + 8 : pos + 8 + klen]).decode("utf-8", errors="replace")
+                (vtype,) = struct.unpack_from("<I", buf, pos + 8 + klen)
+                head = [np.array([klen], np.uint64), np.frombuffer(key.encode(), np.uint8), np.array([vtype], np.uint32)]
+                raw.append((start, key, vtype, head, pos + 12 + klen))
+                _, pos = _value(buf, pos + 12 + klen, vtype)
+            arch = next((str(_value(buf, p, t)[0]) for _, k, t, _, p in raw if k == "general.architecture"), "")
+            keep_tokens = f"{arch}.vocab_size" not in {k for _, k, *_ in raw}
+            self.fields = {  # GGUFReader's first three fields, from the fixed header
+                "GGUF.version": ReaderField(4, "GGUF.version", [np.frombuffer(buf, np.uint32, 1, 4).copy()], [0], [4]),
+                "GGUF.tensor_count": ReaderField(8, "GGUF.tensor_count", [np.array([n_tensors], np.uint64)], [0], [10]),
+                "GGUF.kv_count": ReaderField(16, "GGUF.kv_count", [np.array([n_kv], np.uint64)], [0], [10]),
+            }
+            for start, key, vtype, head, vpos in raw:
+                skip = key.startswith("tokenizer.") and not (keep_tokens and key == "tokenizer.ggml.tokens")
+                parts, data, types = _parts(buf, vpos, vtype, skip)
+                self.fields[key] = ReaderField(start, key, head + parts, [i + len(head) for i in data], types)
+            names = []
+            for _ in range(n_tensors):
+                name, pos = _string(buf, pos)
+                (ndim,) = struct.unpack_from("<I", buf, pos)
+                pos += 4 + 8 * ndim + 12
+                names.append(name)
+        finally:
+            buf.close()
+        self.tensors = [_Named(n) for n in names]
+
+
+class _Named:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _parts(buf, pos: int, vtype: int, skip_arrays: bool = False):
+    """``(parts, data indices, types)`` of one value, as ``GGUFReader._get_field_parts`` makes them."""
+    if vtype in _NP:
+        return [np.frombuffer(buf, dtype=_NP[vtype], count=1, offset=pos).copy()], [0], [vtype]
+    if vtype == _STRING:
+        (n,) = struct.unpack_from("<Q", buf, pos)
+        return [np.array([n], np.uint64), np.frombuffer(bytes(buf[pos + 8 : pos + 8 + n]), np.uint8)], [1], [vtype]
+    if vtype == _ARRAY:
+        etype, count = struct.unpack_from("<IQ", buf, pos)
+        parts, data, types = [np.array([etype], np.uint32), np.array([count], np.uint64)], [], [vtype]
+        if skip_arrays:
+            return parts, data, types + [etype]
+        p = pos + 12
+        for i in range(count):
+            sub, sub_data, sub_types = _parts(buf, p, etype)
+            if i == 0:
+                types += sub_types
+            data += [len(parts) + j for j in sub_data]
+            parts += sub
+            _, p = _value(buf, p, etype)
+        if count == 0:
+            types.append(etype)
+        return parts, data, types
+    raise ValueError(f"unknown metadata value type {vtype}")

@@ -13,8 +13,10 @@ running the processor on a zero-stride placeholder array (no file data).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import torch
 
 from toolkit.errors import CheckpointFileError
 from toolkit.sources._common import FileSource, normalize_config
-from toolkit.sources._gguf_table import GGUFTable, read_gguf_table, tensor_data
+from toolkit.sources._gguf_table import GGUFTable, MetadataReader, read_gguf_table, tensor_data
 from toolkit.sources.base import TensorRecord
 
 #: GGUF float types kept in their own dtype by ``read()`` (when exact).
@@ -34,9 +36,13 @@ def gguf_config(path: str, architecture: str) -> dict:
     """The config dict ``transformers`` derives from a GGUF file's metadata.
 
     ``load_gguf_checkpoint(path, return_tensors=False)["config"]``, what
-    ``from_pretrained(..., gguf_file=...)`` builds its config from. It parses
-    the whole file with ``gguf.GGUFReader``, tokenizer included: 3-15 s for
-    the bundled models, the bulk of opening a GGUF source.
+    ``from_pretrained(..., gguf_file=...)`` builds its config from. That
+    function parses the whole file with ``gguf.GGUFReader``, tokenizer
+    included (5-20 s for the bundled models); it runs here on a
+    :class:`~toolkit.sources._gguf_table.MetadataReader` instead, the same
+    fields built in 0.1-2 s without the tokenizer arrays the config does not
+    read (``gguf.GGUFReader`` is swapped for it during the call; if that
+    fails for any reason, the call is repeated with the real reader).
 
     Raises
     ------
@@ -46,7 +52,12 @@ def gguf_config(path: str, architecture: str) -> dict:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     try:
-        return load_gguf_checkpoint(path, return_tensors=False)["config"]
+        try:
+            light = MetadataReader(path)
+            with _reader_swapped(light):
+                return load_gguf_checkpoint(path, return_tensors=False)["config"]
+        except Exception:  # noqa: BLE001 - the slow path below gives the real answer or error
+            return load_gguf_checkpoint(path, return_tensors=False)["config"]
     except (ValueError, KeyError, NotImplementedError) as exc:
         import transformers
 
@@ -54,6 +65,23 @@ def gguf_config(path: str, architecture: str) -> dict:
             path, f"transformers {transformers.__version__} cannot read GGUF architecture {architecture!r} ({exc}); "
             "use the model's safetensors checkpoint instead, or upgrade transformers"
         ) from exc
+
+
+_SWAP_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _reader_swapped(reader):
+    """``gguf.GGUFReader(path)`` returns ``reader`` during the body (one swap at a time)."""
+    import gguf
+
+    with _SWAP_LOCK:
+        real = gguf.GGUFReader
+        gguf.GGUFReader = lambda *args, **kwargs: reader
+        try:
+            yield
+        finally:
+            gguf.GGUFReader = real
 
 
 def meta_model(config: dict, path: str = "") -> torch.nn.Module:

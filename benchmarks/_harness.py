@@ -1,0 +1,129 @@
+"""Shared helpers of the benchmarks: child processes, peak RSS, medians, tables.
+
+The driver of each benchmark stays light (standard library only): every
+measured run is a fresh ``python`` child that prints one JSON line, so its
+peak RSS is its own. (Linux carries a parent's high-water RSS into a child
+across fork/exec in ``ru_maxrss``; ``VmHWM`` of ``/proc/self/status`` is the
+child's own address space. Children report both; tables use ``VmHWM`` where
+Linux gives it.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+# ---------------------------------------------------------------- inside a child
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size in bytes (VmHWM, else ru_maxrss)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return ru if sys.platform == "darwin" else ru * 1024
+
+
+def emit(**fields) -> None:
+    """Print the child's result line (the driver reads the last ``RESULT`` line)."""
+    fields.setdefault("peak_rss", peak_rss_bytes())
+    fields.setdefault("ru_maxrss", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    print("RESULT " + json.dumps(fields), flush=True)
+
+
+def set_threads(n: int | None) -> None:
+    """Use ``n`` threads in torch (default: every core this process may use)."""
+    import torch
+
+    torch.set_num_threads(n or len(os.sched_getaffinity(0)))
+
+
+def thread_env(n: int | None) -> dict:
+    """Environment capping every thread pool (OpenMP, MKL, OpenBLAS) at ``n``; {} for None."""
+    if not n:
+        return {}
+    return {k: str(n) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+
+
+# ---------------------------------------------------------------- in the driver
+
+
+def run_child(argv: list[str], *, env: dict | None = None, cwd: str | None = None, timeout: float = 3600) -> dict:
+    """Run ``argv`` (a python command) and return its RESULT dict plus ``process_s``.
+
+    Raises RuntimeError with the child's output tail if it fails or prints no result.
+    """
+    full_env = {**os.environ, **(env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+    wall = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stdout[-3000:] + "\n" + proc.stderr[-5000:]).strip()
+        raise RuntimeError(f"{' '.join(map(str, argv))} failed (rc {proc.returncode}):\n{tail}")
+    out = json.loads(lines[-1][len("RESULT "):])
+    out["process_s"] = wall
+    return out
+
+
+def median_of(runs: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in runs)
+
+
+def machine() -> str:
+    """One line naming the machine the figures come from."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0))
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    except (ValueError, OSError):
+        mem = float("nan")
+    return f"{cpu}, {cores} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+
+
+def load() -> str:
+    """The 1/5/15-minute load averages as a string."""
+    try:
+        return "load average {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """A plain fixed-width table (also valid Markdown)."""
+    cells = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([fmt(cells[0]), sep] + [fmt(r) for r in cells[1:]])
+
+
+def fmt_bytes(n: float) -> str:
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"

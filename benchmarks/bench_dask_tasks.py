@@ -1,0 +1,151 @@
+"""Per-task cost of the Dask path (``client=``), for docs/scaling.md.
+
+Writes (untimed) one transformer block with Llama-2-7B's shapes (hidden 4096,
+intermediate 11008, 32 heads, no GQA; bf16 safetensors; a tiny vocabulary so
+the embeddings do not count) twice: a base and a "fine-tune" with every entry
+moved. Then measures, single-threaded as a Dask worker runs
+(``torch.set_num_threads(1)``; the nanny sets ``OMP_NUM_THREADS=1``):
+
+  read      ``TensorRecord.read`` + float32 conversion, file pages evicted
+            first (``posix_fadvise DONTNEED``: a cold read from this disk) and
+            again warm (page cache)
+  weights   :func:`toolkit.collect._dtasks.weights_task`, every weight metric,
+            cache off: one task = one stored tensor
+  compare   :func:`toolkit.collect._dtasks.compare_task`, every diff metric
+  overhead  round trip of a no-op task through a 2-worker LocalCluster
+  cluster   ``weight_stats(client=LocalCluster(2 workers))`` on the block, wall
+            time against the sum of its tasks' compute times
+
+Wall and CPU (``process_time``) seconds are both reported: on a shared, busy
+machine the CPU time is the steadier figure.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_dask_tasks.py [--keep DIR] [--out results.json] [--skip-compare]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+SHAPES = dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
+              num_hidden_layers=1, vocab_size=256, max_position_embeddings=256, tie_word_embeddings=False)
+
+
+def write_block(folder: Path, seed: int, shift: float = 0.0) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if (folder / "model.safetensors").exists():
+        return folder
+    torch.manual_seed(seed)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(**SHAPES))
+    model = model.to_empty(device="cpu")
+    g = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.02 + shift)
+    model.to(torch.bfloat16).save_pretrained(folder)
+    return folder
+
+
+def evict(path: Path) -> None:
+    for f in path.glob("*.safetensors"):
+        fd = os.open(f, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def timed(fn):
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - w, time.process_time() - c
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keep", default=None)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--skip-compare", action="store_true")
+    args = ap.parse_args()
+    os.environ["TOOLKIT_CACHE_DIR"] = "off"
+    torch.set_num_threads(1)
+    from toolkit.collect._dtasks import SourceSpec, compare_task, weights_task
+    from toolkit.collect.cache import metric_key
+    from toolkit.collect.plan import plan_pieces
+    from toolkit.metrics.registry import resolve_metrics
+
+    root = Path(args.keep or tempfile.mkdtemp(prefix="bench-dask-"))
+    base, tuned = write_block(root / "base", 0), write_block(root / "tuned", 1)
+    plan = plan_pieces(base)
+    spec = SourceSpec.of(plan.source)
+    chosen = resolve_metrics(None, kind="weight")
+    keys = {m.name: metric_key(m, **dict(m.options)) for m in chosen}
+    res: dict = {"load_avg_start": os.getloadavg(), "threads": torch.get_num_threads(), "tensors": []}
+    for record, pieces in plan.records:
+        row = {"name": record.name, "shape": list(record.shape), "bytes_bf16": 2 * record.shape[0] * record.shape[1]}
+        evict(base)
+        _, row["read_cold_s"], _ = timed(lambda: record.read().to(torch.float32))
+        _, row["read_warm_s"], _ = timed(lambda: record.read().to(torch.float32))
+        entries = [(p, f"{record.name}|{p.component}", chosen) for p in pieces]
+        _, row["weights_wall_s"], row["weights_cpu_s"] = timed(
+            lambda: weights_task(spec, record.name, entries, keys, "cpu", None))
+        res["tensors"].append(row)
+        print(json.dumps(row), flush=True)
+    if not args.skip_compare:
+        from toolkit.collect._compare_dataset import TOTALS
+        from toolkit.metrics import diff as _diff
+
+        tplan = plan_pieces(tuned)
+        tspec = SourceSpec.of(tplan.source)
+        dchosen = resolve_metrics(None, kind="diff")
+        options = {m.name: _diff.metric_options(m, {"tolerance": 0.0, "k": 16}) for m in dchosen}
+        job = dict(chosen=dchosen, keys={m.name: metric_key(m, **options[m.name]) for m in dchosen},
+                   options=options, total_keys={n: n for n in TOTALS}, tolerance=0.0, device="cpu", bi=0, ti=1)
+        for row, (record, pieces) in zip(res["tensors"], plan.records):
+            _, row["compare_wall_s"], row["compare_cpu_s"] = timed(lambda: compare_task(
+                (spec, tspec), (record.name, record.name), record.name, pieces, job, None, "x"))
+            print(json.dumps(row), flush=True)
+    res.update(cluster(base))
+    res["load_avg_end"] = os.getloadavg()
+    print(json.dumps({k: v for k, v in res.items() if k != "tensors"}, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(res, indent=1))
+
+
+def _noop(i):
+    return i
+
+
+def cluster(base: Path) -> dict:
+    from distributed import Client, LocalCluster, get_task_stream
+
+    import toolkit
+
+    out = {}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
+            Client(lc) as c:
+        c.run(lambda: __import__("toolkit.collect._dtasks") and None)  # imports off the clock
+        for n in (200, 2000):
+            t = time.perf_counter()
+            c.gather(c.map(_noop, range(n), pure=False))
+            out[f"noop_{n}_tasks_s"] = time.perf_counter() - t
+        with get_task_stream(c) as ts:
+            _, wall, _ = timed(lambda: toolkit.weight_stats(base, client=c, progress=False, cache=False))
+        compute = [sum(e - s for a, s, e in [(x["action"], x["start"], x["stop"]) for x in t["startstops"]]
+                       if a == "compute") for t in ts.data]
+        out.update(cluster_wall_s=wall, cluster_tasks=len(compute), cluster_task_compute_s=sorted(compute))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,303 @@
+"""Benchmark 2: 28 layers at real width, against the I/O floor.
+
+Generates (untimed) a random-weight checkpoint with Qwen2.5-1.5B's shapes
+(28 layers, hidden 1536, intermediate 8960, 12 heads, 2 key-value heads,
+vocabulary 151936, tied embeddings, q/k/v biases) as bf16 safetensors in
+1 GiB shards, plus a "fine-tune" of it (a third of the entries changed), and
+times, each in a fresh process, with the result cache off:
+
+  floor     every component tensor read to float32 with safetensors alone
+  norms     toolkit.weight_stats with the entry-wise metrics (no spectrum)
+  all       toolkit.weight_stats with every metric
+  compare   toolkit.compare(base, finetune) with the entry-wise diff metrics,
+            against twice the floor
+  compare-all  compare with every diff metric (informational, not run by
+            default: it factorises three matrices per cell)
+
+Each figure is the median over ``--reps`` runs (``--heavy-reps`` for the
+untargeted 'all' and 'compare-all', default 1); peak RSS is the child's
+VmHWM, against the largest component tensor in float32 (8960 x 1536: 52.5 MiB).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_scale.py [--reps 3] [--device cpu|cuda]
+        [--keep DIR] [--modes floor,norms,compare,all[,compare-all]] [--heavy-reps 1]
+
+``--keep DIR`` generates the checkpoints into DIR once and reuses them
+(default: a temporary folder, deleted at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H  # noqa: E402
+
+QWEN25_15B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 1536,
+    "intermediate_size": 8960,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "hidden_act": "silu",
+}
+SHARD_BYTES = 1 << 30
+ENTRYWISE = ["frobenius_norm", "rms", "kurtosis", "max_abs_over_rms"]
+ENTRYWISE_DIFF = ["relative_change", "update_sparsity", "update_density", "cosine_similarity"]
+LARGEST_F32 = 8960 * 1536 * 4
+MODES = ["floor", "norms", "all", "compare", "compare-all"]
+DEFAULT_MODES = "floor,norms,compare,all"
+HEAVY = {"all", "compare-all"}  # minutes per run, no time target: --heavy-reps runs
+
+
+def shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Parameter names and shapes of a Qwen2 checkpoint, in file order."""
+    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = h // cfg["num_attention_heads"]
+    kv = cfg["num_key_value_heads"] * hd
+    out = [("model.embed_tokens.weight", (vocab, h))]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "input_layernorm.weight", (h,)),
+            (p + "self_attn.q_proj.weight", (h, h)), (p + "self_attn.q_proj.bias", (h,)),
+            (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.k_proj.bias", (kv,)),
+            (p + "self_attn.v_proj.weight", (kv, h)), (p + "self_attn.v_proj.bias", (kv,)),
+            (p + "self_attn.o_proj.weight", (h, h)),
+            (p + "post_attention_layernorm.weight", (h,)),
+            (p + "mlp.gate_proj.weight", (inter, h)),
+            (p + "mlp.up_proj.weight", (inter, h)),
+            (p + "mlp.down_proj.weight", (h, inter)),
+        ]
+    out.append(("model.norm.weight", (h,)))
+    return out
+
+
+def is_component(name: str) -> bool:
+    return name.endswith("_proj.weight")
+
+
+# ---------------------------------------------------------------- children
+
+
+def child_generate(folder: Path) -> None:
+    """Write the base checkpoint to folder/base and its fine-tune to folder/finetune."""
+    import torch
+    from safetensors.torch import save_file
+
+    H.set_threads(None)
+    g = torch.Generator().manual_seed(0)
+    spec = shapes(QWEN25_15B)
+    for side in ("base", "finetune"):
+        (folder / side).mkdir(parents=True, exist_ok=True)
+    shard: dict[str, list] = {"base": [], "finetune": []}
+    plan, size, k = [], 0, 0
+    for name, shape in spec:  # assign tensors to shards of at most SHARD_BYTES
+        nbytes = 2 * int(torch.Size(shape).numel())
+        if plan and size + nbytes > SHARD_BYTES:
+            k, size = k + 1, 0
+        plan.append((name, shape, k))
+        size += nbytes
+    n_shards = k + 1
+    weight_map = {}
+    for s in range(n_shards):
+        tensors = {"base": {}, "finetune": {}}
+        for name, shape, k in plan:
+            if k != s:
+                continue
+            if name.endswith("norm.weight"):
+                b = torch.ones(shape, dtype=torch.bfloat16)
+            else:
+                b = (torch.randn(shape, generator=g) * 0.02).to(torch.bfloat16)
+            t = b.clone()
+            if b.ndim == 2:  # a fine-tune: a third of the entries moved by ~1e-3
+                mask = torch.rand(shape, generator=g) < 1 / 3
+                t[mask] = (t[mask].float() + 1e-3 * torch.randn(int(mask.sum()), generator=g)).to(torch.bfloat16)
+            tensors["base"][name], tensors["finetune"][name] = b, t
+        fname = f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors"
+        for side in ("base", "finetune"):
+            save_file(tensors[side], str(folder / side / fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n in tensors["base"]})
+        del tensors
+    total = sum(2 * int(torch.Size(sh).numel()) for _, sh in spec)
+    for side in ("base", "finetune"):
+        (folder / side / "config.json").write_text(json.dumps(QWEN25_15B, indent=2))
+        (folder / side / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+    H.emit(shards=n_shards, total_bytes=total)
+
+
+def child_floor(folder: Path, threads: int | None) -> None:
+    """Every component tensor to float32 with safetensors alone, shard by shard."""
+    import torch
+    from safetensors import safe_open
+
+    H.set_threads(threads)
+    weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    by_shard: dict[str, list[str]] = {}
+    for name, f in weight_map.items():
+        if is_component(name):
+            by_shard.setdefault(f, []).append(name)
+    t0 = time.perf_counter()
+    n = 0
+    for f, names in sorted(by_shard.items()):
+        with safe_open(str(folder / f), framework="pt") as fh:
+            for name in names:
+                w = fh.get_tensor(name).to(torch.float32)
+                n += w.numel()
+                del w
+    H.emit(seconds=time.perf_counter() - t0, elements=n)
+
+
+def child_toolkit(mode: str, folder: Path, device: str, threads: int | None) -> None:
+    t0 = time.perf_counter()
+    import toolkit  # the import a notebook has already done
+
+    # Opening a source imports parts of transformers (config classes, renamings):
+    # a one-time cost per session, paid here untimed, as the floor does not time
+    # importing torch and safetensors. It is reported as import_s.
+    toolkit.open_source(str(folder / "base"))
+    import toolkit.collect.compare  # noqa: F401
+    import_s = time.perf_counter() - t0
+    H.set_threads(threads)
+    t0 = time.perf_counter()
+    if mode in ("norms", "all"):
+        ds = toolkit.weight_stats(str(folder / "base"), ENTRYWISE if mode == "norms" else None,
+                                  device=device, progress=False, cache=False)
+    else:
+        from toolkit.collect.compare import compare
+
+        ds = compare(str(folder / "base"), str(folder / "finetune"),
+                             ENTRYWISE_DIFF if mode == "compare" else None,
+                             device=device, progress=False, cache=False)
+    seconds = time.perf_counter() - t0
+    first = next(iter(ds.data_vars))
+    H.emit(seconds=seconds, import_s=import_s, cells=int(ds[first].notnull().sum()), vars=sorted(ds.data_vars))
+
+
+# ---------------------------------------------------------------- driver
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per mode (median reported)")
+    ap.add_argument("--device", default="cpu", help="device for the spectral work: cpu (default) or cuda")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--keep", type=Path, default=None, help="generate into / reuse this folder")
+    ap.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of {MODES} (default {DEFAULT_MODES})")
+    ap.add_argument("--heavy-reps", type=int, default=1, help="repetitions of 'all' and 'compare-all' (default 1)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", type=Path, default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child:
+        if args.child == "generate":
+            child_generate(args.dir)
+        elif args.child == "floor":
+            child_floor(args.dir / "base", args.threads)
+        else:
+            child_toolkit(args.child, args.dir, args.device, args.threads)
+        return 0
+
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = set(modes) - set(MODES)
+    if unknown:
+        ap.error(f"unknown modes {sorted(unknown)}")
+    if "floor" not in modes:
+        modes.insert(0, "floor")
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    me = [sys.executable, str(Path(__file__).resolve())]
+    env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", **H.thread_env(args.threads)}
+    common = ["--dir", str(folder), "--device", args.device] + (["--threads", str(args.threads)] if args.threads else [])
+    print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; {args.reps} reps per mode")
+    try:
+        if not (folder / "finetune" / "model.safetensors.index.json").is_file():
+            print(f"generating the checkpoints in {folder} (untimed) ...", flush=True)
+            t0 = time.perf_counter()
+            gen = H.run_child(me + ["--child", "generate"] + common, env=env)
+            print(f"  {gen['shards']} shards, {H.fmt_bytes(gen['total_bytes'])} per checkpoint, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)
+        # one untimed read of each checkpoint so every mode starts from the page cache
+        for side in ("base", "finetune"):
+            _warm(folder / side)
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        for rep in range(max(args.reps, args.heavy_reps)):  # interleaved: load changes hit every mode alike
+            for m in modes:
+                if rep >= (args.heavy_reps if m in HEAVY else args.reps):
+                    continue
+                r = H.run_child(me + ["--child", m] + common, env=env)
+                runs[m].append(r)
+                print(f"  rep {rep + 1} {m:12s} {r['seconds']:7.2f} s  peak RSS {H.fmt_bytes(r['peak_rss'])}", flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    figures = report(runs, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def _warm(folder: Path) -> None:
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def report(runs: dict, args) -> dict:
+    floor = H.median_of(runs["floor"], "seconds")
+    rss_limit = 2 * LARGEST_F32 + H.GIB
+    rows, figures = [], {"machine": H.machine(), "load_at_end": H.load(), "device": args.device,
+                         "reps": args.reps, "floor_s": floor, "modes": {}}
+    targets = {"floor": None, "norms": ("floor", 1.0, 1.3), "all": None,
+               "compare": ("2 x floor", 2.0, 1.5), "compare-all": None}
+    misses = []
+    for m, rs in runs.items():
+        t = H.median_of(rs, "seconds")
+        rss = max(r["peak_rss"] for r in rs)
+        target = targets[m]
+        ref_name, mult, limit = target or (("2 x floor", 2.0, None) if m.startswith("compare") else ("floor", 1.0, None))
+        ratio = t / (mult * floor)
+        t_ok = None if limit is None else ratio <= limit
+        rss_ok = None if m == "floor" else rss <= rss_limit  # the floor is the reference, not held to it
+        if t_ok is False:
+            misses.append(f"{m}: {ratio:.2f}x {ref_name}, target {limit}x ({(ratio / limit - 1) * 100:.0f}% over)")
+        if rss_ok is False:
+            misses.append(f"{m}: peak RSS {H.fmt_bytes(rss)} > {H.fmt_bytes(rss_limit)} "
+                          f"({(rss / rss_limit - 1) * 100:.0f}% over)")
+        rows.append([m, f"{t:.2f} s", f"{ratio:.2f}x {ref_name}",
+                     "-" if limit is None else f"<= {limit}x {H.verdict(t_ok)}",
+                     H.fmt_bytes(rss), f"{rss / LARGEST_F32:.1f}x",
+                     "-" if rss_ok is None else f"<= {H.fmt_bytes(rss_limit)} {H.verdict(rss_ok)}"])
+        figures["modes"][m] = {"seconds": t, "all_seconds": [r["seconds"] for r in rs], "ratio": ratio,
+                               "reference": ref_name, "time_target": limit, "time_ok": t_ok,
+                               "peak_rss": rss, "rss_ok": rss_ok}
+    print()
+    print(H.table(rows, ["mode", "median time", "ratio", "time target", "peak RSS",
+                         "RSS / largest f32", "RSS target"]))
+    print(f"largest component tensor in float32: {H.fmt_bytes(LARGEST_F32)}; {H.load()} at end")
+    print("all targets met" if not misses else "MISSED: " + "; ".join(misses))
+    figures["misses"] = misses
+    return figures
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Benchmark 1: the toolkit against WeightWatcher on the embedded SmolLM2-135M.
+
+Each side runs in its own fresh process, ``--reps`` times, alternating; the
+table shows medians.
+
+  toolkit         ``toolkit.weight_stats(<gguf>, cache=False)``: every
+                  registered weight metric, streamed from the GGUF file
+                  (project venv).
+  weightwatcher   ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)``
+                  then ``WeightWatcher(model=model).analyze()`` with its
+                  defaults (weightwatcher 0.7.7, in its own venv).
+
+Times: "work" is measured inside the process from just before the first
+call that touches the file (``weight_stats``; ``from_pretrained``) to the
+result; "process" is the whole child process seen from outside (interpreter
+start and every import included). Peak RSS is each child's own high-water
+mark (VmHWM). Agreement is computed on the matrices both report, matched by
+parameter name: stable rank and sigma_max (WeightWatcher's ``spectral_norm``
+is sigma_max², so its square root is compared) within 1e-3 relative; alpha
+within 0.1 absolute (both follow the WWFit convention).
+
+WeightWatcher and its dependencies live in ``benchmarks/.ww-venv`` (created
+on first use: ``python -m venv``, then ``pip install torch==2.13.0`` — the
+CPU wheel — and ``pip install weightwatcher==0.7.7 transformers gguf
+accelerate``), so they never touch the project's environment.
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_weightwatcher.py [--reps 3] [--device cpu|cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+WW_VENV = HERE / ".ww-venv"
+WW_PY = WW_VENV / "bin" / "python"
+WW_PACKAGES = [["torch==2.13.0"], ["weightwatcher==0.7.7", "transformers", "gguf", "accelerate"]]
+
+TARGET_SPEEDUP = 5.0
+TARGET_RSS_SHARE = 1 / 3
+TARGET_AGREE = 0.95
+RTOL = 1e-3
+ALPHA_ATOL = 0.1
+
+
+def ensure_ww_venv() -> None:
+    """Create benchmarks/.ww-venv with WeightWatcher 0.7.7 when it is missing."""
+    if WW_PY.is_file():
+        probe = subprocess.run([str(WW_PY), "-c", "import weightwatcher, transformers, gguf, torch"],
+                               capture_output=True, text=True)
+        if probe.returncode == 0:
+            return
+    print(f"creating {WW_VENV} (weightwatcher 0.7.7, CPU torch; a few minutes, once) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(WW_VENV)], check=True)
+    for pkgs in WW_PACKAGES:
+        subprocess.run([str(WW_PY), "-m", "pip", "install", "-q", *pkgs], check=True)
+
+
+# ---------------------------------------------------------------- children
+
+
+def child_toolkit(gguf: str, device: str, out: str, threads: int | None) -> None:
+    t_start = time.perf_counter()
+    import torch
+
+    import toolkit
+
+    H.set_threads(threads)
+    t0 = time.perf_counter()
+    ds = toolkit.weight_stats(gguf, device=device, progress=False, cache=False)
+    work = time.perf_counter() - t0
+    rows = []
+    names = ds.parameter_name.values
+    values = {v: ds[v].values for v in ("spectral_norm", "stable_rank", "alpha")}
+    for i, layer in enumerate(ds.layer.values):
+        for j, comp in enumerate(ds.component.values):
+            if names[i, j]:
+                rows.append({"name": str(names[i, j]).removesuffix(".weight"), "layer": int(layer),
+                             "component": str(comp), **{v: float(a[i, j]) for v, a in values.items()}})
+    Path(out).write_text(json.dumps(rows))
+    H.emit(seconds=work, total_in_process=time.perf_counter() - t_start, matrices=len(rows),
+           threads=torch.get_num_threads())
+
+
+def child_ww(gguf: str, device: str, out: str, threads: int | None) -> None:
+    t_start = time.perf_counter()
+    import logging
+
+    import torch
+    import weightwatcher as ww
+    from transformers import AutoModelForCausalLM
+
+    logging.getLogger("weightwatcher").setLevel(logging.ERROR)
+    H.set_threads(threads)
+    path = Path(gguf)
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    if device != "cpu":
+        model = model.to(device)
+    load = time.perf_counter() - t0
+    details = ww.WeightWatcher(model=model).analyze()
+    work = time.perf_counter() - t0
+    rows = []
+    for _, r in details.iterrows():
+        rows.append({"name": str(r.get("longname", r.get("name"))), "layer_id": int(r["layer_id"]),
+                     "M": int(r["M"]), "N": int(r["N"]),
+                     **{k: float(r[k]) for k in ("spectral_norm", "stable_rank", "alpha") if k in r}})
+    Path(out).write_text(json.dumps(rows))
+    H.emit(seconds=work, load_s=load, total_in_process=time.perf_counter() - t_start, matrices=len(rows),
+           threads=torch.get_num_threads())
+
+
+# ---------------------------------------------------------------- driver
+
+
+def agreement(ours: list[dict], theirs: list[dict]) -> dict:
+    """Share of matched matrices within tolerance, per metric."""
+    by_name = {r["name"]: r for r in theirs}
+    matched = [(o, by_name[o["name"]]) for o in ours if o["name"] in by_name]
+    out = {"matched": len(matched), "ours": len(ours), "theirs": len(theirs), "metrics": {}}
+
+    def rel(a, b):
+        return abs(a - b) / max(abs(b), 1e-300)
+
+    checks = {
+        "stable_rank": lambda o, t: rel(o["stable_rank"], t["stable_rank"]) <= RTOL,
+        "spectral_norm (sigma_max)": lambda o, t: rel(o["spectral_norm"], math.sqrt(t["spectral_norm"])) <= RTOL,
+        "alpha": lambda o, t: abs(o["alpha"] - t["alpha"]) <= ALPHA_ATOL,
+    }
+    worst = {
+        "stable_rank": lambda o, t: rel(o["stable_rank"], t["stable_rank"]),
+        "spectral_norm (sigma_max)": lambda o, t: rel(o["spectral_norm"], math.sqrt(t["spectral_norm"])),
+        "alpha": lambda o, t: abs(o["alpha"] - t["alpha"]),
+    }
+    for name, ok in checks.items():
+        pairs = [(o, t) for o, t in matched if all(math.isfinite(v) for v in (
+            o[_our_key(name)], t.get(_our_key(name), float("nan"))))]
+        good = sum(1 for o, t in pairs if ok(o, t))
+        devs = sorted(worst[name](o, t) for o, t in pairs)
+        out["metrics"][name] = {"compared": len(pairs), "agree": good,
+                                "share": good / len(pairs) if pairs else float("nan"),
+                                "max_dev": devs[-1] if devs else float("nan"),
+                                "median_dev": devs[len(devs) // 2] if devs else float("nan"),
+                                "disagree": [o["name"] for o, t in pairs if not ok(o, t)][:5]}
+    return out
+
+
+def _our_key(name: str) -> str:
+    return "spectral_norm" if name.startswith("spectral_norm") else name
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per side (median reported)")
+    ap.add_argument("--device", default="cpu", help="device for the spectral work on both sides: cpu or cuda")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="thread budget of both sides (torch, OpenMP, MKL, OpenBLAS); default: every core")
+    ap.add_argument("--gguf", default=None, help="GGUF file (default: the embedded SmolLM2-135M Q4_1)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.child == "toolkit":
+        child_toolkit(args.gguf, args.device, args.out, args.threads)
+        return 0
+    if args.child == "ww":
+        child_ww(args.gguf, args.device, args.out, args.threads)
+        return 0
+
+    if args.gguf is None:
+        found = subprocess.run([sys.executable, "-c", "from toolkit.bundled import default_model_path as p; print(p())"],
+                               capture_output=True, text=True, check=True)
+        args.gguf = found.stdout.strip()
+    ensure_ww_venv()
+    me = str(Path(__file__).resolve())
+    env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
+    print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; {args.reps} reps per side; "
+          f"threads {args.threads or 'all cores'}")
+    print(f"model: {args.gguf}")
+    runs = {"toolkit": [], "weightwatcher": []}
+    with tempfile.TemporaryDirectory(prefix="bench-ww-") as tmp:
+        outs = {"toolkit": f"{tmp}/toolkit.json", "weightwatcher": f"{tmp}/ww.json"}
+        pythons = {"toolkit": sys.executable, "weightwatcher": str(WW_PY)}
+        children = {"toolkit": "toolkit", "weightwatcher": "ww"}
+        for rep in range(args.reps):
+            for side in ("weightwatcher", "toolkit") if rep % 2 else ("toolkit", "weightwatcher"):
+                r = H.run_child([pythons[side], me, "--child", children[side], "--gguf", args.gguf,
+                                 "--device", args.device, "--out", outs[side]]
+                                + (["--threads", str(args.threads)] if args.threads else []), env=env, cwd=tmp)
+                runs[side].append(r)
+                print(f"  rep {rep + 1} {side:13s} work {r['seconds']:6.1f} s  process {r['process_s']:6.1f} s  "
+                      f"peak RSS {H.fmt_bytes(r['peak_rss'])}", flush=True)
+        ours = json.loads(Path(outs["toolkit"]).read_text())
+        theirs = json.loads(Path(outs["weightwatcher"]).read_text())
+    figures = report(runs, agreement(ours, theirs), args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def report(runs: dict, agree: dict, args) -> dict:
+    med = {side: {k: H.median_of(rs, k) for k in ("seconds", "process_s")} for side, rs in runs.items()}
+    rss = {side: max(r["peak_rss"] for r in rs) for side, rs in runs.items()}
+    speed_work = med["weightwatcher"]["seconds"] / med["toolkit"]["seconds"]
+    speed_proc = med["weightwatcher"]["process_s"] / med["toolkit"]["process_s"]
+    rss_share = rss["toolkit"] / rss["weightwatcher"]
+    rows = [
+        ["time, work (file -> result)", f"{med['toolkit']['seconds']:.1f} s", f"{med['weightwatcher']['seconds']:.1f} s",
+         f"{speed_work:.1f}x faster", f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_work >= TARGET_SPEEDUP)}"],
+        ["time, whole process", f"{med['toolkit']['process_s']:.1f} s", f"{med['weightwatcher']['process_s']:.1f} s",
+         f"{speed_proc:.1f}x faster", f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_proc >= TARGET_SPEEDUP)}"],
+        ["peak RSS", H.fmt_bytes(rss["toolkit"]), H.fmt_bytes(rss["weightwatcher"]), f"{rss_share:.2f} of WW",
+         f"<= 1/3 {H.verdict(rss_share <= TARGET_RSS_SHARE)}"],
+    ]
+    ww_load = H.median_of(runs["weightwatcher"], "load_s")
+    for name, m in agree["metrics"].items():
+        tol = f"{ALPHA_ATOL} abs" if name == "alpha" else f"{RTOL:g} rel"
+        rows.append([f"agree: {name} ({tol})", f"{m['agree']}/{m['compared']} matrices", "",
+                     f"{m['share'] * 100:.1f} % (max dev {m['max_dev']:.2g})",
+                     f">= 95 % {H.verdict(m['share'] >= TARGET_AGREE)}"])
+    print()
+    print(H.table(rows, ["figure", "toolkit", "WeightWatcher", "ratio", "target"]))
+    print(f"WeightWatcher's from_pretrained alone: {ww_load:.1f} s (median). Matched {agree['matched']} matrices "
+          f"by name (toolkit {agree['ours']}, WeightWatcher {agree['theirs']} layers; lm_head is WeightWatcher's only).")
+    for name, m in agree["metrics"].items():
+        if m["disagree"]:
+            print(f"  {name}: first disagreeing: {', '.join(m['disagree'])}")
+    print(f"{H.load()} at end")
+    return {"machine": H.machine(), "load_at_end": H.load(), "device": args.device, "reps": args.reps,
+            "threads": args.threads or "all cores",
+            "median": med, "peak_rss": rss, "speedup_work": speed_work, "speedup_process": speed_proc,
+            "rss_share": rss_share, "agreement": agree, "ww_load_s": ww_load,
+            "all": {side: rs for side, rs in runs.items()}}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Forward hooks on component modules that keep running reductions, never tensors.
+
+Each hooked module (``q_proj``, a fused ``qkv_proj``, GPT-2's ``c_attn``...)
+gets one hook. On every forward the hook drops the padding tokens, cuts the
+output into the module's canonical components with each piece's
+``out_index`` (the same mapping the weight statistics use), and folds the
+values into float64 accumulators: count, mean, central moments 2-4 and
+max |x| (:class:`Moments`); the input's sum of squares; per-head sums of
+squares for q, k and v. Nothing else is kept, so memory stays at one
+module's output at a time. Hooks only read: they return None and never touch
+the tensors the model goes on with.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from toolkit.errors import ToolkitError
+
+
+class Moments:
+    """Streaming power sums of a (tokens, features) stream about a fixed centre, in float64.
+
+    The centre ``c`` is the mean of the first batch, rounded to the batch's
+    dtype so the subtraction is exact; later batches are folded in as per-feature
+    sums ``S_k[f] = sum_t (x[t, f] - c)^k``, ``k = 1..4``. Central moments
+    follow at the end without cancellation, because ``c`` lies within a few
+    standard deviations of the overall mean.
+
+    Attributes
+    ----------
+    n : int
+        Values seen (tokens x features).
+    tokens : int
+        Rows seen.
+    c : float or None
+        The centre (None before any value).
+    sums : torch.Tensor or None, shape (4, features), float64
+        ``S_1 .. S_4`` per feature.
+    max_abs : float
+        ``max |x|`` (0 before any value).
+
+    Notes
+    -----
+    With ``r_k = sum_f S_k[f] / n``: ``mean = c + r1``,
+    ``m2 = r2 - r1^2``, ``m4 = r4 - 4 r1 r3 + 6 r1^2 r2 - 3 r1^4`` (central
+    moments per value), kurtosis ``m4 / m2^2``. Element-wise work and the sum
+    over one batch's tokens run in the batch's dtype (float32; bf16/fp16 are
+    converted to float32), every other sum in float64.
+    """
+
+    __slots__ = ("n", "tokens", "c", "sums", "max_abs")
+
+    def __init__(self):
+        self.n, self.tokens, self.c, self.sums, self.max_abs = 0, 0, None, None, 0.0
+
+    def add(self, x: torch.Tensor) -> None:
+        """Fold the rows of ``x`` (tokens, features) in."""
+        x = x.detach()
+        x = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+        if x.dtype not in (torch.float32, torch.float64):
+            x = x.float()
+        if x.numel() == 0:
+            return
+        if self.c is None:
+            self.c = float(x.mean())  # exactly representable in x's dtype
+        buf = torch.empty((4, *x.shape), dtype=x.dtype, device=x.device)
+        torch.sub(x, self.c, out=buf[0])
+        torch.mul(buf[0], buf[0], out=buf[1])
+        torch.mul(buf[1], buf[0], out=buf[2])
+        torch.mul(buf[1], buf[1], out=buf[3])
+        sums = buf.sum(1).to(torch.float64)
+        self.sums = sums if self.sums is None else self.sums + sums
+        lo, hi = torch.aminmax(x)
+        self.max_abs = max(self.max_abs, -float(lo), float(hi))
+        self.n += x.numel()
+        self.tokens += x.shape[0]
+
+    def _raw(self) -> list[float]:
+        return (self.sums.sum(1) / self.n).tolist()
+
+    @property
+    def mean(self) -> float:
+        """Mean of every value; NaN before any value."""
+        return self.c + self._raw()[0] if self.n else math.nan
+
+    @property
+    def rms(self) -> float:
+        """``sqrt(mean(x^2))``; NaN before any value."""
+        if not self.n:
+            return math.nan
+        r1, r2, _, _ = self._raw()
+        return math.sqrt(max(r2 + 2 * self.c * r1 + self.c * self.c, 0.0))
+
+    @property
+    def kurtosis(self) -> float:
+        """Pearson kurtosis ``m4 / m2^2``; NaN if empty or constant."""
+        if not self.n:
+            return math.nan
+        r1, r2, r3, r4 = self._raw()
+        m2 = r2 - r1 * r1
+        m4 = r4 - 4 * r1 * r3 + 6 * r1 * r1 * r2 - 3 * r1**4
+        return m4 / (m2 * m2) if m2 > 0 else math.nan
+
+    def feature_sumsq(self) -> torch.Tensor | None:
+        """``sum_t x[t, f]^2`` per feature (float64), or None before any value."""
+        if self.sums is None:
+            return None
+        return self.sums[1] + 2 * self.c * self.sums[0] + self.tokens * self.c * self.c
+
+
+@dataclass
+class Batch:
+    """What the hooks need to know about the batch running now.
+
+    Attributes
+    ----------
+    mask : torch.BoolTensor, shape (batch, seq)
+        True at real tokens, False at padding (right padding).
+    lengths : list of int, length batch
+        Real tokens of each row.
+    text_index : list of int, length batch
+        Position of each row's text in the user's list.
+    """
+
+    mask: torch.Tensor
+    lengths: list[int]
+    text_index: list[int]
+
+    @property
+    def full(self) -> bool:
+        """No padding in this batch."""
+        return min(self.lengths) == self.mask.shape[1]
+
+
+def token_rows(x: torch.Tensor, batch: Batch, where: str) -> torch.Tensor:
+    """The non-padding rows of ``x``: shape (batch, seq, f) or (batch*seq, f) -> (tokens, f)."""
+    mask = batch.mask
+    if x.shape[:-1] == mask.shape or (x.ndim == 2 and x.shape[0] == mask.numel()):
+        return x.reshape(-1, x.shape[-1]) if batch.full else x.reshape(-1, x.shape[-1])[mask.reshape(-1)]
+    raise ToolkitError(f"{where}: expected a tensor of shape (batch, seq, features) = "
+                       f"({', '.join(map(str, mask.shape))}, f), got {tuple(x.shape)}")
+
+
+@dataclass
+class Accumulator:
+    """Running reductions of one (layer, component)."""
+
+    output: Moments = field(default_factory=Moments)
+    input_sumsq: float = 0.0  # sum of x^2 over the module's input
+    input_count: int = 0  # entries of the input seen
+
+
+@dataclass(frozen=True)
+class Target:
+    """One component of one hooked module: where its output columns are."""
+
+    key: tuple[int, str]  # (layer, component)
+    out_index: object  # slice, LongTensor or None
+
+
+class ComponentRecorder:
+    """Hooks on every component module; a context manager.
+
+    Parameters
+    ----------
+    modules : dict of nn.Module -> list of Target
+        Each module with the components its output holds.
+    batch : callable
+        ``batch() -> Batch``, the batch running now.
+
+    Attributes
+    ----------
+    acc : dict of (layer, component) -> Accumulator
+    calls : dict of (layer, component) -> int
+        Forward calls seen per component (0: its module never ran).
+    """
+
+    def __init__(self, modules: dict, batch):
+        self._modules = modules
+        self._batch = batch
+        self._handles = []
+        self.acc = {t.key: Accumulator() for ts in modules.values() for t in ts}
+        self.calls = {k: 0 for k in self.acc}
+        self._last_input = (None, None)
+
+    def _input_sumsq(self, x: torch.Tensor, batch: Batch, where: str) -> tuple[float, int]:
+        """Sum of squares of a module input; q, k and v share one input tensor, measured once."""
+        last, value = self._last_input  # holding ``last`` keeps its memory from being reused
+        if x is not last or x._version != value[2]:
+            rows = token_rows(x, batch, where)
+            flat = rows.reshape(-1) if rows.dtype in (torch.float32, torch.float64) else rows.reshape(-1).float()
+            sq = float(torch.dot(flat, flat))
+            self._last_input = (x, (sq, rows.numel(), x._version))
+        return self._last_input[1][:2]
+
+    def _hook(self, targets):
+        def hook(module, args, kwargs, output):
+            batch = self._batch()
+            where = f"layer {targets[0].key[0]} {'/'.join(t.key[1] for t in targets)}"
+            y = output[0] if isinstance(output, (tuple, list)) else output
+            x = args[0] if args else next((v for v in kwargs.values() if torch.is_tensor(v)), None)
+            if x is None:
+                raise ToolkitError(f"{where}: {type(module).__name__} was called without an input tensor")
+            with torch.no_grad():
+                sq_in, n_in = self._input_sumsq(x, batch, where)
+                y_out = token_rows(y.detach(), batch, where)
+                for t in targets:
+                    acc = self.acc[t.key]
+                    self.calls[t.key] += 1
+                    part = y_out if t.out_index is None else y_out[:, t.out_index]
+                    acc.output.add(part)
+                    acc.input_sumsq += sq_in
+                    acc.input_count += n_in
+            return None
+
+        return hook
+
+    def __enter__(self):
+        for module, targets in self._modules.items():
+            self._handles.append(module.register_forward_hook(self._hook(targets), with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._last_input = (None, None)
+        return False
+
+    def input_rms(self, key) -> float:
+        """``sqrt(sum x^2 / count)`` of the module input; NaN if it never ran."""
+        acc = self.acc[key]
+        return math.sqrt(acc.input_sumsq / acc.input_count) if acc.input_count else math.nan
+
+    def head_rms(self, key, head_dim: int) -> torch.Tensor | None:
+        """``sqrt(sum_sq / (tokens * head_dim))`` per head (float64, CPU), or None."""
+        out = self.acc[key].output
+        sq = out.feature_sumsq()
+        if sq is None or sq.numel() % head_dim:
+            return None
+        return (sq.reshape(-1, head_dim).sum(1) / (out.tokens * head_dim)).sqrt().cpu()
+

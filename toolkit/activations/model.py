@@ -1,0 +1,165 @@
+"""Loading a model (and its tokenizer) with ``transformers`` for a forward pass.
+
+Activation statistics need the model built, unlike the weight statistics,
+which stream tensors from the file. ``source`` is what
+:func:`toolkit.open_source` takes (nothing = the embedded SmolLM2 GGUF, a
+local folder or file, a hub id, a :class:`~toolkit.sources.Source`) or an
+already loaded ``transformers`` model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from toolkit.errors import SourceNotFoundError
+
+
+@dataclass
+class Loaded:
+    """A model ready to run, its tokenizer (or None) and where it came from."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    attrs: dict = field(default_factory=dict)
+    tokenizer_error: str = ""
+
+
+def _locate(source, gguf_file):
+    """``(folder or hub id, gguf_file, format, display name)``."""
+    from toolkit.sources.base import Source
+
+    if isinstance(source, Source):
+        source = source.location
+    if source is None:
+        from toolkit.bundled import default_model_path
+
+        source = default_model_path()
+    text = os.path.expanduser(os.fspath(source))
+    path = Path(text)
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return str(path.parent), path.name, "gguf", str(path)
+        return str(path.parent), gguf_file, "transformers", str(path)
+    if path.is_dir():
+        return str(path), gguf_file, "gguf" if gguf_file else "transformers", str(path)
+    if os.path.isabs(text) or text.startswith(".") or text.count("/") != 1:
+        raise SourceNotFoundError(text, "no such file or directory (and not a hub id of the form 'org/name')")
+    return text, gguf_file, "gguf" if gguf_file else "transformers", text
+
+
+def _model_class(config):
+    import transformers as tf
+    from transformers.models.auto import modeling_auto as ma
+
+    mt = config.model_type
+    if mt in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return tf.AutoModelForCausalLM
+    if mt in ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return tf.AutoModelForImageTextToText
+    if mt in ma.MODEL_FOR_MASKED_LM_MAPPING_NAMES:
+        return tf.AutoModelForMaskedLM
+    return tf.AutoModel
+
+
+def _load_local_gguf(path: Path, dtype) -> torch.nn.Module | None:
+    """A GGUF file's model, built from :func:`toolkit.open_source`'s tensors (None: use ``from_pretrained``).
+
+    ``from_pretrained(folder, gguf_file=...)`` parses the file's metadata
+    several times (about 25 s of CPU for the embedded 135M model); the
+    source parses it once and yields the same values (dequantised, q/k
+    un-permuted as ``transformers`` does), so this takes about 9 s. Any
+    parameter the file does not fill, other than a weight tied to one it
+    does fill, sends the caller back to ``from_pretrained``.
+    """
+    import transformers as tf
+
+    from toolkit.errors import ToolkitError
+    from toolkit.sources import open_source
+
+    try:
+        src = open_source(path)
+        config = tf.AutoConfig.for_model(**src.config)
+        model = _model_class(config).from_config(config, dtype=dtype, attn_implementation="eager")
+        state = {r.name: r.read() for r in src.tensors()}
+        result = model.load_state_dict(state, strict=False)
+        model.tie_weights()
+    except (ToolkitError, ValueError, KeyError, TypeError, RuntimeError):
+        return None
+    params = dict(model.named_parameters(remove_duplicate=False))
+    filled = {id(params[n]) for n in state if n in params}
+    if result.unexpected_keys or any(id(params.get(n)) not in filled for n in result.missing_keys):
+        return None
+    return model
+
+
+def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dtype=torch.float32) -> Loaded:
+    """Build the model with ``transformers`` (eager attention, eval mode, CPU).
+
+    Parameters
+    ----------
+    source : str, path-like, Source, transformers model, Loaded or None
+        As :func:`toolkit.activations.activation_stats` takes it; a
+        :class:`Loaded` is returned as is (load once, run many times).
+    tokenizer : transformers tokenizer, optional
+        Used instead of loading one.
+    gguf_file : str, optional
+        File name inside a folder or hub repo of GGUF files.
+    revision : str, optional
+        Hub revision.
+    dtype : torch.dtype
+        Weights are loaded (and GGUF dequantised) to this dtype; default float32.
+
+    Returns
+    -------
+    Loaded
+
+    Raises
+    ------
+    SourceNotFoundError
+        Nothing to load at ``source``, or ``transformers`` cannot load it.
+
+    Notes
+    -----
+    A local ``.gguf`` file is built from :func:`toolkit.open_source`'s
+    tensors (the values ``from_pretrained`` loads, in a third of the time)
+    and its tokenizer read with ``TokenizersBackend.from_pretrained``
+    (the tokenizer ``AutoTokenizer`` builds from a GGUF file, without its
+    second parse of the config).
+    """
+    if isinstance(source, Loaded):
+        if tokenizer is None:
+            return source
+        return Loaded(source.model, tokenizer, dict(source.attrs))
+    if isinstance(source, torch.nn.Module):
+        cfg = getattr(source, "config", None)
+        name = str(getattr(cfg, "_name_or_path", "") or type(source).__name__)
+        return Loaded(source, tokenizer, {"source": name, "format": "loaded model"},
+                      "" if tokenizer is not None else "a loaded model was given without tokenizer=")
+    import transformers as tf
+
+    where, gguf, fmt, shown = _locate(source, gguf_file)
+    kw = {k: v for k, v in (("gguf_file", gguf), ("revision", revision)) if v}
+    local_gguf = Path(where, gguf) if gguf and Path(where, gguf).is_file() else None
+    model = _load_local_gguf(local_gguf, dtype) if local_gguf is not None else None
+    try:
+        if model is None:
+            config = tf.AutoConfig.from_pretrained(where, **kw)
+            model = _model_class(config).from_pretrained(where, dtype=dtype, attn_implementation="eager", **kw)
+    except (OSError, ValueError) as err:
+        raise SourceNotFoundError(shown, f"transformers cannot load it: {err}") from err
+    model.eval()
+    error = ""
+    if tokenizer is None:
+        try:
+            if local_gguf is not None:  # the GGUF tokenizer alone, without re-parsing the config
+                tokenizer = tf.TokenizersBackend.from_pretrained(where, **kw)
+            else:
+                tokenizer = tf.AutoTokenizer.from_pretrained(where, **kw)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
+            tokenizer, error = None, f"no tokenizer could be loaded ({type(err).__name__}: {str(err)[:200]})"
+    attrs = {"source": shown, "format": fmt, "revision": revision or ""}
+    return Loaded(model, tokenizer, attrs, error)

@@ -1,0 +1,173 @@
+"""Running a pass over a checkpoint's tensors on every core the pass is given.
+
+Three costs make up a pass besides bookkeeping: reading (or dequantising)
+each stored tensor, converting it to float32, and measuring it. Here:
+
+- Each tensor is read and converted in a background thread, one tensor
+  ahead of the measuring (:func:`float32_stream`), so I/O and dequantising
+  overlap with the statistics (NumPy and torch release the GIL in their
+  kernels).
+- Conversions go into float32 buffers reused from one tensor to the next
+  (:class:`Workspace`): a fresh allocation per tensor would have each of its
+  pages faulted in and zeroed by the kernel, which costs more than the
+  conversion itself.
+- The tensors are dealt to up to two independent pipelines (reader +
+  measurer each), run in threads (:func:`map_tensors`). torch's thread
+  budget (``torch.get_num_threads()``) is split between them: each
+  measures with ``budget // pipelines`` intra-op threads (at least one),
+  and NumPy's BLAS is held to the same count (threadpoolctl).
+  Matrices of a few hundred rows do not scale across threads inside one
+  factorisation, but two of them at once do; and OpenMP regions with more
+  threads than free cores wait on a descheduled thread at every barrier
+  (measured on 2 shared cores: Gram + eigvalsh with 2 intra-op threads next
+  to a busy reader thread ran up to 10x slower than with 1).
+
+Peak memory: per pipeline two float32 tensors plus one as stored, plus the
+measuring's temporaries.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+#: Most pipelines a pass runs (bounds memory: each holds ~3 tensors).
+MAX_PIPELINES = 2
+
+
+class Workspace:
+    """A float32 buffer reused from one tensor to the next."""
+
+    def __init__(self):
+        self._buf: torch.Tensor | None = None
+
+    def float32(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` as float32: ``t`` itself when it is float32 already (or not on
+        the CPU), else a view of the buffer, valid until the next call."""
+        if t.dtype == torch.float32 or t.device.type != "cpu" or not t.is_floating_point():
+            return t.to(torch.float32)
+        n = t.numel()
+        if self._buf is None or self._buf.numel() < n:
+            self._buf = None  # free the old one first
+            self._buf = torch.empty(n, dtype=torch.float32)
+        out = self._buf[:n].view(t.shape)
+        out.copy_(t)
+        return out
+
+
+def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iterator[torch.Tensor | None]:
+    """Call each reader and yield its tensor as float32, one tensor read ahead.
+
+    Parameters
+    ----------
+    readers : iterable of callables or None
+        ``reader()`` returns a tensor (e.g. ``TensorRecord.read``); None yields
+        None without reading.
+
+    Yields
+    ------
+    torch.Tensor or None
+        Float32, in the order of ``readers``. A yielded tensor may be a view
+        of a reused buffer: it is valid until the generator is advanced
+        again, so use it (and drop it) before asking for the next one.
+        An exception raised by a reader is raised here, at its tensor.
+    """
+    spaces = (Workspace(), Workspace())
+    it = iter(readers)
+
+    def load(reader, k):
+        return None if reader is None else spaces[k].float32(reader())
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-read") as pool:
+        k = 0
+        pending = None
+        first = next(it, StopIteration)
+        if first is not StopIteration:
+            pending = pool.submit(load, first, k)
+        try:
+            while pending is not None:
+                nxt = next(it, StopIteration)
+                current = pending
+                k ^= 1
+                pending = None if nxt is StopIteration else pool.submit(load, nxt, k)
+                yield current.result()
+        finally:
+            if pending is not None:
+                pending.cancel()
+
+
+def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[int, torch.Tensor], object],
+                *, pipelines: int | None = None) -> Iterator[tuple[int, object]]:
+    """``work(i, float32 tensor of readers[i])`` for every i, on parallel pipelines.
+
+    Parameters
+    ----------
+    readers : sequence of callables
+        ``readers[i]()`` returns tensor i in any float dtype.
+    work : callable
+        ``work(i, tensor) -> result``; must not keep ``tensor`` (a reused
+        buffer) beyond the call.
+    pipelines : int, optional
+        Threads measuring at once (default: ``min(2, torch.get_num_threads())``);
+        each reads its own tensors ahead in a further thread.
+
+    Yields
+    ------
+    (i, result)
+        In completion order (pipeline p takes tensors p, p + P, p + 2P...).
+        An exception raised by a reader or by ``work`` is raised here; the
+        other pipelines then stop after their current tensor.
+    """
+    budget = torch.get_num_threads()
+    n = max(1, min(pipelines or MAX_PIPELINES, budget, len(readers)))
+    if not readers:
+        return
+    done: queue.Queue = queue.Queue()
+    stop = threading.Event()
+
+    def pipeline(p: int) -> None:
+        try:
+            mine = range(p, len(readers), n)
+            tensors = float32_stream(readers[i] for i in mine)
+            try:
+                for i, tensor in zip(mine, tensors):
+                    if stop.is_set():
+                        break
+                    done.put((i, work(i, tensor), None))
+                    del tensor
+            finally:
+                tensors.close()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            done.put((None, None, exc))
+        finally:
+            done.put((None, None, None))  # this pipeline is finished
+
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    intra = max(1, budget // n)
+    torch.set_num_threads(intra)  # threads started below take this as their budget
+    blas = threadpool_limits(limits=intra, user_api="blas")  # NumPy's BLAS (Gram matrices, moments)
+    threads = [threading.Thread(target=pipeline, args=(p,), name=f"toolkit-pass-{p}", daemon=True) for p in range(n)]
+    try:
+        for t in threads:
+            t.start()
+        running = n
+        while running:
+            i, result, exc = done.get()
+            if exc is not None:
+                raise exc
+            if i is None:
+                running -= 1
+                continue
+            yield i, result
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        blas.restore_original_limits()
+        torch.set_num_threads(before)
