@@ -31,6 +31,7 @@ __all__ = [
     "Mapping",
     "ToolkitError",
     "__version__",
+    "activation_stats",
     "cache_info",
     "clear_cache",
     "compare",
@@ -47,10 +48,12 @@ __all__ = [
     "widgets",
 ]
 
-_LAZY_SUBMODULES = {"plot", "widgets", "lab"}
+_LAZY_SUBMODULES = {"plot", "widgets", "lab", "activations"}
 
 
 def __getattr__(name: str):
     if name in _LAZY_SUBMODULES:
         return importlib.import_module(f"toolkit.{name}")
+    if name == "activation_stats":  # lazily: it loads transformers
+        return importlib.import_module("toolkit.activations").activation_stats
     raise AttributeError(f"module 'toolkit' has no attribute {name!r}")
