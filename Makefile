@@ -30,3 +30,10 @@ browser-deps:
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache test-artifacts
+
+.PHONY: bench-ww bench-scale
+bench-ww: setup
+	$(BIN)/python benchmarks/bench_weightwatcher.py --reps 3
+
+bench-scale: setup
+	$(BIN)/python benchmarks/bench_scale.py --reps 3

@@ -104,6 +104,11 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
     memory bound). Measured on 2 shared CPU cores: 2048 x 2048, 2-4 s
     against ~10 s (float32 ``svdvals``); 2048 x 8192, ~10 s against 30-60 s;
     about equal for small or very tall float32 matrices (3072 x 768).
+    On the CPU :math:`G` is formed with BLAS ``dsyrk`` (NumPy's ``b.T @ b``,
+    :math:`mnk/2` multiply-adds, only the symmetric half) and diagonalised
+    with ``numpy.linalg.eigvalsh``, both releasing the GIL (one core:
+    1536 x 576, 26 ms against 44 ms for ``addmm_`` + ``torch.linalg.eigvalsh``;
+    8960 x 1536, 0.7 s against 1.1 s).
 
     *Accuracy.* Forming :math:`G` squares the condition number. The
     eigenvalues carry an absolute error
@@ -123,8 +128,9 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
     SVD, :math:`\max(m,n)\,\epsilon\,\sigma_{max}` (the NumPy
     ``matrix_rank`` tolerance).
 
-    *Device.* On CUDA the same float64 Gram route runs on the GPU (fast on
-    data-centre GPUs; consumer GPUs have slow float64).
+    *Device.* On CUDA the same float64 Gram route runs on the GPU in torch
+    (``addmm_`` + ``torch.linalg.eigvalsh``; fast on data-centre GPUs,
+    consumer GPUs have slow float64).
 
     Examples
     --------
