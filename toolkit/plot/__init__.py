@@ -14,7 +14,7 @@ matplotlib until a figure is drawn.
 
 from __future__ import annotations
 
-import importlib
+from toolkit._lazy import lazy_getattr
 import sys
 import types
 
@@ -38,12 +38,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'toolkit.plot' has no attribute {name!r}")
+__getattr__ = lazy_getattr("toolkit.plot", _LAZY, globals())
 
 
 class _PlotModule(types.ModuleType):

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-import importlib
+from toolkit._lazy import lazy_getattr
 
 _LAZY = {
     "explore": "toolkit.widgets.explorer",
@@ -20,12 +20,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'toolkit.widgets' has no attribute {name!r}")
+__getattr__ = lazy_getattr("toolkit.widgets", _LAZY, globals())
 
 
 def __dir__():
