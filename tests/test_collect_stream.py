@@ -115,6 +115,32 @@ def test_evaluate_matches_compute_weight_metrics_on_bf16():
         assert cell.values[name] == pytest.approx(mv.value, rel=1e-9, nan_ok=True), name
 
 
+def test_entrywise_metrics_read_the_storage_dtype_and_others_get_float32(tmp_path, monkeypatch):
+    from toolkit.collect.evaluate import evaluate_matrix
+    from toolkit.metrics.registry import register_metric, resolve_metrics, unregister_metric
+
+    entrywise = resolve_metrics(["frobenius_norm", "rms", "kurtosis", "max_abs_over_rms"], kind="weight")
+    assert all(m.any_dtype for m in entrywise) and not toolkit.get_metric("stable_rank").any_dtype
+    w = (torch.randn(40, 24, generator=torch.Generator().manual_seed(5)) * 0.05).to(torch.bfloat16)
+    x = w.double().numpy().ravel()
+    cell = evaluate_matrix(w, entrywise)  # measured straight from bf16
+    assert cell.values["frobenius_norm"] == pytest.approx(float(np.sqrt(x @ x)), rel=1e-13)
+    assert cell.values["kurtosis"] == pytest.approx(float(scipy.stats.kurtosis(x, bias=True)), rel=1e-10)
+    assert cell.values["max_abs_over_rms"] == pytest.approx(float(np.abs(x).max() / np.sqrt(x @ x / x.size)),
+                                                            rel=1e-13)
+    seen = []
+    register_metric("dtype_probe_test", lambda w, s: seen.append(w.dtype) or 1.0, long_name="probe")
+    try:
+        monkeypatch.setenv("TOOLKIT_CACHE_DIR", "off")
+        path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2, dtype=torch.bfloat16)
+        with_probe = toolkit.weight_stats(path, ["frobenius_norm", "dtype_probe_test"], progress=False)
+        alone = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    finally:
+        unregister_metric("dtype_probe_test")
+    assert seen and set(seen) == {torch.float32}  # a metric that did not declare any_dtype gets float32
+    np.testing.assert_allclose(alone.frobenius_norm, with_probe.frobenius_norm, rtol=1e-13)
+
+
 def test_light_gguf_reader_gives_transformers_config():
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 

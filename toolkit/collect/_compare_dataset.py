@@ -10,12 +10,11 @@ import numpy as np
 import torch
 import xarray as xr
 
+from toolkit.collect._compare_measure import TOTALS
 from toolkit.collect.grid import build_grid_dataset
 from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import resolve_metrics
 
-TOTALS = ("sumsq_base", "sumsq_delta", "unchanged", "n")
-_BLOCK = 1 << 24
 
 _MODEL_VARS = {
     "model_relative_change": dict(
@@ -39,26 +38,6 @@ def short_name(location: str) -> str:
 def side_attrs(plan, side: str) -> dict:
     """A plan's source attrs prefixed ``base_`` or ``target_``."""
     return {f"{side}_{k}": v for k, v in plan.attrs().items() if k not in ("model_type", "num_hidden_layers")}
-
-
-def tensor_totals(b: torch.Tensor, t: torch.Tensor, tolerance: float) -> dict[str, float]:
-    """Sums over one stored tensor: ||W_b||^2, ||W_t - W_b||^2 (float64 accumulation), unchanged entries, size.
-
-    Works through the flattened tensors in blocks of 2^24 entries, so an
-    embedding of a 7B model needs no float32 copy of the whole tensor.
-    """
-    if b.dtype == t.dtype and torch.equal(b, t):
-        base_sq = sum(float(torch.linalg.vector_norm(blk.to(torch.float32), dtype=torch.float64) ** 2)
-                      for blk in b.reshape(-1).split(_BLOCK))
-        return {"sumsq_base": base_sq, "sumsq_delta": 0.0, "unchanged": float(b.numel()), "n": float(b.numel())}
-    out = dict.fromkeys(TOTALS, 0.0)
-    for bb, tb in zip(b.reshape(-1).split(_BLOCK), t.reshape(-1).split(_BLOCK)):
-        bf = bb.to(torch.float32)
-        out["sumsq_base"] += float(torch.linalg.vector_norm(bf, dtype=torch.float64) ** 2)
-        out["sumsq_delta"] += float(torch.linalg.vector_norm(tb.to(torch.float32) - bf, dtype=torch.float64) ** 2)
-        out["unchanged"] += _diff.count_unchanged(bb, tb, tolerance)
-    out["n"] = float(b.numel())
-    return out
 
 
 def series_name(locations: list[str]) -> str:

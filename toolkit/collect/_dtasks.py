@@ -210,19 +210,17 @@ def weights_task(spec: SourceSpec, name: str, entries: list, keys: dict, device:
         return {"cells": out, "unsaved": store.unsaved}
 
 
-def compare_task(specs: tuple, names: tuple, tid: str, pieces: list, job: dict, root: str | None,
+def compare_task(specs: tuple, name: str, names: tuple, pieces: list, job, root: str | None,
                  store_fp: str) -> dict:
     """Diff one stored tensor pair (the worker side of ``compare``/``compare_series(client=...)``).
 
     Parameters
     ----------
-    specs, names : (base, target) SourceSpec and parameter names
-    tid : str
-        Cache id of the pair (``compare._run``'s tensor id).
+    specs, names : (base, target) SourceSpec and stored parameter names
+    name : str
+        The pair's name (the ``tensor`` coordinate).
     pieces : list of Piece
-    job : dict
-        ``chosen``, ``keys``, ``options``, ``total_keys``, ``tolerance``,
-        ``device``, ``bi``, ``ti`` as in :func:`toolkit.collect.compare._run`.
+    job : toolkit.collect._compare_measure.CompareJob
     root : str or None
         Cache folder.
     store_fp : str
@@ -233,33 +231,16 @@ def compare_task(specs: tuple, names: tuple, tid: str, pieces: list, job: dict, 
     dict
         ``totals`` ``{total: value}``; ``cells`` ``{(layer, component): Cell}``; ``unsaved``.
     """
-    from toolkit.collect._compare_dataset import tensor_totals
-    from toolkit.collect.compare import _cell
+    from toolkit.collect._compare_measure import finish, lookup, measure, read_pair
+    from toolkit.collect._compare_pairs import TensorPair
 
     with reporting(f"{specs[1].location} vs {specs[0].location}", names[0]):
         store = _store(root, store_fp, "compare")
-        tensors: list = []
-
-        def side(i, data=True):
-            with reporting(specs[i].location, names[i]):  # name the side that cannot be read
-                record = specs[i].record(names[i])
-                return record.read() if data else record
-
-        def read():
-            if not tensors:
-                tensors.extend((side(0), side(1)))
-            return tensors
-
-        cached, _ = store.get(tid + "|tensor")
-        if not all(key in cached for key in job["total_keys"].values()):
-            fresh = tensor_totals(*read(), job["tolerance"])
-            cached = {job["total_keys"][n]: (v, "") for n, v in fresh.items()}
-            shape = tuple(side(0, data=False).shape)
-            store.put(tid + "|tensor", cached, shape[:2] if len(shape) >= 2 else (0, 0))
-        totals = {n: cached[key][0] for n, key in job["total_keys"].items()}
-        cells = {}
-        for piece in pieces:
-            cells[(piece.layer, piece.component)] = _cell(
-                store, f"{tid}|{piece.layer}|{piece.component}", piece, read, job["chosen"], job["keys"],
-                job["options"], {}, job["bi"], job["ti"], job["device"])
+        records = []
+        for spec, stored in zip(specs, names):
+            with reporting(spec.location, stored):  # name the side that cannot be opened
+                records.append(spec.record(stored))
+        work = lookup(store, TensorPair(name, *records, list(pieces)), job)
+        fresh = measure(work, read_pair(work.tp) if work.whole else None, job, {}) if work.todo else None
+        totals, cells = finish(store, work, fresh, job)
         return {"totals": totals, "cells": cells, "unsaved": store.unsaved}

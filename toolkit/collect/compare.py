@@ -9,26 +9,23 @@ sides' fingerprints), so a re-run is near-instant.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
-import torch
 import xarray as xr
 
-from toolkit._version import __version__
-from toolkit.collect._compare_dataset import TOTALS, pair_dataset, series_name, tensor_totals
+from toolkit.collect._compare_dataset import pair_dataset, series_name
+from toolkit.collect._compare_measure import CompareJob, finish, lookup, measure, read_pair
 from toolkit.collect._compare_pairs import pair_tensors
-from toolkit.collect.cache import _digest, metric_key, open_cache
-from toolkit.collect.grid import Cell
+from toolkit.collect.cache import _digest, open_cache
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
+from toolkit.collect.stream import map_tensors
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.metrics import diff as _diff
-from toolkit.metrics.registry import DegenerateMatrix, resolve_metrics
 
 REFERENCES = ("first", "previous")
 
@@ -196,89 +193,57 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
 
 
 def _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client=None) -> list[xr.Dataset]:
-    """One Dataset per ``(base index, target index)`` pair of ``plans``."""
+    """One Dataset per ``(base index, target index)`` pair of ``plans``.
+
+    Per pair of checkpoints: every cell and tensor total is looked up in the
+    cache here; the tensor pairs with work left are read and measured on the
+    parallel pipelines of :func:`toolkit.collect.stream.map_tensors` (both
+    stored tensors read one pair ahead, measured by
+    :func:`toolkit.collect._compare_measure.measure`); results are stored
+    here, in the calling thread, as each tensor pair finishes, so an
+    interrupted run keeps exactly what it reported.
+    """
     if client is not None:
         from toolkit.collect import distributed as _distributed
 
         return _distributed.run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, client)
-    chosen = resolve_metrics(metrics, kind="diff")
-    overrides = {"tolerance": float(tolerance), "k": int(k)}
-    options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
-    keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
-    total_keys = {n: f"{n}:{_digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
+    base_job = CompareJob.make(metrics, tolerance, k, device)
     matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
     report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
     memo: dict = {}  # (checkpoint, layer, component, k) -> top-k left singular vectors, reused across pairs
     out, done = [], 0
     try:
         for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched)):
+            job = base_job.at(bi, ti)
             store = open_cache(_digest(plans[bi].source.fingerprint, plans[ti].source.fingerprint), "compare",
                                enabled=cache)
-            cells, rows = {}, []
-            for tp in tensor_pairs:
-                tensors = []
+            works = [lookup(store, tp, job) for tp in tensor_pairs]
+            rows, cells = [None] * len(works), {}
 
-                def read():
-                    if not tensors:
-                        tensors.extend((tp.base.read(), tp.target.read()))
-                    return tensors
-
-                tid = f"{tp.base.name}|{tp.base.dtype}|{tp.base.shape}|{tp.target.name}|{tp.target.dtype}"
-                cached, _ = store.get(tid + "|tensor")
-                if not all(key in cached for key in total_keys.values()):
-                    fresh = tensor_totals(*read(), tolerance)
-                    cached = {total_keys[n]: (v, "") for n, v in fresh.items()}
-                    store.put(tid + "|tensor", cached, tuple(tp.base.shape[:2]) if len(tp.base.shape) >= 2 else (0, 0))
-                rows.append((tp.name, {n: cached[key][0] for n, key in total_keys.items()}))
-                for piece in tp.pieces:
-                    cells[(piece.layer, piece.component)] = _cell(
-                        store, f"{tid}|{piece.layer}|{piece.component}", piece, read, chosen, keys, options,
-                        memo, bi, ti, device)
+            def take(i, fresh):
+                nonlocal done
+                totals, got = finish(store, works[i], fresh, job)
+                rows[i] = (works[i].tp.name, totals)
+                cells.update(got)
                 done += 1
-                report(done, tp.name)
+                report(done, works[i].tp.name)
+
+            todo = [i for i, w in enumerate(works) if w.todo]
+            for i in sorted(set(range(len(works))) - set(todo)):
+                take(i, None)
+            readers = [partial(read_pair, works[i].tp) if works[i].whole else _nothing for i in todo]
+            for n, fresh in map_tensors(readers, lambda n, tensors: measure(works[todo[n]], tensors, job, memo),
+                                        float32=False):
+                take(todo[n], fresh)
             later = {b for b, _ in pairs[j + 1:]}
             for key in [key for key in memo if key[0] not in later]:
                 del memo[key]
-            out.append(pair_dataset(plans[bi], plans[ti], cells, rows, chosen, skipped, tolerance, k))
+            out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(job.chosen), skipped, tolerance, k))
     finally:
         report.close()
     return out
 
 
-def _cell(store, cell_id, piece, read, chosen, keys, options, memo, bi, ti, device) -> Cell:
-    cached, shape = store.get(cell_id)
-    todo = [m for m in chosen if keys[m.name] not in cached]
-    cell = Cell(piece.parameter_name, shape or (0, 0))
-    if todo:
-        b, t = read()
-        wb, wt = piece.extract(b), piece.extract(t)
-        cell.shape = (int(wb.shape[0]), int(wb.shape[1]))
-        new = {}
-        bad = int((~torch.isfinite(wb)).sum() + (~torch.isfinite(wt)).sum())
-        if bad:
-            new = {keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}
-        else:
-            bases = {}
-            for side, i in (("base", bi), ("target", ti)):
-                for kk in {o["k"] for o in options.values() if "k" in o}:
-                    if (i, piece.layer, piece.component, kk) in memo:
-                        bases[(side, kk)] = memo[(i, piece.layer, piece.component, kk)]
-            ctx = _diff.DiffContext(wb, wt, device=device, bases=bases)
-            for m in todo:
-                try:
-                    value, reason = float(m.func(ctx.base, ctx.target, ctx, **options[m.name])), ""
-                except DegenerateMatrix as e:
-                    value, reason = math.nan, e.reason
-                if math.isnan(value) and not reason:
-                    reason = "undefined for this matrix"
-                new[keys[m.name]] = (value, reason)
-            for (side, kk), u in ctx.bases.items():
-                memo[(bi if side == "base" else ti, piece.layer, piece.component, kk)] = u
-        store.put(cell_id, new, cell.shape)
-        cached = {**cached, **new}
-    for m in chosen:
-        value, reason = cached[keys[m.name]]
-        cell.values[m.name] = value
-        if reason:
-            cell.reasons[m.name] = reason
-    return cell
+def _nothing():
+    """The reader of a tensor pair that is only summed: :func:`measure` reads it in row blocks itself."""
+    return None

@@ -33,17 +33,16 @@ from contextlib import contextmanager
 
 import xarray as xr
 
-from toolkit._version import __version__
 from toolkit.collect import _dtasks
-from toolkit.collect._compare_dataset import TOTALS, pair_dataset
+from toolkit.collect._compare_dataset import pair_dataset
+from toolkit.collect._compare_measure import CompareJob, finish, lookup
 from toolkit.collect._compare_pairs import pair_tensors
 from toolkit.collect._dtasks import SourceSpec, WorkerTaskError
 from toolkit.collect.cache import _digest, metric_key, open_cache
-from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.grid import build_grid_dataset, cell_from
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.errors import MissingPackageError, ToolkitError
-from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import resolve_metrics
 
 __all__ = ["RETRIES", "WorkerTaskError", "connect", "run_compare", "run_tasks", "weight_stats"]
@@ -142,16 +141,6 @@ def run_tasks(client, func, calls: list[tuple], labels: list[tuple[str, str]], o
         client.cancel([f for f in futures if not f.done()])
 
 
-def _grid_cell(piece, shape, results: dict, chosen, keys) -> Cell:
-    cell = Cell(piece.parameter_name, shape or (0, 0))
-    for m in chosen:
-        value, reason = results[keys[m.name]]
-        cell.values[m.name] = value
-        if reason:
-            cell.reasons[m.name] = reason
-    return cell
-
-
 class _Report:
     """A progress reporter that counts what is done (tasks finish out of order)."""
 
@@ -190,14 +179,14 @@ def weight_stats(source=None, metrics=None, *, gguf_file=None, revision=None, ma
                 entries.append((piece, cell_id, todo))
                 known[cell_id] = (piece, cached)
             else:
-                cells[(piece.layer, piece.component)] = _grid_cell(piece, shape, cached, chosen, keys)
+                cells[(piece.layer, piece.component)] = cell_from(piece, shape, cached, chosen, keys)
         if entries:
             calls.append((spec, record.name, entries))
 
     def on_result(_, result):
         for cell_id, shape, new in result["cells"]:
             piece, cached = known[cell_id]
-            cells[(piece.layer, piece.component)] = _grid_cell(piece, shape, {**cached, **new}, chosen, keys)
+            cells[(piece.layer, piece.component)] = cell_from(piece, shape, {**cached, **new}, chosen, keys)
         for entry in result["unsaved"]:
             store.put(*entry)
 
@@ -226,11 +215,7 @@ def run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, cl
     Returns one Dataset per ``(base index, target index)`` pair of ``plans``,
     equal to the serial ones.
     """
-    chosen = resolve_metrics(metrics, kind="diff")
-    overrides = {"tolerance": float(tolerance), "k": int(k)}
-    options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
-    keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
-    total_keys = {n: f"{n}:{_digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
+    base_job = CompareJob.make(metrics, tolerance, k, device)
     matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
     specs = [SourceSpec.of(p.source) for p in plans]
     stores, cells, rows, calls, labels, slots = [], [], [], [], [], []
@@ -239,22 +224,19 @@ def run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, cl
         for j, ((bi, ti), (tensor_pairs, _)) in enumerate(zip(pairs, matched)):
             store_fp = _digest(plans[bi].source.fingerprint, plans[ti].source.fingerprint)
             store = open_cache(store_fp, "compare", enabled=cache)
-            job = dict(chosen=chosen, keys=keys, options=options, total_keys=total_keys,
-                       tolerance=float(tolerance), device=device, bi=bi, ti=ti)
+            job = base_job.at(bi, ti)
             stores.append(store)
             cells.append({})
             rows.append([None] * len(tensor_pairs))
             for r, tp in enumerate(tensor_pairs):
-                tid = f"{tp.base.name}|{tp.base.dtype}|{tp.base.shape}|{tp.target.name}|{tp.target.dtype}"
-                if _all_cached(store, tid, tp.pieces, keys, total_keys):
-                    totals = store.get(tid + "|tensor")[0]
-                    rows[j][r] = (tp.name, {n: totals[key][0] for n, key in total_keys.items()})
-                    for piece in tp.pieces:
-                        cells[j][(piece.layer, piece.component)] = _dtasks_cell(
-                            store, f"{tid}|{piece.layer}|{piece.component}", piece, job)
+                work = lookup(store, tp, job)
+                if not work.todo:
+                    totals, got = finish(store, work, None, job)
+                    rows[j][r] = (tp.name, totals)
+                    cells[j].update(got)
                     report(report.done + 1, tp.name)
                     continue
-                calls.append(((specs[bi], specs[ti]), (tp.base.name, tp.target.name), tid, tp.pieces, job,
+                calls.append(((specs[bi], specs[ti]), tp.name, (tp.base.name, tp.target.name), tp.pieces, job,
                               _root(store), store_fp))
                 labels.append((specs[ti].location, tp.name))
                 slots.append((j, r, tp.name))
@@ -270,26 +252,5 @@ def run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, cl
             run_tasks(c, _dtasks.compare_task, calls, labels, on_result, report, prefix="toolkit-compare")
     finally:
         report.close()
-    return [pair_dataset(plans[bi], plans[ti], cells[j], rows[j], chosen, skipped, tolerance, k)
+    return [pair_dataset(plans[bi], plans[ti], cells[j], rows[j], list(base_job.chosen), skipped, tolerance, k)
             for j, ((bi, ti), (_, skipped)) in enumerate(zip(pairs, matched))]
-
-
-def _all_cached(store, tid: str, pieces, keys: dict, total_keys: dict) -> bool:
-    if not all(key in store.get(tid + "|tensor")[0] for key in total_keys.values()):
-        return False
-    for piece in pieces:
-        cached = store.get(f"{tid}|{piece.layer}|{piece.component}")[0]
-        if not all(key in cached for key in keys.values()):
-            return False
-    return True
-
-
-def _dtasks_cell(store, cell_id, piece, job) -> Cell:
-    """A fully cached compare cell, assembled as the serial path does (no tensor is read)."""
-    from toolkit.collect.compare import _cell
-
-    def never():
-        raise AssertionError("a cached cell needs no tensor")
-
-    return _cell(store, cell_id, piece, never, job["chosen"], job["keys"], job["options"], {}, job["bi"],
-                 job["ti"], job["device"])

@@ -15,7 +15,8 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
     Parameters
     ----------
     w : torch.Tensor, shape (out_features, in_features)
-        Any float dtype; converted to float32 here (one tensor at a time).
+        Any float dtype; converted to float32 here (one tensor at a time)
+        unless every metric declares ``any_dtype``.
     metrics : list of toolkit.metrics.Metric
         Weight metrics. Singular values are computed once, only if one of
         them declares ``needs_singular_values``, and shared by all.
@@ -38,8 +39,9 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
             cell.values[m.name] = math.nan
             cell.reasons[m.name] = f"not a non-empty matrix (shape {tuple(w.shape)})"
         return cell
-    w = w.to(torch.float32)
-    bad = count_nonfinite(w)  # one float64 sum, shared with the entry-wise metrics
+    if not all(m.any_dtype for m in metrics):
+        w = w.to(torch.float32)
+    bad = count_nonfinite(w)  # the moment pass, shared with the entry-wise metrics
     if bad:
         for m in metrics:
             cell.values[m.name] = math.nan

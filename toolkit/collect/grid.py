@@ -26,6 +26,29 @@ class Cell:
     reasons: dict[str, str] = field(default_factory=dict)
 
 
+def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
+    """The Cell of ``piece`` from cached results.
+
+    Parameters
+    ----------
+    piece : toolkit.architectures.base.Piece
+    shape : (int, int) or None
+        The matrix shape (None: unknown, stored as (0, 0)).
+    results : dict
+        ``{cache key: (value, reason)}`` holding every metric's key.
+    metrics : list of Metric
+    keys : dict
+        Metric name -> cache key.
+    """
+    cell = Cell(piece.parameter_name, tuple(shape) if shape else (0, 0))
+    for m in metrics:
+        value, reason = results[keys[m.name]]
+        cell.values[m.name] = value
+        if reason:
+            cell.reasons[m.name] = reason
+    return cell
+
+
 def build_grid_dataset(
     num_layers: int,
     cells: dict[tuple[int, str], Cell],

@@ -77,23 +77,35 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iter
         An exception raised by a reader is raised here, at its tensor.
     """
     spaces = (Workspace(), Workspace())
+    return read_ahead(readers, lambda reader, k: spaces[k].float32(reader()))
+
+
+def read_ahead(readers: Iterable[Callable[[], object] | None],
+               load: Callable[[Callable[[], object], int], object] | None = None) -> Iterator[object]:
+    """Yield ``load(reader, k)`` for each reader, computed one reader ahead in a background thread.
+
+    ``k`` alternates 0, 1 (which of two reusable buffers to fill); ``load``
+    defaults to calling the reader. None readers yield None. An exception
+    raised by a reader is raised here, at its item.
+    """
+    load = load or (lambda reader, k: reader())
     it = iter(readers)
 
-    def load(reader, k):
-        return None if reader is None else spaces[k].float32(reader())
+    def call(reader, k):
+        return None if reader is None else load(reader, k)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-read") as pool:
         k = 0
         pending = None
         first = next(it, StopIteration)
         if first is not StopIteration:
-            pending = pool.submit(load, first, k)
+            pending = pool.submit(call, first, k)
         try:
             while pending is not None:
                 nxt = next(it, StopIteration)
                 current = pending
                 k ^= 1
-                pending = None if nxt is StopIteration else pool.submit(load, nxt, k)
+                pending = None if nxt is StopIteration else pool.submit(call, nxt, k)
                 yield current.result()
         finally:
             if pending is not None:
@@ -101,7 +113,7 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iter
 
 
 def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[int, torch.Tensor], object],
-                *, pipelines: int | None = None) -> Iterator[tuple[int, object]]:
+                *, pipelines: int | None = None, float32: bool = True) -> Iterator[tuple[int, object]]:
     """``work(i, float32 tensor of readers[i])`` for every i, on parallel pipelines.
 
     Parameters
@@ -114,6 +126,9 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     pipelines : int, optional
         Threads measuring at once (default: ``min(2, torch.get_num_threads())``);
         each reads its own tensors ahead in a further thread.
+    float32 : bool, default True
+        Convert each tensor to float32 in the read-ahead thread. False hands
+        ``work`` whatever the reader returned (e.g. a pair of stored tensors).
 
     Yields
     ------
@@ -132,7 +147,7 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     def pipeline(p: int) -> None:
         try:
             mine = range(p, len(readers), n)
-            tensors = float32_stream(readers[i] for i in mine)
+            tensors = (float32_stream if float32 else read_ahead)(readers[i] for i in mine)
             try:
                 for i, tensor in zip(mine, tensors):
                     if stop.is_set():

@@ -8,7 +8,7 @@ import xarray as xr
 
 from toolkit.collect.cache import metric_key, open_cache
 from toolkit.collect.evaluate import evaluate_matrix
-from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.grid import Cell, build_grid_dataset, cell_from
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.collect.stream import map_tensors
@@ -121,19 +121,13 @@ def weight_stats(
     def finish(j: int, fresh: list | None) -> None:
         """Store job j's fresh results and fill its cells (main thread only)."""
         for k, (piece, cell_id, cached, shape, need) in enumerate(jobs[j][1]):
-            cell = Cell(piece.parameter_name, shape or (0, 0))
             if need:
                 got = fresh[k]
-                cell.shape = got.shape
+                shape = got.shape
                 new = {keys[m.name]: (got.values[m.name], got.reasons.get(m.name, "")) for m in need}
                 store.put(cell_id, new, got.shape)
                 cached = {**cached, **new}
-            for m in chosen:
-                value, reason = cached[keys[m.name]]
-                cell.values[m.name] = value
-                if reason:
-                    cell.reasons[m.name] = reason
-            cells[(piece.layer, piece.component)] = cell
+            cells[(piece.layer, piece.component)] = cell_from(piece, shape, cached, chosen, keys)
 
     report = make_progress(progress, total=len(plan.records), desc="weights")
     done = 0
@@ -147,7 +141,10 @@ def weight_stats(
         # Tensors are read, converted and measured on parallel pipelines
         # (toolkit.collect.stream); results are stored here, in this thread,
         # so an interrupted run keeps exactly the results it reported.
-        for i, fresh in map_tensors([jobs[j][0].read for j in todo], measure):
+        # Metrics that accept the storage dtype (the entry-wise ones) are fed it
+        # as read: their one chunked pass converts as it goes.
+        float32 = not all(m.any_dtype for m in chosen)
+        for i, fresh in map_tensors([jobs[j][0].read for j in todo], measure, float32=float32):
             finish(todo[i], fresh)
             done += 1
             report(done, jobs[todo[i]][0].name)

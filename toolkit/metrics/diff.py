@@ -39,20 +39,10 @@ from functools import cached_property
 
 import torch
 
+from toolkit.metrics.pair_sums import PairSums, comparison_dtype, pair_sums
 from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics
 
-#: Mantissa bits of the float dtypes, to pick the coarser side.
-_MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
-_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _BLOCK = 1 << 22  # entries of W converted to float64 at a time
-
-
-def comparison_dtype(a: torch.dtype, b: torch.dtype) -> torch.dtype:
-    """The dtype two stored tensors are compared in: the one with fewer mantissa bits."""
-    for d in (a, b):
-        if d not in _MANTISSA:
-            raise TypeError(f"cannot compare stored dtype {d}; expected one of {sorted(map(str, _MANTISSA))}")
-    return a if _MANTISSA[a] <= _MANTISSA[b] else b
 
 
 def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0) -> int:
@@ -68,13 +58,13 @@ def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float =
     Returns
     -------
     int
+
+    Raises
+    ------
+    TypeError
+        A dtype other than bfloat16, float16, float32 or float64.
     """
-    dtype = comparison_dtype(base.dtype, target.dtype)
-    b, t = base.to(dtype), target.to(dtype)
-    if tolerance > 0:
-        return int(((t.float() - b.float()).abs() <= tolerance).sum())
-    view = _INT_VIEW[dtype.itemsize]
-    return int((b.contiguous().view(view) == t.contiguous().view(view)).sum())
+    return pair_sums(base, target, tolerance).unchanged
 
 
 def top_left_singular_vectors(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
@@ -122,6 +112,10 @@ def top_left_singular_vectors(w: torch.Tensor, k: int, *, device="cpu") -> torch
 class DiffContext:
     """Quantities shared by the diff metrics of one (base, target) pair.
 
+    Everything is computed on first use and kept: the entry-wise sums in one
+    chunked pass over the stored values (:func:`toolkit.metrics.pair_sums.pair_sums`),
+    the float32 matrices only when a metric reads them.
+
     Parameters
     ----------
     base, target : torch.Tensor, shape (out, in)
@@ -131,28 +125,51 @@ class DiffContext:
     bases : dict, optional
         Precomputed subspaces ``{("base" | "target", k): U}``, e.g. the base's
         from the previous pair of a series; filled as they are computed.
+    tolerance : float, default 0.0
+        The tolerance the shared pass counts unchanged entries with (other
+        tolerances are counted on demand, see :meth:`unchanged`).
+    sums : PairSums, optional
+        The pair's sums when the caller has them already.
 
     Attributes
     ----------
-    base, target : torch.Tensor, float32
     stored : tuple of two tensors in their storage dtypes
-    identical : bool
-        Both sides hold the same values (as read, before any rounding).
+    numel : int
+        Entries of one side.
     """
 
-    def __init__(self, base, target, *, device="cpu", bases: dict | None = None):
+    def __init__(self, base, target, *, device="cpu", bases: dict | None = None, tolerance: float = 0.0,
+                 sums: PairSums | None = None):
         if base.shape != target.shape:
             raise ValueError(f"shapes differ: {tuple(base.shape)} vs {tuple(target.shape)}")
         self.stored = (base, target)
-        self.base, self.target = base.to(torch.float32), target.to(torch.float32)
+        self.numel = base.numel()
         self.device = device
         self.bases = {} if bases is None else bases
+        self.tolerance = float(tolerance)
         self._unchanged: dict[float, int] = {}
+        if sums is not None:
+            self.__dict__["sums"] = sums
 
     @cached_property
+    def sums(self) -> PairSums:
+        """The pair's entry-wise sums (:class:`~toolkit.metrics.pair_sums.PairSums`), one pass."""
+        return pair_sums(*self.stored, self.tolerance)
+
+    @cached_property
+    def base(self) -> torch.Tensor:
+        """The base matrix as float32."""
+        return self.stored[0].to(torch.float32)
+
+    @cached_property
+    def target(self) -> torch.Tensor:
+        """The target matrix as float32."""
+        return self.stored[1].to(torch.float32)
+
+    @property
     def identical(self) -> bool:
         """Both sides hold the same values as read (then every diff is known without work)."""
-        return bool(torch.equal(self.base, self.target))
+        return self.sums.identical
 
     @cached_property
     def delta(self) -> torch.Tensor:
@@ -168,6 +185,9 @@ class DiffContext:
 
     def unchanged(self, tolerance: float = 0.0) -> int:
         """Entries whose stored value did not change (:func:`count_unchanged`)."""
+        tolerance = float(tolerance)
+        if tolerance == self.tolerance:
+            return self.sums.unchanged
         if tolerance not in self._unchanged:
             self._unchanged[tolerance] = count_unchanged(*self.stored, tolerance)
         return self._unchanged[tolerance]
@@ -184,19 +204,15 @@ class DiffContext:
         return self.bases[key]
 
 
-def _sq(x: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm(x, dtype=torch.float64) ** 2)
-
-
 def relative_change(base, target, ctx: DiffContext) -> float:
-    r"""Relative change :math:`\|W_t - W_b\|_F / \|W_b\|_F`.
+    r"""Relative change :math:`\|W_t - W_b\|_F / \|W_b\|_F`, from the pair's float64 sums.
 
     References: Mukherjee et al. (2025), arXiv:2505.11711, sec. 4.
     """
-    nb = _sq(base)
-    if nb == 0.0:
+    s = ctx.sums
+    if s.sumsq_base == 0.0:
         raise DegenerateMatrix("base matrix is all zeros")
-    return 0.0 if ctx.identical else math.sqrt(_sq(ctx.delta) / nb)
+    return math.sqrt(s.sumsq_delta / s.sumsq_base)
 
 
 def update_sparsity(base, target, ctx: DiffContext, *, tolerance: float = 0.0) -> float:
@@ -204,12 +220,12 @@ def update_sparsity(base, target, ctx: DiffContext, *, tolerance: float = 0.0) -
 
     References: Mukherjee et al. (2025), arXiv:2505.11711, sec. 3 (update sparsity).
     """
-    return ctx.unchanged(tolerance) / base.numel()
+    return ctx.unchanged(tolerance) / ctx.numel
 
 
 def update_density(base, target, ctx: DiffContext, *, tolerance: float = 0.0) -> float:
     """Fraction of entries that changed, ``1 - update_sparsity``."""
-    return 1.0 - ctx.unchanged(tolerance) / base.numel()
+    return 1.0 - ctx.unchanged(tolerance) / ctx.numel
 
 
 def _delta_spectral(ctx: DiffContext, func, name: str) -> float:
@@ -237,14 +253,14 @@ def delta_effective_rank(base, target, ctx: DiffContext) -> float:
 
 
 def cosine_similarity(base, target, ctx: DiffContext) -> float:
-    r"""Cosine of the flattened matrices, :math:`\langle W_b, W_t\rangle_F / (\|W_b\|_F \|W_t\|_F)`."""
-    nb, nt = _sq(base), _sq(target)
-    if nb == 0.0 or nt == 0.0:
+    r"""Cosine of the flattened matrices, :math:`\langle W_b, W_t\rangle_F / (\|W_b\|_F \|W_t\|_F)`,
+    from the pair's float64 sums."""
+    s = ctx.sums
+    if s.sumsq_base == 0.0 or s.sumsq_target == 0.0:
         raise DegenerateMatrix("a matrix is all zeros")
-    if ctx.identical:
+    if s.identical:
         return 1.0
-    dot = float(torch.sum(base.to(torch.float64) * target.to(torch.float64)))
-    return max(-1.0, min(1.0, dot / math.sqrt(nb * nt)))
+    return max(-1.0, min(1.0, s.dot / math.sqrt(s.sumsq_base * s.sumsq_target)))
 
 
 def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
@@ -269,27 +285,29 @@ REFERENCE_MUKHERJEE = ("Mukherjee et al. (2025), Reinforcement Learning Finetune
 UNCHANGED_RULE = ("stored values compared bit for bit in the coarser storage dtype of the two sides "
                   "(|t - b| <= tolerance when tolerance > 0)")
 _TOL, _K = {"tolerance": 0.0}, {"k": 16}
-_METRICS = (  # name, function, long_name, description, reference, options
+_METRICS = (  # name, function, long_name, description, reference, options, reads the matrices
     ("relative_change", relative_change, "relative weight change", "||W_t - W_b||_F / ||W_b||_F",
-     REFERENCE_MUKHERJEE, None),
+     REFERENCE_MUKHERJEE, None, False),
     ("update_sparsity", update_sparsity, "update sparsity",
-     f"fraction of entries unchanged, #{{ij: t_ij = b_ij}} / (m n); {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL),
+     f"fraction of entries unchanged, #{{ij: t_ij = b_ij}} / (m n); {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL,
+     False),
     ("update_density", update_density, "update density",
-     f"fraction of entries changed, 1 - update_sparsity; {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL),
+     f"fraction of entries changed, 1 - update_sparsity; {UNCHANGED_RULE}", REFERENCE_MUKHERJEE, _TOL, False),
     ("delta_stable_rank", delta_stable_rank, "stable rank of the update",
-     "||dW||_F^2 / sigma_max(dW)^2, dW = W_t - W_b", "Rudelson & Vershynin (2007), J. ACM 54(4):21", None),
+     "||dW||_F^2 / sigma_max(dW)^2, dW = W_t - W_b", "Rudelson & Vershynin (2007), J. ACM 54(4):21", None, True),
     ("delta_effective_rank", delta_effective_rank, "effective rank of the update",
      "exp(-sum_i p_i ln p_i), p_i = sigma_i(dW) / sum_j sigma_j(dW), dW = W_t - W_b",
-     "Roy & Vetterli (2007), EUSIPCO, Definition 1", None),
+     "Roy & Vetterli (2007), EUSIPCO, Definition 1", None, True),
     ("cosine_similarity", cosine_similarity, "cosine similarity",
-     "<W_b, W_t>_F / (||W_b||_F ||W_t||_F), matrices flattened", "cosine of the Frobenius inner product", None),
+     "<W_b, W_t>_F / (||W_b||_F ||W_t||_F), matrices flattened", "cosine of the Frobenius inner product", None,
+     False),
     ("subspace_overlap", subspace_overlap, "top-k left singular subspace overlap",
      "||U_b,k^T U_t,k||_F^2 / k = mean cos^2 of the k principal angles between the top-k left singular "
-     "subspaces of W_b and W_t", "Bjorck & Golub (1973), Math. Comp. 27(123):579-594", _K),
+     "subspaces of W_b and W_t", "Bjorck & Golub (1973), Math. Comp. 27(123):579-594", _K, True),
 )
-for _name, _func, _long, _desc, _ref, _opts in _METRICS:
+for _name, _func, _long, _desc, _ref, _opts, _matrices in _METRICS:
     register_metric(_name, _func, long_name=_long, units="1", description=_desc, reference=_ref, kind="diff",
-                    options=_opts)
+                    options=_opts, needs_matrices=_matrices)
 
 
 def metric_options(metric, overrides: dict) -> dict:
@@ -326,11 +344,16 @@ def compute_diff_metrics(base, target, metrics=None, *, ctx: DiffContext | None 
     >>> compute_diff_metrics(w, 2 * w, ["relative_change", "cosine_similarity"])["relative_change"].value
     1.0
     """
-    ctx = ctx or DiffContext(base, target, device=device)
-    out = {}
-    for m in resolve_metrics(metrics, kind="diff"):
-        try:
-            out[m.name] = MetricValue(float(m.func(ctx.base, ctx.target, ctx, **metric_options(m, overrides))))
-        except DegenerateMatrix as e:
-            out[m.name] = MetricValue(math.nan, e.reason)
-    return out
+    ctx = ctx or DiffContext(base, target, device=device, tolerance=overrides.get("tolerance", 0.0))
+    return {m.name: evaluate_diff(m, ctx, metric_options(m, overrides)) for m in resolve_metrics(metrics, kind="diff")}
+
+
+def evaluate_diff(metric, ctx: DiffContext, options: dict) -> MetricValue:
+    """Call one diff metric on a pair's context, turning :class:`DegenerateMatrix` (and a bare NaN) into
+    NaN with a reason. Metrics registered with ``needs_matrices=False`` get ``None`` for both matrices."""
+    base, target = (ctx.base, ctx.target) if metric.needs_matrices else (None, None)
+    try:
+        value = float(metric.func(base, target, ctx, **options))
+    except DegenerateMatrix as e:
+        return MetricValue(math.nan, e.reason)
+    return MetricValue(value, "undefined for this matrix" if math.isnan(value) else "")

@@ -5,9 +5,8 @@ None of these needs the singular values. Each is a pure function
 undefined cases raise :class:`~toolkit.metrics.registry.DegenerateMatrix`.
 
 All of them read the same few reductions of the entries, accumulated in
-float64: the sum, the central second and fourth moments (two passes: the
-exact mean, then the moments in cache-sized chunks) and the largest
-magnitude. Like the singular values, these are computed once per matrix and
+float64: the sum and the central second and fourth moments (one chunked
+pass, :func:`central_moments`) and the largest magnitude. Like the singular values, these are computed once per matrix and
 shared: they are memoised on the last tensor object seen (checked by
 identity and ``Tensor._version``, so an in-place change recomputes), which
 is how :func:`~toolkit.collect.evaluate.evaluate_matrix` and every metric
@@ -23,11 +22,14 @@ import weakref
 import numpy as np
 import torch
 
+from toolkit.metrics.pair_sums import flat_entries
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-# Elements per chunk of the float64 moment pass: small enough that the float64
-# chunk stays in the CPU cache (bounds the temporary memory too).
-_CHUNK = 1 << 13
+# Elements per chunk of the float64 moment pass (two 2 MiB buffers): large enough
+# that the per-chunk Python calls cost little (two pipelines then hardly contend
+# for the GIL), small enough to stay in the CPU cache. Measured on 2 cores, norms
+# mode of benchmarks/bench_scale.py: 2^13 3.1 s, 2^16 2.3 s, 2^18 2.2 s.
+_CHUNK = 1 << 18
 
 _memo = threading.local()
 
@@ -47,15 +49,13 @@ def _shared(w: torch.Tensor) -> dict:
 
 def entry_sum(w: torch.Tensor) -> float:
     """Sum of the entries accumulated in float64 (NaN/Inf when an entry is; never
-    overflows for float32 input). Memoised per tensor."""
-    memo = _shared(w)
-    if "sum" not in memo:
-        memo["sum"] = float(_numpy(w).sum(dtype=np.float64))
-    return memo["sum"]
+    overflows for float32 input), from the one moment pass. Memoised per tensor."""
+    mean, _, _ = central_moments(w)
+    return mean * w.numel()
 
 
 def count_nonfinite(w: torch.Tensor) -> int:
-    """Number of NaN/Inf entries; one memoised float64 sum when there are none."""
+    """Number of NaN/Inf entries; the memoised moment pass when there are none."""
     if math.isfinite(entry_sum(w)):
         return 0
     return int((~torch.isfinite(w)).sum())
@@ -64,28 +64,61 @@ def count_nonfinite(w: torch.Tensor) -> int:
 def central_moments(w: torch.Tensor) -> tuple[float, float, float]:
     r"""``(mean, m2, m4)`` of the entries, :math:`m_k = \frac{1}{N}\sum (W_{ij} - \bar W)^k`.
 
-    Float64 throughout: the exact mean first (:func:`entry_sum`), then the
-    centred powers chunk by chunk in one reused float64 buffer of ``_CHUNK``
-    entries that stays in the CPU cache (``d = w - mean``, ``m2 += d·d``,
-    ``d = d²``, ``m4 += d·d``). Memoised per tensor.
+    One pass over the entries, in float64: chunk by chunk (``_CHUNK``
+    entries, converted into a reused float64 buffer that stays in the CPU
+    cache), the chunk's exact mean and centred sums :math:`M_2, M_3, M_4`;
+    chunks are merged with the exact pairwise update formulas, so no
+    moment is ever formed as a difference of large raw power sums. A
+    NaN/Inf entry makes the mean non-finite. Memoised per tensor.
+
+    References
+    ----------
+    Chan, Golub & LeVeque (1979), "Updating formulae and a pairwise algorithm
+    for computing sample variances", Stanford CS report STAN-CS-79-773;
+    Pébay (2008), "Formulas for robust, one-pass parallel computation of
+    covariances and arbitrary-order statistical moments", Sandia report
+    SAND2008-6212, eqs. 3.1 and 3.2.
     """
     memo = _shared(w)
     key = ("moments", _CHUNK)  # the chunking is part of the key, so a test can vary it
     if key not in memo:
-        x = _numpy(_flat(w))
-        n = x.size
-        mean = entry_sum(w) / n
-        buf = np.empty(min(_CHUNK, n), dtype=np.float64)
-        m2 = m4 = 0.0
-        for start in range(0, n, _CHUNK):
-            c = x[start : start + _CHUNK]
-            d = buf[: c.size]
-            np.subtract(c, mean, out=d, dtype=np.float64)
-            m2 += float(np.dot(d, d))
-            np.multiply(d, d, out=d)
-            m4 += float(np.dot(d, d))
+        x = _flat(w.detach())
+        if x.device.type != "cpu":
+            x = x.cpu()
+        n = x.numel()
+        size = max(1, min(_CHUNK, n))
+        bt = torch.empty(size, dtype=torch.float64)  # torch converts any dtype (bf16 too) into it
+        buf, sq = bt.numpy(), np.empty(size, dtype=np.float64)
+        na = 0
+        mean = m2 = m3 = m4 = 0.0
+        for start in range(0, n, size):
+            stop = min(n, start + size)
+            k = stop - start
+            d, d2 = (buf, sq) if k == size else (buf[:k], sq[:k])
+            (bt if k == size else bt[:k]).copy_(x[start:stop])
+            mb = float(d.sum()) / k
+            np.subtract(d, mb, out=d)
+            np.multiply(d, d, out=d2)
+            b2, b3, b4 = float(d2.sum()), float(d2 @ d), float(d2 @ d2)
+            if na == 0:
+                mean, m2, m3, m4 = mb, b2, b3, b4
+            else:
+                mean, m2, m3, m4 = _merge(na, mean, m2, m3, m4, k, mb, b2, b3, b4)
+            na += k
         memo[key] = (mean, m2 / n, m4 / n)
     return memo[key]
+
+
+def _merge(na, ma, a2, a3, a4, nb, mb, b2, b3, b4):
+    """Mean and centred sums M2, M3, M4 of the union of two sets (Pébay 2008, eqs. 3.1-3.2)."""
+    n = na + nb
+    delta = mb - ma
+    dn = delta / n
+    m2 = a2 + b2 + delta * dn * na * nb
+    m3 = a3 + b3 + delta * dn * dn * na * nb * (na - nb) + 3.0 * dn * (na * b2 - nb * a2)
+    m4 = (a4 + b4 + delta * dn ** 3 * na * nb * (na * na - na * nb + nb * nb)
+          + 6.0 * dn * dn * (na * na * b2 + nb * nb * a2) + 4.0 * dn * (na * b3 - nb * a3))
+    return ma + dn * nb, m2, m3, m4
 
 
 def max_abs(w: torch.Tensor) -> float:
@@ -104,22 +137,12 @@ def sum_of_squares(w: torch.Tensor) -> float:
     return w.numel() * (m2 + mean * mean)
 
 
-def _numpy(w: torch.Tensor) -> np.ndarray:
-    """A NumPy view of a CPU tensor (a float32 copy for dtypes NumPy lacks, e.g. bfloat16)."""
-    w = w.detach()
-    if w.device.type != "cpu":
-        w = w.cpu()
-    if w.dtype in (torch.bfloat16,) or w.is_complex():
-        w = w.to(torch.float32)
-    return w.numpy()
-
-
 def _flat(w: torch.Tensor) -> torch.Tensor:
     if w.ndim != 2:
         raise DegenerateMatrix(f"expected a 2-D matrix, got shape {tuple(w.shape)}")
     if w.numel() == 0:
         raise DegenerateMatrix("empty matrix")
-    return w.reshape(-1)
+    return flat_entries(w)
 
 
 def _nonfinite(w: torch.Tensor, name: str) -> DegenerateMatrix:
@@ -216,6 +239,7 @@ register_metric(
     frobenius_norm,
     long_name="Frobenius norm",
     units=_DIMLESS,
+    any_dtype=True,
     description="||W||_F = sqrt(sum_ij W_ij^2)",
     reference="Golub & Van Loan, Matrix Computations (2013), eq. 2.3.1",
 )
@@ -224,6 +248,7 @@ register_metric(
     rms,
     long_name="RMS of entries",
     units=_DIMLESS,
+    any_dtype=True,
     description="rms = ||W||_F / sqrt(m n) for W of shape (m, n)",
     reference="root mean square of the matrix entries",
 )
@@ -232,6 +257,7 @@ register_metric(
     kurtosis,
     long_name="excess kurtosis of entries",
     units=_DIMLESS,
+    any_dtype=True,
     description="m4 / m2^2 - 3 with central moments m_k over all entries (Fisher, biased; 0 for Gaussian)",
     reference="Fisher (1930); matches scipy.stats.kurtosis(fisher=True, bias=True)",
 )
@@ -240,6 +266,7 @@ register_metric(
     max_abs_over_rms,
     long_name="max |W| / RMS",
     units=_DIMLESS,
+    any_dtype=True,
     description="max_ij |W_ij| / (||W||_F / sqrt(m n)) (crest factor)",
     reference="crest factor (peak-to-RMS ratio) of the matrix entries",
 )

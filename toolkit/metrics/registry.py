@@ -9,7 +9,9 @@ the caller (:func:`toolkit.metrics.singular_values`) and shared by every
 spectral metric.
 
 A diff metric (``kind="diff"``) is ``func(base, target, ctx) -> float``; see
-:mod:`toolkit.metrics.diff`.
+:mod:`toolkit.metrics.diff`. One registered with ``needs_matrices=False``
+reads only the shared context (its entry-wise sums) and is called with
+``base = target = None``, so the caller never converts the matrices.
 
 Undefined values
 ----------------
@@ -90,6 +92,12 @@ class Metric:
         ``"weight"`` or ``"diff"``.
     needs_singular_values : bool
         Whether ``func`` reads the shared singular values.
+    needs_matrices : bool
+        Diff metrics: whether ``func`` reads the float32 matrices (else it is
+        called with ``None`` for both and reads only ``ctx``).
+    any_dtype : bool
+        Weight metrics: ``func`` accepts ``w`` in any float dtype as stored
+        (bf16, fp16); when every requested metric does, no float32 copy is made.
     options : tuple of (str, value) pairs
         Default keyword options passed to ``func`` (part of the cache key).
     """
@@ -103,6 +111,8 @@ class Metric:
     kind: str = "weight"
     needs_singular_values: bool = False
     options: tuple = ()
+    needs_matrices: bool = True
+    any_dtype: bool = False
 
     def attrs(self) -> dict[str, str]:
         """NetCDF-safe attrs for the Dataset variable holding this metric."""
@@ -156,6 +166,8 @@ def register_metric(
     needs_singular_values: bool = False,
     options: dict | None = None,
     overwrite: bool = False,
+    needs_matrices: bool = True,
+    any_dtype: bool = False,
 ):
     """Register a statistic so ``weight_stats`` (or ``compare``) computes it.
 
@@ -176,6 +188,14 @@ def register_metric(
     kind : {"weight", "diff"}
     needs_singular_values : bool
         Ask the caller to pass the shared singular values.
+    needs_matrices : bool, default True
+        Diff metrics only: False declares that ``func`` reads nothing but
+        ``ctx`` (e.g. ``ctx.sums``); it is then called with
+        ``base = target = None`` and the matrices are not converted for it.
+    any_dtype : bool, default False
+        Weight metrics only: True declares that ``func`` accepts ``w`` in its
+        storage dtype (bfloat16, float16) as well as float32; when every
+        requested metric does, ``weight_stats`` skips the float32 conversion.
     options : dict, optional
         Default keyword options passed to ``func``.
     overwrite : bool
@@ -214,6 +234,8 @@ def register_metric(
             kind=kind,
             needs_singular_values=needs_singular_values,
             options=tuple(sorted((options or {}).items())),
+            needs_matrices=bool(needs_matrices),
+            any_dtype=bool(any_dtype),
         )
         _REGISTRY[name] = m
         return m

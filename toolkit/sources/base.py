@@ -42,6 +42,7 @@ class TensorRecord:
     _reader: Callable[[], torch.Tensor] = field(repr=False, compare=False)
     file: str = field(default="", compare=False)
     stored_name: str = field(default="", compare=False)
+    _row_reader: Callable[[int, int], torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
     def read(self) -> torch.Tensor:
         """Read the tensor now.
@@ -52,6 +53,26 @@ class TensorRecord:
         ``transformers`` loads from the same file.
         """
         return self._reader()
+
+    def row_blocks(self, max_entries: int = 1 << 24) -> Iterator[torch.Tensor]:
+        """Read the tensor in consecutive blocks of rows (first dimension), each
+        at most ``max_entries`` entries (at least one row), as ``read()`` would
+        return them; the whole tensor at once when it is that small or the
+        format cannot read part of a tensor (only safetensors can).
+
+        Used for tensors that are only summed (embeddings in ``compare``), so
+        that a 150k-row embedding never sits in memory whole.
+        """
+        rows = self.shape[0] if self.shape else 1
+        size = 1
+        for d in self.shape:
+            size *= d
+        if self._row_reader is None or size <= max_entries or rows <= 1:
+            yield self.read()
+            return
+        step = max(1, max_entries // max(1, size // rows))
+        for start in range(0, rows, step):
+            yield self._row_reader(start, min(rows, start + step))
 
 
 class Source:

@@ -81,12 +81,13 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
     return dict(sorted(tensors.items(), key=lambda kv: kv[1][2]))
 
 
-def _read_tensor(path: str, name: str) -> torch.Tensor:
+def _read_tensor(path: str, name: str, start: int | None = None, stop: int | None = None) -> torch.Tensor:
+    """A stored tensor in its stored dtype; only rows ``start:stop`` (``get_slice``) when given."""
     from safetensors import SafetensorError, safe_open
 
     try:
         with safe_open(path, framework="pt") as fh:
-            return fh.get_tensor(name)
+            return fh.get_tensor(name) if start is None else fh.get_slice(name)[start:stop]
     except (SafetensorError, OSError) as exc:
         raise CheckpointFileError(path, f"cannot read tensor {name!r} ({exc}); re-download the file") from exc
 
@@ -155,4 +156,5 @@ class SafetensorsSource(FileSource):
             yield TensorRecord(
                 name, shape, dt, partial(_read_tensor, file, stored),
                 file=file, stored_name=stored if name != stored else "",
+                _row_reader=partial(_read_tensor, file, stored),
             )
