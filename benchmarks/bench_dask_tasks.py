@@ -11,7 +11,9 @@ moved. Then measures, single-threaded as a Dask worker runs
             again warm (page cache)
   weights   :func:`toolkit.collect._dtasks.weights_task`, every weight metric,
             cache off: one task = one stored tensor
-  compare   :func:`toolkit.collect._dtasks.compare_task`, every diff metric
+  compare_entrywise  :func:`toolkit.collect._dtasks.compare_task`, the entry-wise
+            diff metrics (relative change, update sparsity/density, cosine)
+  compare   the same task with every diff metric (``--skip-compare`` leaves it out)
   overhead  round trip of a no-op task through a 2-worker LocalCluster
   cluster   ``weight_stats(client=LocalCluster(2 workers))`` on the block, wall
             time against the sum of its tasks' compute times
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+ENTRYWISE_DIFF = ["relative_change", "update_sparsity", "update_density", "cosine_similarity"]
 SHAPES = dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,
               num_hidden_layers=1, vocab_size=256, max_position_embeddings=256, tie_word_embeddings=False)
 
@@ -101,19 +104,15 @@ def main() -> None:
             lambda: weights_task(spec, record.name, entries, keys, "cpu", None))
         res["tensors"].append(row)
         print(json.dumps(row), flush=True)
-    if not args.skip_compare:
-        from toolkit.collect._compare_dataset import TOTALS
-        from toolkit.metrics import diff as _diff
+    from toolkit.collect._compare_measure import CompareJob
 
-        tplan = plan_pieces(tuned)
-        tspec = SourceSpec.of(tplan.source)
-        dchosen = resolve_metrics(None, kind="diff")
-        options = {m.name: _diff.metric_options(m, {"tolerance": 0.0, "k": 16}) for m in dchosen}
-        job = dict(chosen=dchosen, keys={m.name: metric_key(m, **options[m.name]) for m in dchosen},
-                   options=options, total_keys={n: n for n in TOTALS}, tolerance=0.0, device="cpu", bi=0, ti=1)
+    tspec = SourceSpec.of(plan_pieces(tuned).source)
+    modes = [("compare_entrywise", ENTRYWISE_DIFF)] + ([] if args.skip_compare else [("compare", None)])
+    for label, metrics in modes:
+        job = CompareJob.make(metrics, 0.0, 16, "cpu")
         for row, (record, pieces) in zip(res["tensors"], plan.records):
-            _, row["compare_wall_s"], row["compare_cpu_s"] = timed(lambda: compare_task(
-                (spec, tspec), (record.name, record.name), record.name, pieces, job, None, "x"))
+            _, row[f"{label}_wall_s"], row[f"{label}_cpu_s"] = timed(lambda: compare_task(
+                (spec, tspec), record.name, (record.name, record.name), pieces, job, None, "x"))
             print(json.dumps(row), flush=True)
     res.update(cluster(base))
     res["load_avg_end"] = os.getloadavg()

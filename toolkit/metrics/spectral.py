@@ -9,7 +9,9 @@ matrix; every spectral metric (``spectral_norm``, ``stable_rank``,
 from __future__ import annotations
 
 import math
+import threading
 
+import numpy as np
 import torch
 
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
@@ -41,26 +43,60 @@ def _gram(w: torch.Tensor) -> torch.Tensor:
     return g
 
 
+class _GramBuffers(threading.local):
+    """Per-thread float64 buffers of the CPU Gram route, reused from matrix to matrix.
+
+    A pass measures hundreds of matrices of a few shapes; allocating the
+    32 MiB block and the Gram matrix afresh for each made glibc raise its
+    mmap threshold and serve them from the heap, where freed blocks of two
+    threads fragmented it: peak RSS grew by ~400 MiB over a 28-layer pass
+    (benchmarks/bench_scale.py, 'all' mode). Kept per thread (a pass's
+    pipeline threads free theirs when they end).
+    """
+
+    def take(self, name: str, size: int) -> np.ndarray:
+        buf = getattr(self, name, None)
+        if buf is None or buf.size < size:
+            setattr(self, name, None)  # free the old one first
+            buf = np.empty(size, dtype=np.float64)
+            setattr(self, name, buf)
+        return buf[:size]
+
+
+_BUFFERS = _GramBuffers()
+
+
 def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
     """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor.
 
-    Blocks as :func:`_gram`, in NumPy: for ``b.T @ b`` (one buffer, once
-    transposed) NumPy calls BLAS ``dsyrk``, which forms the symmetric product
-    in half the flops of a general one; ``numpy.linalg.eigvalsh`` then
-    diagonalises it. Both release the GIL, so two passes run side by side.
-    On one core this is 1.5-2x faster than ``addmm_`` +
-    ``torch.linalg.eigvalsh`` for 576-1536 wide matrices.
+    Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`):
+    each block is converted into one float64 buffer and ``b.T @ b`` (one
+    buffer, once transposed) makes NumPy call BLAS ``dsyrk``, the symmetric
+    product in half the flops of a general one; ``numpy.linalg.eigvalsh``
+    then diagonalises the sum. Both release the GIL, so two passes run side
+    by side. On one core this is 1.5-2x faster than ``addmm_`` +
+    ``torch.linalg.eigvalsh`` for 576-1536 wide matrices. (SciPy's in-place
+    ``dsyrk``/``dsyevd`` would save the product buffer, but its BLAS ran two
+    threads' calls 1.3-2x slower than NumPy's on this machine.)
     """
-    import numpy as np
-
     m, n = w.shape
     wide = m <= n
     k = m if wide else n
-    g = np.zeros((k, k), dtype=np.float64)
     step = max(1, _GRAM_BLOCK // k)
+    g = _BUFFERS.take("gram", k * k).reshape(k, k)
+    g.fill(0.0)
+    product = _BUFFERS.take("product", k * k).reshape(k, k)
+    block = _BUFFERS.take("block", k * min(step, n if wide else m))
     for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
-        b = blk.to(torch.float64).contiguous().numpy()
-        g += b @ b.T if wide else b.T @ b
+        rows, cols = blk.shape
+        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
+        b.copy_(blk)
+        x = b.numpy()
+        if wide:
+            np.matmul(x, x.T, out=product)
+        else:
+            np.matmul(x.T, x, out=product)
+        g += product
     if not np.isfinite(g).all():
         _raise_nonfinite(w)
     return torch.from_numpy(np.linalg.eigvalsh(g))
