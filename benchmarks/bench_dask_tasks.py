@@ -35,7 +35,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+# As on a Dask worker (the nanny sets OMP_NUM_THREADS=1): one thread for every
+# pool, set before NumPy's and torch's BLAS load.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import torch  # noqa: E402
 
 ENTRYWISE_DIFF = ["relative_change", "update_sparsity", "update_density", "cosine_similarity"]
 SHAPES = dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32,

@@ -61,3 +61,37 @@ def with_heads(ds: xr.Dataset, n_heads: int = 4, seed: int = 1) -> xr.Dataset:
     ds["head_norm"] = (("layer", "component", "head"), rng.uniform(0, 1, (n_layers, ds.sizes["component"], n_heads)),
                        {"long_name": "Per-head norm", "units": "1"})
     return ds
+
+
+def with_kv_heads(ds: xr.Dataset, n_heads: int = 9, n_kv: int = 3, seed: int = 2) -> xr.Dataset:
+    """Add per-head variables as ``activation_stats`` lays them out for grouped-query attention.
+
+    ``query_head_rms`` (layer, head) over ``n_heads`` query heads, ``key_head_rms``
+    and ``value_head_rms`` (layer, kv_head) over ``n_kv`` key/value heads, and the
+    ``kv_group`` (head) coordinate; as SmolLM2-135M: 9 query heads, 3 kv heads.
+    """
+    rng = np.random.default_rng(seed)
+    n_layers = ds.sizes["layer"]
+    ds = ds.assign_coords(head=("head", np.arange(n_heads), {"long_name": "query head"}),
+                          kv_head=("kv_head", np.arange(n_kv), {"long_name": "key/value head"}),
+                          kv_group=("head", np.arange(n_heads) // (n_heads // n_kv)))
+    ds["query_head_rms"] = (("layer", "head"), rng.uniform(0.5, 2, (n_layers, n_heads)),
+                            {"long_name": "query RMS per head", "units": "1"})
+    ds["key_head_rms"] = (("layer", "kv_head"), rng.uniform(0.5, 2, (n_layers, n_kv)),
+                          {"long_name": "key RMS per key/value head", "units": "1"})
+    ds["value_head_rms"] = (("layer", "kv_head"), rng.uniform(0.1, 1, (n_layers, n_kv)),
+                            {"long_name": "value RMS per key/value head", "units": "1"})
+    return ds
+
+
+def with_massive_activation(ds: xr.Dataset, value: float = 28_000.0, seed: int = 3) -> xr.Dataset:
+    """Add ``max_abs_activation`` (layer, component): about 1 everywhere, one cell of ``value``.
+
+    The cell is layer 2, ``mlp.down`` -- a *massive activation* (Sun et al., 2024).
+    """
+    rng = np.random.default_rng(seed)
+    values = rng.uniform(0.5, 2.0, (ds.sizes["layer"], ds.sizes["component"]))
+    values[2, list(ds["component"].values).index("mlp.down")] = value
+    ds["max_abs_activation"] = (("layer", "component"), values,
+                                {"long_name": "largest |activation|", "units": "1"})
+    return ds

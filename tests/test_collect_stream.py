@@ -150,3 +150,25 @@ def test_light_gguf_reader_gives_transformers_config():
 
     path = str(default_model_path())
     assert gguf_config(path, "llama") == load_gguf_checkpoint(path, return_tensors=False)["config"]
+
+
+def test_map_tensors_limits_blas_inside_and_hands_control_back():
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas()
+    seen = dict(map_tensors([lambda: torch.ones(2, 2)] * 4, lambda i, t: blas(), pipelines=2))
+    assert all(set(v) == {max(1, torch.get_num_threads() // 2)} for v in seen.values())
+    assert blas() == before
+    got = []
+
+    def other():  # another thread can limit BLAS afterwards (threadpoolctl >= 3.8 gives
+        with threadpool_limits(1, user_api="blas"):  # OpenBLAS to one controlling thread)
+            got.append(blas())
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert got and set(got[0]) == {1} and blas() == before

@@ -149,3 +149,4 @@ def test_embedding_totals_from_row_blocks_equal_whole_reads(tmp_path, monkeypatc
     assert float(whole.tensor_relative_change.sel(tensor=name)) == 1.0
     np.testing.assert_allclose(blocks.tensor_relative_change, whole.tensor_relative_change, rtol=1e-12)
     assert float(blocks.model_update_sparsity) == float(whole.model_update_sparsity)
+

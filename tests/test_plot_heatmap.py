@@ -10,10 +10,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from _stats_data import make_stats, with_heads  # noqa: E402
+from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 
 from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
-from toolkit.plot import heatmap, heatmaps, prepare_heatmap  # noqa: E402
+from toolkit.plot import heatmap, heatmaps, metric_names, prepare_heatmap  # noqa: E402
 from toolkit.plot._style import cmap  # noqa: E402
 
 
@@ -193,3 +193,53 @@ def test_infinite_values_are_drawn_beyond_the_colorbar_not_as_missing():
     mesh = ax.collections[0]
     drawn = np.asarray(mesh.get_array()).reshape(8, 7)[2, 3]
     assert mesh.cmap(float(mesh.norm(drawn))) == tuple(mesh.cmap.get_over())
+
+
+def test_kv_head_variable_draws_kv_heads_as_columns():
+    ds = with_kv_heads(make_stats(10), n_heads=9, n_kv=3)  # grouped-query attention, as SmolLM2-135M
+    assert {"query_head_rms", "key_head_rms", "value_head_rms"} <= set(metric_names(ds))
+    p = prepare_heatmap(ds, "key_head_rms")
+    assert p.col_dim == "kv_head" and p.cols == (0, 1, 2) and p.col_labels == ("0", "1", "2")
+    assert p.col_axis_label == "kv_head"
+    np.testing.assert_array_equal(p.values, ds["key_head_rms"].values)
+    ax = heatmap(ds, "key_head_rms")
+    assert ax.get_xlabel() == "kv_head" and ax.get_xlim() == (0, 3)
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2"]
+    drawn = np.asarray(ax.collections[0].get_array()).reshape(10, 3)
+    np.testing.assert_array_equal(drawn, ds["key_head_rms"].values)
+    plt.close(ax.figure)
+    ax = heatmap(ds, "query_head_rms")  # the query heads: 9 columns, labelled "head"
+    assert ax.get_xlabel() == "head" and len(ax.get_xticklabels()) == 9
+    plt.close(ax.figure)
+    assert heatmap(ds, "stable_rank").get_xlabel() == ""  # components: the tick labels say it
+
+
+def test_kv_head_selected_when_another_dimension_is_the_columns():
+    ds = with_kv_heads(make_stats(6), n_heads=4, n_kv=2)
+    rng = np.random.default_rng(0)
+    ds["kv_norm"] = (("layer", "component", "kv_head"), rng.uniform(size=(6, 7, 2)), {"long_name": "kv norm"})
+    p = prepare_heatmap(ds, "kv_norm", kv_head=1)
+    assert p.col_dim == "component"
+    np.testing.assert_array_equal(p.values, ds["kv_norm"].sel(kv_head=1).values)
+    with pytest.raises(ValueError, match="kv_head="):
+        prepare_heatmap(ds, "kv_norm")
+
+
+@pytest.mark.parametrize("scale", ["diverging", "sequential", "log"])
+def test_robust_off_shows_a_massive_activation_as_the_extreme(scale):
+    ds = with_massive_activation(make_stats(12))
+    values = ds["max_abs_activation"].values
+    ax = heatmap(ds, "max_abs_activation", scale=scale, robust=False)
+    mesh = ax.collections[0]
+    assert values.max() == 28_000.0 and np.median(values) < 2
+    assert (mesh.norm.vmin, mesh.norm.vmax) == (values.min(), values.max())
+    assert mesh.colorbar.extend == "neither"  # nothing clipped: no arrow on the colorbar
+    outlier = np.asarray(mesh.get_array()).reshape(12, 7)[2, 5]
+    assert mesh.norm(outlier) == pytest.approx(1.0)  # the top colour, inside the bar
+    plt.close(ax.figure)
+
+    ax = heatmap(ds, "max_abs_activation", scale=scale)  # robust (the default): 98th percentile
+    mesh = ax.collections[0]
+    assert mesh.norm.vmax < 10 and mesh.colorbar.extend in ("max", "both")
+    assert prepare_heatmap(ds, "max_abs_activation", scale=scale).clipped
+    assert not prepare_heatmap(ds, "max_abs_activation", scale=scale, robust=False).clipped

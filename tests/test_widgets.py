@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from _stats_data import make_stats, with_heads  # noqa: E402
+from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 
 from toolkit.io import load  # noqa: E402
 from toolkit.widgets import explore, explore_model  # noqa: E402
@@ -174,3 +174,62 @@ def test_explore_model_shows_the_failure_in_the_widget(monkeypatch):
     monkeypatch.setattr(toolkit, "weight_stats", failing, raising=False)
     with pytest.raises(SourceNotFoundError):
         explore_model("/no/such/model")
+
+
+def _drawn_axes(ex):
+    """The Axes the explorer's PNG is drawn from (same prepared data, same drawing function)."""
+    from matplotlib.figure import Figure
+
+    from toolkit.plot.heatmap import draw_heatmap
+
+    return draw_heatmap(ex.current, ax=Figure().add_subplot())
+
+
+def test_kv_head_variables_are_offered_and_drawn_with_kv_heads_as_columns():
+    ds = with_kv_heads(with_heads(make_stats(10), n_heads=6), n_heads=6, n_kv=2)
+    ex = explore(ds)
+    c = ex.controls
+    offered = [v for _, v in c["metric"].options]
+    assert {"key_head_rms", "value_head_rms", "query_head_rms", "attn_entropy"} <= set(offered)
+    assert "kv_head" not in c  # only ever the columns: nothing to select
+    assert "head" in c  # head_norm (layer, component, head) needs a head
+    labels = dict((v, label) for label, v in c["metric"].options)
+    assert labels["key_head_rms"] == "key RMS per key/value head"
+    c["metric"].value = "key_head_rms"
+    assert ex.current.col_dim == "kv_head" and ex.current.cols == (0, 1)
+    np.testing.assert_array_equal(ex.current.values, ds["key_head_rms"].values)
+    assert c["head"].disabled and all(t.disabled for t in c["components"].values())
+    assert _shown_png(ex).startswith(PNG_MAGIC) and "key RMS" in ex.output.outputs[0]["data"]["text/plain"]
+    ax = _drawn_axes(ex)
+    assert ax.get_xlabel() == "kv_head" and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
+    c["layers"].value = (3, 6)
+    np.testing.assert_array_equal(ex.current.values, ds["key_head_rms"].sel(layer=slice(3, 6)).values)
+    c["metric"].value = "query_head_rms"  # back to the 6 query heads
+    assert ex.current.values.shape == (4, 6) and _drawn_axes(ex).get_xlabel() == "head"
+    c["metric"].value = "head_norm"
+    assert not c["head"].disabled and ex.current.col_dim == "component"
+
+
+def test_robust_checkbox_switches_between_percentile_and_true_limits():
+    ds = with_massive_activation(make_stats(12))
+    values = ds["max_abs_activation"].values
+    ex = explore(ds, "max_abs_activation")
+    box = ex.controls["robust"]
+    assert box.value is True and box.description == "robust colour limits"
+    assert any(box in getattr(row, "children", ()) for row in ex.widget.children)  # on screen
+    assert ex.current.vmax < 10 and ex.current.extend in ("max", "both")  # the 28,000 cell is clipped
+    ax = _drawn_axes(ex)
+    assert ax.collections[0].colorbar.extend == ex.current.extend  # arrow at the clipped end
+    robust_png, n = _shown_png(ex), ex.renders
+    box.value = False
+    assert ex.renders == n + 1 and len(ex.output.outputs) == 1 and _shown_png(ex) != robust_png
+    assert ex.selection()["robust"] is False
+    assert (ex.current.vmin, ex.current.vmax) == (values.min(), values.max()) == (values.min(), 28_000.0)
+    assert ex.current.extend == "neither"
+    mesh = _drawn_axes(ex).collections[0]
+    assert (mesh.norm.vmin, mesh.norm.vmax) == (values.min(), values.max()) and mesh.colorbar.extend == "neither"
+    ex.controls["scale"].value = "log"  # stays off across a scale change
+    assert (ex.current.vmin, ex.current.vmax) == pytest.approx((values.min(), 28_000.0))
+    assert ex.current.scale == "log" and not ex.current.clipped
+    box.value = True
+    assert ex.current.vmax < 10 and ex.current.clipped

@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from toolkit.finetune import cli as finetune_cli
 
-    f = sub.add_parser("finetune", help="fine-tune the embedded SmolLM2 on data/finetune.txt, saving bf16 checkpoints")
+    f = sub.add_parser("finetune", help="fine-tune the embedded SmolLM2 on the packaged math text (toolkit/data/finetune.txt), saving bf16 checkpoints")
     finetune_cli.build_parser(f)
     f.set_defaults(func=finetune_cli.run_from_args)
 

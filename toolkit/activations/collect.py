@@ -53,9 +53,10 @@ def activation_stats(
         A :class:`~toolkit.activations.Loaded` from :func:`load_model`: its
         model and tokenizer (load once, run many text sets).
     texts : list of str, list of list of int, str, path-like, or None
-        None: ``data/prompts.txt``. Strings are tokenised (special tokens
-        added, truncated to ``max_tokens``); lists of int are token ids. A
-        ``pathlib.Path``: a file of texts separated by ``---`` lines.
+        None: the packaged ``toolkit/data/prompts.txt``. Strings are
+        tokenised (special tokens added, truncated to ``max_tokens``); lists
+        of int are token ids. A ``pathlib.Path``: a file of texts separated
+        by ``---`` lines.
     tokenizer : transformers tokenizer, optional
         Default: the source's own (required for string texts with a loaded model).
     gguf_file, revision : str, optional
@@ -121,13 +122,13 @@ def activation_stats(
     Examples
     --------
     >>> from toolkit.activations import activation_stats, load_model   # doctest: +SKIP
-    >>> ds = activation_stats(max_tokens=128)        # embedded SmolLM2, data/prompts.txt
+    >>> ds = activation_stats(max_tokens=128)        # embedded SmolLM2, packaged prompts.txt
     >>> int(ds.max_abs_activation.sel(component="mlp.down").argmax("layer"))
     11
     >>> m = load_model("Qwen/Qwen2.5-0.5B")            # load once, run several text sets
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
-    texts_origin = "data/prompts.txt" if texts is None else str(texts) if isinstance(texts, os.PathLike) else "given"
+    texts_origin = "toolkit/data/prompts.txt" if texts is None else str(texts) if isinstance(texts, os.PathLike) else "given"
     texts = as_texts(texts)
     loaded = load_model(source, tokenizer=tokenizer, gguf_file=gguf_file, revision=revision)
     model = loaded.model

@@ -1,8 +1,8 @@
 """Texts in, right-padded batches out.
 
-The default input is ``data/prompts.txt`` at the repository root: texts
-separated by lines holding only ``---`` (a text may span many lines and hold
-blank lines, as code does). Texts are tokenised one at a time (no tokenizer
+The default input is ``toolkit/data/prompts.txt``, shipped in the package:
+texts separated by lines holding only ``---`` (a text may span many lines and
+hold blank lines, as code does). Texts are tokenised one at a time (no tokenizer
 padding settings are involved), truncated to ``max_tokens``, sorted by length
 so a batch holds texts of similar length, and padded on the right, so every
 real token sits at the position it would have alone and, under causal
@@ -17,10 +17,11 @@ from pathlib import Path
 
 import torch
 
+from toolkit.data import data_path
 from toolkit.errors import EmptyInputError, TokenizerMissingError
 
 #: The default texts (prose, code, math, dialogue, several languages).
-DEFAULT_PROMPTS = Path(__file__).resolve().parents[2] / "data" / "prompts.txt"
+DEFAULT_PROMPTS = data_path("prompts.txt")
 SEPARATOR = "---"
 
 
@@ -30,7 +31,7 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[str]:
     Parameters
     ----------
     path : str or path-like, optional
-        Default :data:`DEFAULT_PROMPTS` (``data/prompts.txt``).
+        Default :data:`DEFAULT_PROMPTS` (``toolkit/data/prompts.txt``, in the package).
 
     Returns
     -------

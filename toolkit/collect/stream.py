@@ -166,7 +166,10 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     before = torch.get_num_threads()
     intra = max(1, budget // n)
     torch.set_num_threads(intra)  # threads started below take this as their budget
-    blas = threadpool_limits(limits=intra, user_api="blas")  # NumPy's BLAS (Gram matrices, moments)
+    # NumPy's BLAS (Gram matrices, chunked sums), entered as a context so that
+    # threadpoolctl hands back its control of OpenBLAS's process-wide pool at the end.
+    blas = threadpool_limits(limits=intra, user_api="blas")
+    blas.__enter__()
     threads = [threading.Thread(target=pipeline, args=(p,), name=f"toolkit-pass-{p}", daemon=True) for p in range(n)]
     try:
         for t in threads:
@@ -184,5 +187,5 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
         stop.set()
         for t in threads:
             t.join()
-        blas.restore_original_limits()
+        blas.__exit__(None, None, None)
         torch.set_num_threads(before)

@@ -3,13 +3,14 @@
 :func:`finetune` loads a causal language model (default: the embedded
 SmolLM2-135M-Instruct GGUF, dequantised), rounds it to bf16, trains all of
 its weights (full fine-tuning, float32 master weights, AdamW, no weight decay)
-on a text file (default ``data/finetune.txt``: math word problems with worked
-answers) and saves ``step-NNNNN/`` checkpoints in bf16 as real runs store
-them, step 0 (the starting point) included. Each checkpoint is a folder that
-``transformers`` and :func:`toolkit.open_source` read (``config.json``,
-``model.safetensors``, the tokenizer). ``run.json`` in the run folder lists
-the settings, checkpoints and per-step losses; a second call with the same
-settings returns the finished run without training again.
+on a text file (default ``toolkit/data/finetune.txt``, shipped in the
+package: math word problems with worked answers) and saves ``step-NNNNN/``
+checkpoints in bf16 as real runs store them, step 0 (the starting point)
+included. Each checkpoint is a folder that ``transformers`` and
+:func:`toolkit.open_source` read (``config.json``, ``model.safetensors``, the
+tokenizer). ``run.json`` in the run folder lists the settings, checkpoints and
+per-step losses; a second call with the same settings returns the finished run
+without training again.
 
 Command line: ``python -m toolkit finetune OUT_DIR [--preset short|full] ...``
 (or ``python -m toolkit.finetune``).

@@ -13,11 +13,12 @@ from pathlib import Path
 import torch
 
 from toolkit._version import __version__
+from toolkit.data import data_path
 from toolkit.errors import CheckpointFileError, EmptyInputError, ToolkitError
 from toolkit.finetune.model import load_causal_lm, save_checkpoint, tokenize
 
 #: Default training text.
-DEFAULT_TEXT = Path(__file__).resolve().parents[2] / "data" / "finetune.txt"
+DEFAULT_TEXT = data_path("finetune.txt")
 
 #: Settings per preset. ``short``: the notebook and tests (3 checkpoints, seconds);
 #: ``full``: 40 steps saving every 5 (9 checkpoints, a few minutes on 2 cores).
@@ -101,7 +102,7 @@ def finetune(out_dir: str | os.PathLike, *, base=None, text: str | os.PathLike |
         Anything :func:`toolkit.open_source` accepts that holds a causal LM
         (GGUF is dequantised). Default: the embedded SmolLM2-135M-Instruct.
     text : str or path-like, optional
-        UTF-8 training text; default ``data/finetune.txt``.
+        UTF-8 training text; default :data:`DEFAULT_TEXT` (``toolkit/data/finetune.txt``, in the package).
     preset : {"short", "full"}
         Defaults for the settings below (see :data:`PRESETS`).
     steps : int

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolkit.data import data_path
 from toolkit.lab.attention import (
     Attention,
     AttentionActivation,
@@ -25,8 +26,9 @@ from toolkit.lab.cli import main
 from toolkit.lab.train import PAPER_ACTIVATIONS, PRESETS, LabConfig, LabConfigMismatchError, run_experiment
 from toolkit.lab.vit import ViT
 
-#: The committed result of ``python -m toolkit.lab --preset full``.
-RESULT_PATH = Path(__file__).resolve().parents[2] / "data" / "attention_lab.nc"
+#: The committed result of ``python -m toolkit.lab --preset full``, shipped in the
+#: package (``toolkit/data/attention_lab.nc``; read-only: new runs go elsewhere).
+RESULT_PATH = data_path("attention_lab.nc")
 
 __all__ = [
     "Attention",

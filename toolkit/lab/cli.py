@@ -2,9 +2,15 @@
 
 Examples::
 
-    python -m toolkit.lab                                  # 5 activations x 200 epochs -> data/attention_lab.nc
+    python -m toolkit.lab                                  # 5 activations x 200 epochs -> ./attention_lab.nc
     python -m toolkit.lab --preset fast --out /tmp/lab.nc --plot /tmp/lab.png
     python -m toolkit.lab --activations "softmax,x^2/4" --epochs 20 --out my.nc
+
+The default ``--out`` is a file in the current directory, never the committed
+result shipped in the package (:data:`toolkit.lab.RESULT_PATH`, which
+:func:`toolkit.lab.load_result` reads). To refresh that committed result from a
+source checkout, pass it explicitly:
+``python -m toolkit.lab --out toolkit/data/attention_lab.nc``.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+
+#: Default ``--out`` per preset, relative to the current directory.
+DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc"}
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -29,7 +38,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--epochs", type=int, default=None, help="epochs per activation (default: the preset's)")
     p.add_argument("--out", default=None,
                    help="NetCDF to write after every epoch and resume from "
-                        "(default: data/attention_lab.nc for --preset full, else lab_fast.nc)")
+                        "(default: ./attention_lab.nc for --preset full, else ./lab_fast.nc; "
+                        "the committed result shipped in the package is never the default)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -44,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     from toolkit.errors import ToolkitError
     from toolkit.lab.train import run_experiment
 
-    out = args.out or ("data/attention_lab.nc" if args.preset == "full" else "lab_fast.nc")
+    out = args.out or DEFAULT_OUT.get(args.preset, f"lab_{args.preset}.nc")
     acts = [a.strip() for a in args.activations.split(",") if a.strip()]
     try:
         ds = run_experiment(acts, args.epochs, out, args.seed, args.preset,

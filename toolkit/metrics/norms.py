@@ -89,24 +89,31 @@ def central_moments(w: torch.Tensor) -> tuple[float, float, float]:
         size = max(1, min(_CHUNK, n))
         bt = torch.empty(size, dtype=torch.float64)  # torch converts any dtype (bf16 too) into it
         buf, sq = bt.numpy(), np.empty(size, dtype=np.float64)
-        na = 0
-        mean = m2 = m3 = m4 = 0.0
-        for start in range(0, n, size):
-            stop = min(n, start + size)
-            k = stop - start
-            d, d2 = (buf, sq) if k == size else (buf[:k], sq[:k])
-            (bt if k == size else bt[:k]).copy_(x[start:stop])
-            mb = float(d.sum()) / k
-            np.subtract(d, mb, out=d)
-            np.multiply(d, d, out=d2)
-            b2, b3, b4 = float(d2.sum()), float(d2 @ d), float(d2 @ d2)
-            if na == 0:
-                mean, m2, m3, m4 = mb, b2, b3, b4
-            else:
-                mean, m2, m3, m4 = _merge(na, mean, m2, m3, m4, k, mb, b2, b3, b4)
-            na += k
+        mean, m2, m4 = _moment_pass(x, bt, buf, sq, size)
         memo[key] = (mean, m2 / n, m4 / n)
     return memo[key]
+
+
+def _moment_pass(x, bt, buf, sq, size) -> tuple[float, float, float]:
+    """Mean and centred sums M2, M4 of ``x`` chunk by chunk (see :func:`central_moments`)."""
+    n = x.numel()
+    na = 0
+    mean = m2 = m3 = m4 = 0.0
+    for start in range(0, n, size):
+        stop = min(n, start + size)
+        k = stop - start
+        d, d2 = (buf, sq) if k == size else (buf[:k], sq[:k])
+        (bt if k == size else bt[:k]).copy_(x[start:stop])
+        mb = float(d.sum()) / k
+        np.subtract(d, mb, out=d)
+        np.multiply(d, d, out=d2)
+        b2, b3, b4 = float(d2.sum()), float(d2 @ d), float(d2 @ d2)
+        if na == 0:
+            mean, m2, m3, m4 = mb, b2, b3, b4
+        else:
+            mean, m2, m3, m4 = _merge(na, mean, m2, m3, m4, k, mb, b2, b3, b4)
+        na += k
+    return mean, m2, m4
 
 
 def _merge(na, ma, a2, a3, a4, nb, mb, b2, b3, b4):

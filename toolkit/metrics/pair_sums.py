@@ -22,6 +22,14 @@ converted whole (no float32 or float64 copy of the matrix), so the pass
 costs about what converting both sides to float32 costs, and its extra
 memory is two chunk buffers.
 
+Threads: the dot products run on NumPy's BLAS with its current thread
+count. Several passes at once must each get fewer BLAS threads, or every
+call waits at a barrier for a descheduled thread (measured at load 6 on 2
+cores: 7.2 ms per 2^18-entry dot with 2 BLAS threads against 0.34 ms with
+one). :func:`toolkit.collect.stream.map_tensors` sets that limit for the
+passes of ``weight_stats`` and ``compare``; Dask workers run with
+``OMP_NUM_THREADS=1``.
+
 A NaN/Inf entry makes :math:`\sum b^2` or :math:`\sum t^2` non-finite
 (a squared float32 value cannot overflow float64); :attr:`PairSums.finite`
 tells, and :func:`count_nonfinite` counts them when needed.
@@ -150,6 +158,11 @@ def pair_sums(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0, 
     if tolerance <= 0 and b.dtype == cmp and t.dtype == cmp:  # both stored in the comparison dtype
         view = _INT_VIEW[cmp.itemsize]
         bits = (b.view(view).numpy(), t.view(view).numpy())
+    return PairSums(*_pass(b, t, x, y, xt, yt, size, bits, cmp, tolerance), n)
+
+
+def _pass(b, t, x, y, xt, yt, size, bits, cmp, tolerance) -> tuple:
+    n = b.numel()
     bb = tt = bt = dd = 0.0
     unchanged = 0
     for start in range(0, n, size):
@@ -167,7 +180,7 @@ def pair_sums(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0, 
             unchanged += _count_unchanged_chunk(b[start:stop], t[start:stop], cmp, tolerance)
         np.subtract(ys, xs, out=ys)
         dd += float(ys @ ys)
-    return PairSums(bb, tt, bt, dd, unchanged, n)
+    return bb, tt, bt, dd, unchanged
 
 
 def _count_unchanged_chunk(b: torch.Tensor, t: torch.Tensor, cmp: torch.dtype, tolerance: float) -> int:

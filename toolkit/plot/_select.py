@@ -7,18 +7,24 @@ import os
 import numpy as np
 
 ROW_DIM = "layer"
-#: Column dimensions, in preference order: the first one a variable has is its x axis.
-COL_DIMS = ("component", "head")
+#: Column dimensions, in preference order: the first one a variable has is its x axis
+#: (``kv_head``: the key/value heads of grouped-query attention, fewer than the query heads).
+COL_DIMS = ("component", "head", "kv_head")
+
+
+def column_dim(dims) -> str | None:
+    """The column (x axis) dimension among ``dims``: the first of :data:`COL_DIMS` present, or None."""
+    return next((d for d in COL_DIMS if d in dims), None)
 
 
 def metric_names(ds) -> list[str]:
     """Names of the variables of ``ds`` that can be drawn as a heatmap.
 
     A metric is a numeric data variable with a ``layer`` dimension and a
-    ``component`` or ``head`` dimension, in the Dataset's order.
+    ``component``, ``head`` or ``kv_head`` dimension, in the Dataset's order.
     """
     return [str(k) for k, v in ds.data_vars.items()
-            if ROW_DIM in v.dims and any(d in v.dims for d in COL_DIMS) and v.dtype.kind in "fiub"]
+            if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"]
 
 
 def model_name(attrs) -> str:

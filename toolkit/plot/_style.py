@@ -104,13 +104,15 @@ def color_limits(values, *, scale: str = "diverging", robust: bool = True,
         lo, hi = (float(x) for x in np.percentile(v, ROBUST_PERCENTILES))
     else:
         lo, hi = float(v.min()), float(v.max())
-    if scale == "log":
-        lo, hi = math.log10(lo), math.log10(hi)
+    if scale == "log":  # the limits stay the data's own numbers (no log10 round trip)
+        if hi <= lo:  # constant data: a small band around the value, in decades
+            k = math.log10(lo)
+            pad = abs(k) * 0.05 or 0.5
+            lo, hi = 10.0 ** (k - pad), 10.0 ** (k + pad)
+        return lo, hi, None
     if hi <= lo:  # constant data: a small band around the value
         pad = abs(lo) * 0.05 or 0.5
         lo, hi = lo - pad, hi + pad
-    if scale == "log":
-        return 10.0 ** lo, 10.0 ** hi, None
     if scale == "sequential" or center is None:
         return lo, hi, None
     c = float(np.median(v)) if center == "median" else float(center)

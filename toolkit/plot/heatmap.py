@@ -1,4 +1,4 @@
-"""Layer x component heatmaps (figure 1 of the design).
+"""Layer x component heatmaps (figure 1 of the design), and layer x head / kv_head ones.
 
 Preparation is split from drawing: :func:`prepare_heatmap` turns a Dataset and
 a selection into a :class:`HeatmapData` (plain numbers and labels, no
@@ -15,7 +15,8 @@ import numpy as np
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot import _style
-from toolkit.plot._select import COL_DIMS, ROW_DIM, describe, metric_names, model_name, select, tick_rows
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, describe, metric_names, model_name, select, \
+    tick_rows
 
 
 @dataclass(frozen=True)
@@ -31,9 +32,10 @@ class HeatmapData:
     rows : tuple of int
         Layer numbers of the rows (ascending).
     cols : tuple
-        Coordinate values of the columns (components in canonical order, or
-        heads).
-    col_dim : {"component", "head"}
+        Coordinate values of the columns (components in canonical order,
+        query heads or key/value heads).
+    col_dim : {"component", "head", "kv_head"}
+        The dimension along the columns (see :attr:`col_axis_label`).
     col_labels : tuple of str
         Column labels as printed (``attn. q`` ...).
     yticks, ytick_labels : tuple
@@ -43,14 +45,16 @@ class HeatmapData:
         The variable's name and its ``long_name`` / ``units`` attrs.
     scale : {"diverging", "sequential", "log"}
     vmin, vmax : float
-        Colour limits (values outside are drawn with the end colours).
+        Colour limits (values outside are drawn with the end colours);
+        robust percentiles, or the data's min and max with ``robust=False``.
     center : float or None
         Value drawn white (diverging scale only).
     cbar_ticks : tuple of float
         Three to five colorbar ticks.
     cbar_label, title : str
     extend : {"neither", "min", "max", "both"}
-        Whether finite values fall outside ``[vmin, vmax]``.
+        Whether values fall outside ``[vmin, vmax]`` (the colorbar then
+        gets an arrow at that end: the limits clip).
     selection : dict
         Labels chosen for the extra dimensions (``{"checkpoint": ...}``).
     """
@@ -84,6 +88,19 @@ class HeatmapData:
         """
         return np.isnan(self.values)
 
+    @property
+    def col_axis_label(self) -> str:
+        """The x axis label: the column dimension's name (``head``, ``kv_head``).
+
+        Empty for components, whose tick labels (``attn. q`` ...) say it all.
+        """
+        return "" if self.col_dim == "component" else str(self.col_dim)
+
+    @property
+    def clipped(self) -> bool:
+        """True when some values lie outside the colour limits (see ``extend``)."""
+        return self.extend != "neither"
+
     def norm(self):
         """The matplotlib norm of this panel (see :func:`toolkit.plot._style.make_norm`)."""
         return _style.make_norm(self.scale, self.vmin, self.vmax, self.center)
@@ -97,8 +114,10 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     Parameters
     ----------
     data : xarray.Dataset or xarray.DataArray
-        Statistics with dims ``(layer, component)`` or ``(layer, head)``,
-        possibly with extra dims (``checkpoint``, ``head``, ``step`` ...).
+        Statistics with dims ``(layer, component)``, ``(layer, head)`` or
+        ``(layer, kv_head)``, possibly with extra dims (``checkpoint``,
+        ``head``, ``step`` ...). The columns are the first of ``component``,
+        ``head``, ``kv_head`` the variable has; the others need a selection.
     metric : str, optional
         Variable name (``"stable_rank"``). Default: the first metric of the
         Dataset (ignored for a DataArray).
@@ -107,11 +126,15 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         linear limits).
     scale : {"diverging", "sequential", "log"}, default "diverging"
     robust : bool, default True
-        Colour limits from the 2nd/98th percentiles instead of min/max.
+        Colour limits from the 2nd/98th percentiles instead of min/max, so a
+        few outliers do not wash out the rest; the colorbar then marks the
+        clipped end(s) with an arrow. False: the data's min and max, so an
+        outlier (a massive activation) is shown as the extreme it is.
     layers : slice, (first, last) tuple, or list of int, optional
         Layers to show; a 2-tuple and a slice are inclusive label ranges.
     components : iterable of str, optional
-        Columns to keep (``{"attn.q", "mlp.up"}``); kept in canonical order.
+        Columns to keep (``{"attn.q", "mlp.up"}``, or head numbers for a
+        head heatmap); kept in the coordinate's order.
     title : str, optional
         Default: ``"<model>: <long_name> (<selection>)"``.
     vmin, vmax : float, optional
@@ -148,9 +171,10 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         attrs, da = dict(data.attrs), data[metric]
     else:
         da, metric = data, str(data.name or metric or "value")
-    col_dim = next((d for d in COL_DIMS if d in da.dims), None)
+    col_dim = column_dim(da.dims)
     if ROW_DIM not in da.dims or col_dim is None:
-        raise ValueError(f"{metric!r} has dims {tuple(da.dims)}; a heatmap needs 'layer' and 'component' or 'head'")
+        raise ValueError(f"{metric!r} has dims {tuple(da.dims)}; a heatmap needs 'layer' and one of "
+                         + ", ".join(repr(d) for d in COL_DIMS))
     da = select(da, selection)
     if layers is not None:
         if isinstance(layers, tuple) and len(layers) == 2:
@@ -214,8 +238,10 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
                  cbar_kws: dict | None = None):
     """Draw a :class:`HeatmapData` on ``ax``.
 
-    Layer 0 (``rows[0]``) is at the bottom. NaN cells show a hatched grey
-    background and the x label says so.
+    Layer 0 (``rows[0]``) is at the bottom. The x axis is labelled with the
+    column dimension (``head``, ``kv_head``; nothing for components). NaN
+    cells show a hatched grey background and the x label says so. The
+    colorbar has an arrow at each end where values lie beyond the limits.
 
     Returns
     -------
@@ -249,7 +275,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     ax.set_yticks(np.asarray(p.yticks) + 0.5, p.ytick_labels)
     ax.tick_params(length=2)
     ax.set_ylabel("layer")
-    xlabel = "head" if p.col_dim == "head" else ""
+    xlabel = p.col_axis_label
     if mask.any():
         xlabel += ("\n" if xlabel else "") + "hatched: no such matrix (NaN)"
     ax.set_xlabel(xlabel, fontsize=8 if mask.any() else None)
@@ -274,7 +300,7 @@ def heatmap(data, metric: str | None = None, *, ax=None, center="median", scale:
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
             vmax: float | None = None, **selection):
-    """Layer x component heatmap of one metric.
+    """Layer x component (or layer x head / kv_head) heatmap of one metric.
 
     Parameters are those of :func:`prepare_heatmap` plus:
 
@@ -295,6 +321,9 @@ def heatmap(data, metric: str | None = None, *, ax=None, center="median", scale:
     --------
     >>> ds = toolkit.weight_stats()                     # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "stable_rank", layers=(0, 11))  # doctest: +SKIP
+    >>> act = toolkit.activation_stats()                # doctest: +SKIP
+    >>> toolkit.plot.heatmap(act, "max_abs_activation", scale="log", robust=False)  # doctest: +SKIP
+    >>> toolkit.plot.heatmap(act, "key_head_rms")       # columns: kv_head  # doctest: +SKIP
     """
     p = prepare_heatmap(data, metric, center=center, scale=scale, robust=robust, layers=layers,
                         components=components, title=title, vmin=vmin, vmax=vmax, **selection)

@@ -20,10 +20,24 @@ from pathlib import Path
 import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
-from toolkit.plot._select import COL_DIMS, ROW_DIM, metric_names, model_name
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names, model_name
 from toolkit.plot.heatmap import auto_figsize, draw_heatmap, prepare_heatmap
 
 SCALE_OPTIONS = (("diverging (median)", "diverging"), ("sequential", "sequential"), ("log", "log"))
+ROBUST_TOOLTIP = ("On: colour limits at the 2nd and 98th percentiles, so a few outliers do not wash out the "
+                  "rest (arrows on the colorbar mark clipped ends). Off: the data's min and max, so an "
+                  "outlier such as a massive activation is shown as the extreme it is.")
+
+
+def _selector_dims(ds, names) -> list[str]:
+    """Dimensions that need a selector: those of a metric that are neither its rows nor its columns.
+
+    ``kv_head`` of ``key_head_rms`` (layer, kv_head) is its columns, so it gets
+    none; ``head`` of a (layer, component, head) variable gets one. In the
+    Dataset's dimension order.
+    """
+    dims = {d for n in names for d in ds[n].dims if d not in (ROW_DIM, column_dim(ds[n].dims))}
+    return sorted(dims, key=list(ds.sizes).index)
 
 
 def _dim_options(ds, dim):
@@ -59,10 +73,13 @@ class Explorer:
     widget : ipywidgets.VBox
         The whole panel.
     controls : dict of str -> ipywidgets.Widget
-        ``metric``, ``scale``, ``layers``, ``annotate``, ``filename``,
-        ``save_png``, ``save_netcdf``, one selector per extra dimension
-        (named after it: ``checkpoint``, ``head``, ...), and ``components``
-        (dict component -> ToggleButton).
+        ``metric``, ``scale``, ``robust`` (checkbox "robust colour limits",
+        on by default; off: the data's min and max), ``layers``,
+        ``annotate``, ``filename``, ``save_png``, ``save_netcdf``, one
+        selector per extra dimension (named after it: ``checkpoint``,
+        ``head``, ``text`` ...; disabled while the metric shown lacks it or
+        draws it as columns), and ``components`` (dict component ->
+        ToggleButton; disabled unless the columns are components).
     output : ipywidgets.Output
         Holds exactly one PNG of the current figure (or one message).
     current : toolkit.plot.HeatmapData or None
@@ -75,7 +92,8 @@ class Explorer:
         self.ds = ds
         names = metric_names(ds)
         if not names:
-            raise EmptyInputError(f"no metric with a 'layer' and a 'component' or 'head' dimension in {list(ds.data_vars)}")
+            raise EmptyInputError(f"no metric with a 'layer' and a {' / '.join(map(repr, COL_DIMS))} dimension "
+                                  f"in {list(ds.data_vars)}")
         if metric is not None and metric not in names:
             raise UnknownMetricError(str(metric), names)
         self.out_dir, self.dpi = Path(out_dir), dpi
@@ -84,12 +102,13 @@ class Explorer:
         c = self.controls = {}
         c["metric"] = W.Dropdown(options=[(str(ds[n].attrs.get("long_name") or n), n) for n in names],
                                  value=metric or names[0], description="metric")
-        dims = sorted({d for n in names for d in ds[n].dims} - {ROW_DIM, "component"},
-                      key=list(ds.sizes).index)
+        dims = _selector_dims(ds, names)
         for d in dims:
             c[d] = W.Dropdown(options=_dim_options(ds, d), description=d)
         c["scale"] = W.ToggleButtons(options=SCALE_OPTIONS, value="diverging", description="colour",
                                      style={"button_width": "auto", "description_width": "initial"})
+        c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,
+                                 tooltip=ROBUST_TOOLTIP)
         lo, hi = int(ds[ROW_DIM].min()), int(ds[ROW_DIM].max())
         c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
                                        continuous_update=False)
@@ -112,7 +131,7 @@ class Explorer:
                 w.observe(self._on_metric if key == "metric" else self._on_change, names="value")
         c["save_png"].on_click(lambda _: self._report(self.save_png))
         c["save_netcdf"].on_click(lambda _: self._report(self.save_netcdf))
-        rows = [W.HBox([c["metric"], *(c[d] for d in dims)]), W.HBox([c["scale"], c["annotate"]]),
+        rows = [W.HBox([c["metric"], *(c[d] for d in dims)]), W.HBox([c["scale"], c["robust"], c["annotate"]]),
                 c["layers"], W.HBox(list(c["components"].values())), self.output,
                 W.HBox([c["filename"], c["save_png"], c["save_netcdf"]]), self.status]
         self.widget = root if root is not None else W.VBox()
@@ -127,17 +146,17 @@ class Explorer:
         """Keyword arguments of :func:`toolkit.plot.prepare_heatmap` for the current controls."""
         c = self.controls
         var = self.ds[c["metric"].value]
-        col_dim = next(d for d in COL_DIMS if d in var.dims)
+        col_dim = column_dim(var.dims)
         kws = {d: c[d].value for d in var.dims if d in c and d != col_dim}
         comps = None
         if col_dim == "component":
             comps = [k for k, t in c["components"].items() if t.value]
-        return dict(metric=c["metric"].value, scale=c["scale"].value, layers=tuple(c["layers"].value),
-                    components=comps, **kws)
+        return dict(metric=c["metric"].value, scale=c["scale"].value, robust=c["robust"].value,
+                    layers=tuple(c["layers"].value), components=comps, **kws)
 
     def _sync_enabled(self):
         var = self.ds[self.controls["metric"].value]
-        col_dim = next(d for d in COL_DIMS if d in var.dims)
+        col_dim = column_dim(var.dims)
         for d, w in self.controls.items():
             if isinstance(w, W.Dropdown) and d != "metric":
                 w.disabled = d not in var.dims or d == col_dim
@@ -260,9 +279,11 @@ def explore(ds, metric=None, *, out_dir=".", dpi=100) -> Explorer:
     Parameters
     ----------
     ds : xarray.Dataset
-        Metrics with dims ``(layer, component)`` or ``(layer, head)``, plus any
-        extra dims (``checkpoint``, ``head``, ``step`` ...), each of which gets a
-        selector.
+        Metrics with dims ``(layer, component)``, ``(layer, head)`` or
+        ``(layer, kv_head)`` (key/value heads of grouped-query attention),
+        plus any extra dims (``checkpoint``, ``head``, ``text`` ...), each of
+        which gets a selector. Rows are layers, columns the first of
+        ``component``, ``head``, ``kv_head`` the metric has.
     metric : str, optional
         Metric shown first (default: the first one).
     out_dir : str or path, default "."
@@ -278,7 +299,7 @@ def explore(ds, metric=None, *, out_dir=".", dpi=100) -> Explorer:
     Raises
     ------
     toolkit.errors.EmptyInputError
-        The Dataset has no metric with layer and component/head dims.
+        The Dataset has no metric with layer and component/head/kv_head dims.
     toolkit.errors.UnknownMetricError
         ``metric`` is not one of them.
     """

@@ -1,0 +1,51 @@
+"""The explorer over a real ``activation_stats`` Dataset: every (layer, *) variable can be shown.
+
+The Dataset comes from a tiny grouped-query Qwen2 (2 layers, 4 query heads,
+2 key/value heads), so it has variables on (layer, component), (layer, head),
+(layer, head, text) and (layer, kv_head), as the embedded SmolLM2 gives.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from toolkit.activations import activation_stats  # noqa: E402
+from toolkit.plot import metric_names  # noqa: E402
+from toolkit.testing import tiny_model  # noqa: E402
+from toolkit.widgets import explore  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ds():
+    g = torch.Generator().manual_seed(3)
+    texts = [torch.randint(3, 120, (n,), generator=g).tolist() for n in (4, 9, 6)]
+    return activation_stats(tiny_model("qwen2", num_layers=2), texts, batch_size=2, progress=False)
+
+
+def test_every_layer_variable_is_offered_and_drawn(ds):
+    layered = {str(k) for k, v in ds.data_vars.items() if "layer" in v.dims and v.dtype.kind == "f"}
+    assert {ds[n].dims for n in layered} == {("layer", "component"), ("layer", "head"),
+                                             ("layer", "head", "text"), ("layer", "kv_head")}
+    assert set(metric_names(ds)) == layered
+    ex = explore(ds)
+    c = ex.controls
+    assert [v for _, v in c["metric"].options] == metric_names(ds)
+    assert "text" in c and "kv_head" not in c and "head" not in c  # head / kv_head are only columns here
+    for name in metric_names(ds):
+        c["metric"].value = name
+        col = next(d for d in ("component", "head", "kv_head") if d in ds[name].dims)
+        assert ex.current is not None, (name, ex.message)
+        assert ex.current.metric == name and ex.current.col_dim == col
+        assert ex.current.values.shape == (ds.sizes["layer"], ds.sizes[col])
+        assert c["text"].disabled == ("text" not in ds[name].dims)
+        assert len(ex.output.outputs) == 1 and ex.output.outputs[0]["output_type"] == "display_data"
+    c["metric"].value = "value_head_rms"
+    assert ex.current.cols == (0, 1)  # 2 key/value heads, not the 4 query heads
+    np.testing.assert_array_equal(ex.current.values, ds["value_head_rms"].values)
+    c["robust"].value = False
+    finite = ds["value_head_rms"].values
+    assert (ex.current.vmin, ex.current.vmax) == (finite.min(), finite.max())
