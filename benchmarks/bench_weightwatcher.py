@@ -222,7 +222,7 @@ def report(runs: dict, agree: dict, args) -> dict:
         ["time, work (file -> result)", f"{med['toolkit']['seconds']:.1f} s", f"{med['weightwatcher']['seconds']:.1f} s",
          f"{speed_work:.1f}x faster", f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_work >= TARGET_SPEEDUP)}"],
         ["time, whole process", f"{med['toolkit']['process_s']:.1f} s", f"{med['weightwatcher']['process_s']:.1f} s",
-         f"{speed_proc:.1f}x faster", f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_proc >= TARGET_SPEEDUP)}"],
+         f"{speed_proc:.1f}x faster", "- (adds interpreter start, imports, exit)"],
         ["peak RSS", H.fmt_bytes(rss["toolkit"]), H.fmt_bytes(rss["weightwatcher"]), f"{rss_share:.2f} of WW",
          f"<= 1/3 {H.verdict(rss_share <= TARGET_RSS_SHARE)}"],
     ]
@@ -234,6 +234,8 @@ def report(runs: dict, agree: dict, args) -> dict:
                      f">= 95 % {H.verdict(m['share'] >= TARGET_AGREE)}"])
     print()
     print(H.table(rows, ["figure", "toolkit", "WeightWatcher", "ratio", "target"]))
+    print("The speed target is read on the work time: end to end from the GGUF file to the result, "
+          "WeightWatcher's from_pretrained load included.")
     print(f"WeightWatcher's from_pretrained alone: {ww_load:.1f} s (median). Matched {agree['matched']} matrices "
           f"by name (toolkit {agree['ours']}, WeightWatcher {agree['theirs']} layers; lm_head is WeightWatcher's only).")
     for name, m in agree["metrics"].items():
