@@ -123,3 +123,37 @@ def test_no_transformer_weights(tmp_path):
     (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 2}))
     with pytest.raises(toolkit.ToolkitError, match="maps to an attention or MLP component"):
         toolkit.weight_stats(d, progress=False)
+
+
+def test_a_device_this_process_lacks_fails_before_any_work(tmp_path):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    if not torch.cuda.is_available():
+        with pytest.raises(toolkit.errors.ToolkitError, match="not available.*device='cpu'"):
+            toolkit.weight_stats(path, ["stable_rank"], device="cuda", progress=False)
+        with pytest.raises(toolkit.errors.ToolkitError, match="not available"):
+            toolkit.compare(path, path, ["relative_change"], device="cuda", progress=False)
+    with pytest.raises(toolkit.errors.ToolkitError, match="invalid device 'tpu9'"):
+        toolkit.weight_stats(path, ["stable_rank"], device="tpu9", progress=False)
+    with pytest.raises(toolkit.errors.ToolkitError, match="'cpu' or 'cuda'"):
+        toolkit.weight_stats(path, ["stable_rank"], device="meta", progress=False)
+    assert not list((tmp_path / "cache").rglob("*.json*"))  # nothing was computed, nothing cached
+
+
+def test_a_failed_computation_is_shown_but_never_cached(tmp_path, monkeypatch):
+    import toolkit.metrics.spectral as spectral
+
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    real = spectral.singular_values
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("driver crashed")
+
+    monkeypatch.setattr(spectral, "singular_values", broken)
+    failed = toolkit.weight_stats(path, ["stable_rank", "frobenius_norm"], progress=False)
+    assert failed.stable_rank.isnull().all() and failed.frobenius_norm.notnull().sum() == 14
+    assert "singular values failed: RuntimeError: driver crashed" in str(failed.nan_reason.values[0, 0])
+    monkeypatch.setattr(spectral, "singular_values", real)
+    again = toolkit.weight_stats(path, ["stable_rank", "frobenius_norm"], progress=False)  # same cache
+    fresh = toolkit.weight_stats(path, ["stable_rank", "frobenius_norm"], progress=False, cache=False)
+    assert again.stable_rank.notnull().sum() == 14
+    np.testing.assert_array_equal(again.stable_rank.values, fresh.stable_rank.values)

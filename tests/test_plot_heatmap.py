@@ -243,3 +243,14 @@ def test_robust_off_shows_a_massive_activation_as_the_extreme(scale):
     assert mesh.norm.vmax < 10 and mesh.colorbar.extend in ("max", "both")
     assert prepare_heatmap(ds, "max_abs_activation", scale=scale).clipped
     assert not prepare_heatmap(ds, "max_abs_activation", scale=scale, robust=False).clipped
+
+
+def test_model_name_for_titles():
+    from toolkit.plot._select import model_name
+
+    snapshot = "/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B/snapshots/" + "a" * 40
+    assert model_name({"source": snapshot}) == "Qwen/Qwen2.5-7B"
+    assert model_name({"source": "/opt/pkgs/all-MiniLM-L6-v2/model"}) == "all-MiniLM-L6-v2/model"
+    assert model_name({"source": "/data/runs/SmolLM2.Q4_1.gguf"}) == "SmolLM2.Q4_1.gguf"
+    assert model_name({"source": "Qwen/Qwen2.5-7B"}) == "Qwen/Qwen2.5-7B"
+    assert model_name({"model_name": "step-40 vs step-0", "source": "/x"}) == "step-40 vs step-0"

@@ -14,6 +14,9 @@ from toolkit.metrics.diff import compute_diff_metrics
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=32)
 any_float = st.floats(allow_nan=True, allow_infinity=True, width=32)
+# Zero or at least 2^-100 (8e-31) in magnitude: scaled by 1e-2..1e2 these stay normal float32 numbers, so scaling
+# is exact up to rounding (a subnormal such as 1.4e-45 * 0.5 rounds to 0 and the ranks change for real).
+scalable = st.one_of(st.just(0.0), st.floats(2.0**-100, 1e3, width=32), st.floats(-1e3, -(2.0**-100), width=32))
 
 
 @st.composite
@@ -65,7 +68,7 @@ def test_invariant_to_transposition(w):
 
 
 @SETTINGS
-@given(matrices(), st.floats(1e-2, 1e2))
+@given(matrices(elements=scalable), st.floats(1e-2, 1e2))
 def test_ranks_invariant_to_scaling(w, c):
     a, b = _vals(w), _vals(w * c)
     for name in ["stable_rank", "effective_rank"]:

@@ -25,6 +25,7 @@ import torch
 
 from toolkit.collect.cache import ResultCache
 from toolkit.collect.evaluate import evaluate_matrix
+from toolkit.collect.grid import cell_results
 from toolkit.errors import ToolkitError
 
 _OPEN_SOURCES = 8  # opened checkpoints kept per worker process (a series task needs two)
@@ -203,8 +204,8 @@ def weights_task(spec: SourceSpec, name: str, entries: list, keys: dict, device:
                 fresh = evaluate_matrix(piece.extract(tensor), missing, device=device,
                                         parameter_name=piece.parameter_name)
                 shape = fresh.shape
-                new = {keys[m.name]: (fresh.values[m.name], fresh.reasons.get(m.name, "")) for m in missing}
-                store.put(cell_id, new, fresh.shape)
+                new, keep = cell_results(fresh, missing, keys)
+                store.put(cell_id, keep, fresh.shape)
                 cached = {**cached, **new}
             out.append((cell_id, shape, {keys[m.name]: cached[keys[m.name]] for m in todo}))
         return {"cells": out, "unsaved": store.unsaved}

@@ -26,6 +26,7 @@ from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.collect.stream import map_tensors
 from toolkit.errors import EmptyInputError, ToolkitError
+from toolkit.metrics.spectral import check_device
 
 REFERENCES = ("first", "previous")
 
@@ -203,6 +204,7 @@ def _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client=No
     here, in the calling thread, as each tensor pair finishes, so an
     interrupted run keeps exactly what it reported.
     """
+    check_device(device, available=client is None)  # Dask workers may have GPUs this process lacks
     if client is not None:
         from toolkit.collect import distributed as _distributed
 

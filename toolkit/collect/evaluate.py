@@ -31,6 +31,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
         spectrum...) or raised.
     """
     from toolkit.metrics.norms import count_nonfinite
+    from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.metrics.spectral import singular_values
 
     cell = Cell(parameter_name=parameter_name, shape=(int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (0, 0))
@@ -52,8 +53,11 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
     if any(m.needs_singular_values for m in metrics):
         try:
             s = singular_values(w, device=device)
-        except Exception as e:  # noqa: BLE001 - reported per cell
-            s_error = f"singular values failed: {e}"
+        except DegenerateMatrix as e:
+            s_error = e.reason
+        except Exception as e:  # noqa: BLE001 - reported per cell, never cached
+            s_error = f"singular values failed: {type(e).__name__}: {e}"
+            cell.errors.update(m.name for m in metrics if m.needs_singular_values)
     for m in metrics:
         if m.needs_singular_values and s is None:
             cell.values[m.name], cell.reasons[m.name] = math.nan, s_error or "no singular values"
@@ -62,6 +66,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, device: str = "cpu", para
             value, reason = m.evaluate(w, s)
         except Exception as e:  # noqa: BLE001 - a failing (user) metric is one NaN cell, not a crash
             value, reason = math.nan, f"{type(e).__name__}: {e}"
+            cell.errors.add(m.name)
         cell.values[m.name] = value
         if math.isnan(value):
             cell.reasons[m.name] = reason or "undefined for this matrix"

@@ -17,13 +17,16 @@ class Cell:
     """Results for one (layer, component) matrix.
 
     ``values`` maps metric name to float (NaN where undefined); ``reasons``
-    maps metric name to why it is NaN.
+    maps metric name to why it is NaN; ``errors`` names the metrics whose NaN
+    came from an exception (a failure of the computation, not of the matrix),
+    which are never cached.
     """
 
     parameter_name: str
     shape: tuple[int, int]
     values: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
+    errors: set = field(default_factory=set)
 
 
 def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
@@ -47,6 +50,14 @@ def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
         if reason:
             cell.reasons[m.name] = reason
     return cell
+
+
+def cell_results(cell: Cell, metrics, keys: dict) -> tuple[dict, dict]:
+    """``(results, cacheable)``: ``{cache key: (value, reason)}`` of ``metrics`` in a fresh
+    ``cell``, and the same without the metrics that raised (``cell.errors``), which are
+    shown but never cached (a failed computation is not a property of the matrix)."""
+    results = {keys[m.name]: (cell.values[m.name], cell.reasons.get(m.name, "")) for m in metrics}
+    return results, {keys[m.name]: results[keys[m.name]] for m in metrics if m.name not in cell.errors}
 
 
 def build_grid_dataset(

@@ -8,11 +8,12 @@ import xarray as xr
 
 from toolkit.collect.cache import metric_key, open_cache
 from toolkit.collect.evaluate import evaluate_matrix
-from toolkit.collect.grid import Cell, build_grid_dataset, cell_from
+from toolkit.collect.grid import Cell, build_grid_dataset, cell_from, cell_results
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.collect.stream import map_tensors
 from toolkit.metrics.registry import resolve_metrics
+from toolkit.metrics.spectral import check_device
 
 
 def weight_stats(
@@ -95,8 +96,10 @@ def weight_stats(
     if client is not None:
         from toolkit.collect import distributed as _distributed
 
+        check_device(device, available=False)  # the workers may have GPUs this process lacks
         return _distributed.weight_stats(source, metrics, gguf_file=gguf_file, revision=revision, mapping=mapping,
                                          device=device, progress=progress, cache=cache, client=client)
+    check_device(device)
     chosen = resolve_metrics(metrics, kind="weight")
     plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping)
     store = open_cache(plan.source.fingerprint, "weights", enabled=cache)
@@ -124,8 +127,8 @@ def weight_stats(
             if need:
                 got = fresh[k]
                 shape = got.shape
-                new = {keys[m.name]: (got.values[m.name], got.reasons.get(m.name, "")) for m in need}
-                store.put(cell_id, new, got.shape)
+                new, keep = cell_results(got, need, keys)
+                store.put(cell_id, keep, got.shape)
                 cached = {**cached, **new}
             cells[(piece.layer, piece.component)] = cell_from(piece, shape, cached, chosen, keys)
 

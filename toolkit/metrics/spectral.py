@@ -30,6 +30,44 @@ def _resolve_device(device) -> torch.device:
     return torch.device(device)
 
 
+def check_device(device, *, available: bool = True) -> torch.device:
+    """The ``torch.device`` named by ``device``, checked before any work.
+
+    Parameters
+    ----------
+    device : str, torch.device or None
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` (CUDA when available)
+        or None (= ``"auto"``).
+    available : bool, default True
+        Also check that this process can use it (False for a driver that
+        hands the work to Dask workers, which may have GPUs it lacks).
+
+    Raises
+    ------
+    ToolkitError
+        An unknown device string, a device type other than CPU or CUDA, or a
+        CUDA device this process cannot use (no CUDA build of torch, no
+        GPU, or an index beyond the GPUs present).
+    """
+    from toolkit.errors import ToolkitError
+
+    try:
+        dev = _resolve_device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ToolkitError(f"invalid device {device!r} ({exc}); use 'cpu', 'cuda', 'cuda:N' or 'auto'") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ToolkitError(f"device {device!r}: the spectral work runs on 'cpu' or 'cuda', not {dev.type!r}")
+    if available and dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = ("this torch build has no CUDA" if torch.version.cuda is None
+                   else "torch sees no GPU (torch.cuda.is_available() is False)")
+            raise ToolkitError(f"device {device!r} is not available: {why}; pass device='cpu' "
+                               "(or 'auto', which picks CUDA only when it is there)")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ToolkitError(f"device {device!r} is not available: {torch.cuda.device_count()} GPU(s) here")
+    return dev
+
+
 def _gram(w: torch.Tensor) -> torch.Tensor:
     """The smaller Gram matrix, W Wᵀ or WᵀW, accumulated in float64 by blocks."""
     m, n = w.shape

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -27,16 +28,31 @@ def metric_names(ds) -> list[str]:
             if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"]
 
 
+#: Folder names that say nothing about the model: the title then shows their parent too.
+_GENERIC = {"model", "models", "checkpoint", "checkpoints", "weights", "hf", "final", "latest", "output"}
+_HUB_CACHE = re.compile(r"models--([^/]+)--([^/]+)/snapshots/")
+
+
 def model_name(attrs) -> str:
     """Short model name from Dataset attrs (``model_name``, ``model`` or ``source``).
 
-    A path is shortened to its last part; a hub id (``Qwen/Qwen2.5-7B``) is kept.
+    A hub id (``Qwen/Qwen2.5-7B``) is kept. A path is shortened to its last
+    part; a snapshot in the Hugging Face cache (``.../models--Qwen--Qwen2.5-7B/snapshots/<commit>``)
+    gives its repo id, and a generic last part (``model``, ``checkpoint``...)
+    keeps its parent (``all-MiniLM-L6-v2/model``).
     """
     for key in ("model_name", "model", "source"):
         name = str(attrs.get(key, "") or "").rstrip("/\\")
         if name:
             if os.path.isabs(name) or name.startswith(".") or name.count("/") > 1 or "\\" in name:
-                return os.path.basename(name.replace("\\", "/"))
+                path = name.replace("\\", "/")
+                hub = _HUB_CACHE.search(path + "/")
+                if hub:
+                    return f"{hub.group(1)}/{hub.group(2)}"
+                parts = [p for p in path.split("/") if p]
+                if len(parts) > 1 and parts[-1].lower() in _GENERIC:
+                    return "/".join(parts[-2:])
+                return parts[-1] if parts else name
             return name
     return ""
 
