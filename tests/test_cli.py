@@ -1,5 +1,7 @@
 """The command line, end to end on tiny checkpoints."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -49,3 +51,109 @@ def test_unknown_metric_via_cli(tmp_path, capsys):
     path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
     assert main(["weights", str(path), "--metrics", "nope", "-q"]) == 2
     assert "unknown metric 'nope'" in capsys.readouterr().err
+
+
+def _no_computing(monkeypatch):
+    """Make any computing fail the test: the checks must come first."""
+    for name in ("weight_stats", "compare", "compare_series"):
+        monkeypatch.setattr(toolkit, name, lambda *a, _n=name, **k: pytest.fail(f"{_n} ran before the check"))
+
+
+def test_plot_defaults_to_a_computed_metric(tmp_path, capsys):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+    png = tmp_path / "w.png"
+    assert main(["weights", str(path), "--metrics", "frobenius_norm", "--plot", str(png), "-q"]) == 0
+    assert f"wrote {png} (frobenius_norm)" in capsys.readouterr().out and png.exists()
+    assert main(["weights", str(path), "--metrics", "rms", "stable_rank", "--plot", str(png), "-q"]) == 0
+    assert "(stable_rank)" in capsys.readouterr().out  # the default, when it is computed
+    assert main(["compare", str(path), str(path), "--metrics", "update_sparsity", "--plot", str(tmp_path / "c.png"),
+                 "-q"]) == 0
+    assert "(update_sparsity)" in capsys.readouterr().out
+    assert main(["series", str(path), str(path), "--metrics", "update_sparsity", "cosine_similarity",
+                 "--plot", str(tmp_path / "s.png"), "-q"]) == 0
+    assert "(update_sparsity)" in capsys.readouterr().out
+
+
+def test_plot_metric_not_computed_fails_before_computing(tmp_path, capsys, monkeypatch):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+    _no_computing(monkeypatch)
+    png = str(tmp_path / "p.png")
+    assert main(["weights", str(path), "--metrics", "frobenius_norm", "--plot", png, "--plot-metric", "stable_rank",
+                 "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --plot-metric 'stable_rank' is not computed: add it to --metrics")
+    assert "--metrics frobenius_norm stable_rank" in err and "Traceback" not in err
+    assert main(["compare", str(path), str(path), "--metrics", "update_sparsity", "--plot", png,
+                 "--plot-metric", "relative_change", "-q"]) == 2
+    assert "add it to --metrics" in capsys.readouterr().err
+    assert main(["series", str(path), str(path), "--metrics", "update_sparsity", "--plot", png,
+                 "--plot-metric", "relative_change", "-q"]) == 2
+    assert "add it to --metrics" in capsys.readouterr().err
+    assert main(["weights", str(path), "--plot", png, "--plot-metric", "stabel_rank", "-q"]) == 2
+    assert "Did you mean 'stable_rank'?" in capsys.readouterr().err
+    assert main(["weights", str(path), "--plot", png, "--plot-metric", "relative_change", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "'relative_change' is a diff metric" in err and "python -m toolkit compare" in err
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_metric_of_the_other_kind_names_the_subcommand(tmp_path, capsys, monkeypatch):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+    _no_computing(monkeypatch)
+    assert main(["weights", str(path), "--metrics", "relative_change", "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "is a diff metric, not a weight metric" in err
+    assert "python -m toolkit compare BASE TARGET --metrics relative_change" in err
+    assert main(["compare", str(path), str(path), "--metrics", "stable_rank", "-q"]) == 2
+    assert "python -m toolkit weights MODEL --metrics stable_rank" in capsys.readouterr().err
+
+
+def test_bad_output_paths_fail_before_computing(tmp_path, capsys, monkeypatch):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+    _no_computing(monkeypatch)
+    (tmp_path / "afile").write_text("x")
+    cases = [
+        (["-o", str(tmp_path) + "/"], "-o/--output is a folder; give a file name inside it"),
+        (["-o", str(tmp_path)], "-o/--output is a folder"),
+        (["-o", str(tmp_path / "afile" / "x.nc")], "is a file, not a folder; choose another path"),
+        (["--plot", str(tmp_path)], "--plot is a folder; give a file name inside it, e.g."),
+        (["--plot", str(tmp_path / "x.pnq")], ".pnq is not a format matplotlib writes"),
+    ]
+    if Path("/proc/self").is_dir():  # a folder no file can be created in, even as root
+        cases.append((["-o", "/proc/x.nc"], "cannot create a file in '/proc'"))
+    for extra, expected in cases:
+        assert main(["weights", str(path), *extra, "-q"]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.startswith("error: cannot write ") and expected in err and "Traceback" not in err, err
+    for cmd in (["compare", str(path), str(path)], ["series", str(path), str(path)]):
+        assert main([*cmd, "-o", str(tmp_path) + "/", "-q"]) == 2
+        assert "is a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["afile", "m"]  # no probe file left
+
+
+def test_oserror_at_save_time_is_a_clean_error(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import matplotlib.figure
+    import xarray as xr
+
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", full)
+    out = tmp_path / "o.nc"
+    assert main(["weights", str(path), "--metrics", "rms", "-o", str(out), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write '{out}': No space left on device") and "Traceback" not in err
+    assert not list(tmp_path.glob("o.nc*"))  # no temporary file left
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    assert main(["weights", str(path), "--metrics", "rms", "--plot", str(tmp_path / "p.png"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write ") and "No space left on device" in err and "--plot" in err

@@ -83,6 +83,16 @@ def test_unknown_metric_lists_known(tmp_path):
         toolkit.weight_stats(path, metrics=["stable_rnk"], progress=False)
 
 
+def test_diff_metric_names_point_to_compare(tmp_path):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    with pytest.raises(toolkit.ToolkitError, match=r"'relative_change' is a diff metric, not a weight metric: "
+                                                   r"compute it with toolkit\.compare\("):
+        toolkit.weight_stats(path, metrics=["relative_change"], progress=False)
+    with pytest.raises(toolkit.ToolkitError, match=r"Did you mean 'relative_change'\? It is a diff metric") as err:
+        toolkit.weight_stats(path, metrics=["relative_chang"], progress=False)
+    assert "update_sparsity" not in str(err.value)  # the known list holds weight metrics only
+
+
 def test_user_metric_appears_in_dataset(tmp_path):
     path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
 

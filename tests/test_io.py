@@ -1,11 +1,23 @@
 """NetCDF save/load: attrs round-trip, atomic writes, clear errors."""
 
+import errno
+import os
+import stat
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xarray as xr
 
-from toolkit.errors import CheckpointFileError, SourceNotFoundError
-from toolkit.io import load, save
+from toolkit.errors import (
+    CheckpointFileError,
+    OutputPathError,
+    ResultsFileError,
+    ResultsNotFoundError,
+    SourceNotFoundError,
+    ToolkitError,
+)
+from toolkit.io import check_output_path, load, save
 
 
 def _ds():
@@ -47,15 +59,90 @@ def test_interrupted_save_leaves_previous_file(tmp_path, monkeypatch):
 
 
 def test_load_missing_file(tmp_path):
-    with pytest.raises(SourceNotFoundError, match="no such file"):
+    with pytest.raises(ResultsNotFoundError, match="no such file") as err:
         load(tmp_path / "nope.nc")
+    msg = str(err.value)
+    assert msg.startswith(f"no results file {str(tmp_path / 'nope.nc')!r}: no such file")
+    assert "written by toolkit.save" in msg and "check the path" in msg and "checkpoint" not in msg
+    assert err.value.path == str(tmp_path / "nope.nc")
+    assert isinstance(err.value, SourceNotFoundError) and isinstance(err.value, FileNotFoundError)
+    with pytest.raises(ResultsNotFoundError, match="it is a folder, not a statistics file.*toolkit.weight_stats"):
+        load(tmp_path)
 
 
 def test_load_not_netcdf(tmp_path):
     p = tmp_path / "bad.nc"
     p.write_text("hello")
-    with pytest.raises(CheckpointFileError, match="not a readable NetCDF file"):
+    with pytest.raises(ResultsFileError, match="not a readable NetCDF file") as err:
         load(p)
+    assert str(err.value).startswith(f"bad results file {str(p)!r}: ")
+    assert isinstance(err.value, CheckpointFileError)
+
+
+def test_save_refuses_a_dataarray_with_the_fix():
+    da = _ds().stable_rank
+    with pytest.raises(TypeError, match=r"needs an xarray.Dataset, got a DataArray \('stable_rank'\); "
+                                        r"pass a Dataset, e\.g\. da\.to_dataset\(\)"):
+        save(da, "unused.nc")
+    with pytest.raises(TypeError, match=r"da\.to_dataset\(name='my_metric'\)"):
+        save(da.rename(None), "unused.nc")
+    with pytest.raises(TypeError, match="got dict"):
+        save({}, "unused.nc")
+    assert not Path("unused.nc").exists()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_saved_file_gets_the_mode_open_would_give(tmp_path):
+    old = os.umask(0o022)
+    try:
+        p = save(_ds(), tmp_path / "a.nc")
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644  # 0o666 less the umask, not mkstemp's 0o600
+        os.umask(0o027)
+        assert stat.S_IMODE(save(_ds(), tmp_path / "b.nc").stat().st_mode) == 0o640
+        os.chmod(p, 0o604)  # a file replaced keeps its mode, as with open(p, "w")
+        save(_ds(), p)
+        assert stat.S_IMODE(p.stat().st_mode) == 0o604
+    finally:
+        os.umask(old)
+
+
+def test_save_to_a_bad_path_names_it(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    for target, expected in [
+        (str(tmp_path) + "/", "it is a folder; give a file name inside it, e.g."),
+        (tmp_path, "it is a folder"),
+        (tmp_path / "afile" / "x.nc", f"{str(tmp_path / 'afile')!r} is a file, not a folder"),
+    ]:
+        with pytest.raises(OutputPathError, match=expected) as err:
+            save(_ds(), target)
+        assert str(err.value).startswith("cannot write ")
+        assert isinstance(err.value, OSError) and isinstance(err.value, ToolkitError)
+    if Path("/proc/self").is_dir():
+        with pytest.raises(OutputPathError, match=r"cannot write '/proc/x.nc': cannot create a file in '/proc' \("):
+            save(_ds(), "/proc/x.nc")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_oserror_while_writing_becomes_output_path_error(tmp_path, monkeypatch):
+    path = save(_ds(), tmp_path / "a.nc")
+    before = path.read_bytes()
+
+    def full(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(xr.Dataset, "to_netcdf", full)
+    with pytest.raises(OutputPathError, match="No space left on device; check the free space") as err:
+        save(_ds(), path)
+    assert err.value.errno == errno.ENOSPC and err.value.path == str(path)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["a.nc"]  # no temp file left
+
+
+def test_check_output_path(tmp_path):
+    assert check_output_path(tmp_path / "new" / "deep" / "o.nc") == tmp_path / "new" / "deep" / "o.nc"
+    assert list(tmp_path.iterdir()) == []  # no folder created, no probe file left
+    with pytest.raises(OutputPathError, match=r"-o is a folder; give a file name inside it, e\.g\. .*plot\.png"):
+        check_output_path(tmp_path, "-o", "plot.png")
 
 
 def test_load_file_from_newer_format_names_the_version(tmp_path):

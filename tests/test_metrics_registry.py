@@ -125,6 +125,43 @@ def test_unknown_metric_lists_known_ones():
         resolve_metrics(["rms"], kind="diff")  # exists, but is not a diff metric
 
 
+def test_unknown_metric_lists_its_kind_and_suggests_close_names():
+    diff = list_metrics("diff")
+    with pytest.raises(UnknownMetricError) as exc:
+        resolve_metrics(["stabel_rank"])
+    msg = str(exc.value)
+    assert msg.startswith("unknown metric 'stabel_rank'. Did you mean 'stable_rank'? Known weight metrics: ")
+    assert exc.value.known == sorted(BUILTINS) and exc.value.kind == "weight"
+    assert exc.value.suggestions == ["stable_rank"] and exc.value.actual_kind is None
+    assert not any(name in msg for name in diff)  # only the metrics of the kind asked for
+    with pytest.raises(UnknownMetricError) as exc:  # a typo of a metric of the other kind
+        resolve_metrics(["relative_chang"])
+    msg = str(exc.value)
+    assert "Did you mean 'relative_change'? It is a diff metric, computed by toolkit.compare(" in msg
+    assert "toolkit.compare_series(" in msg and "Known weight metrics: " in msg
+    with pytest.raises(UnknownMetricError) as exc:
+        resolve_metrics(["rms", "zzzz"], kind="diff")
+    assert "Did you mean" not in str(exc.value) and "Known diff metrics: " in str(exc.value)
+    assert exc.value.known == sorted(diff)
+
+
+def test_metric_of_the_other_kind_says_which_function_computes_it():
+    with pytest.raises(UnknownMetricError) as exc:
+        resolve_metrics(["relative_change"])
+    msg = str(exc.value)
+    assert msg.startswith("metric 'relative_change' is a diff metric, not a weight metric: compute it with "
+                          "toolkit.compare(base, target, metrics=[...]) or toolkit.compare_series(")
+    assert "Known weight metrics: alpha," in msg
+    assert exc.value.actual_kind == "diff" and exc.value.name == "relative_change"
+    with pytest.raises(UnknownMetricError) as exc:
+        resolve_metrics(["stable_rank"], kind="diff")
+    msg = str(exc.value)
+    assert msg.startswith("metric 'stable_rank' is a weight metric, not a diff metric: compute it with "
+                          "toolkit.weight_stats(")
+    assert "Known diff metrics: " in msg and exc.value.actual_kind == "weight"
+    assert isinstance(exc.value, KeyError) and isinstance(exc.value, ToolkitError)
+
+
 def test_bad_registrations():
     with pytest.raises(ToolkitError, match="kind"):
         register_metric("x_metric", lambda w, s: 0.0, long_name="x", kind="activation")

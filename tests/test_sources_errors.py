@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from toolkit.errors import (
@@ -45,6 +46,55 @@ def test_corrupted_safetensors_header(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!" + b"\0" * 64)
     with pytest.raises(CheckpointFileError, match="corrupted safetensors header"):
         open_source(tmp_path)
+
+
+def test_garbage_named_safetensors_is_not_called_truncated(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(np.random.default_rng(0).bytes(1000))
+    with pytest.raises(CheckpointFileError) as err:
+        open_source(path)
+    msg = str(err.value)
+    assert "not a safetensors file, or a corrupted one: its first 8 bytes give a header length of" in msg
+    assert "more than the whole file (1000 bytes)" in msg and "Re-download the file" in msg
+    assert "truncated" not in msg and err.value.path == str(path)
+    lfs = "version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 123456\n"
+    path.write_text(lfs)
+    with pytest.raises(CheckpointFileError, match=r"not a safetensors file.*Git LFS pointer.*git lfs pull"):
+        open_source(tmp_path)
+    path.write_bytes(b"<!DOCTYPE html><html><body>Not found</body></html>" * 3)
+    with pytest.raises(CheckpointFileError, match=r"not a safetensors file.*HTML"):
+        open_source(tmp_path)
+
+
+def test_header_cut_short_is_still_truncated(tiny_qwen2, tmp_path):
+    data = (tiny_qwen2[1]["single"] / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[:200])  # inside the JSON header
+    with pytest.raises(CheckpointFileError, match=r"truncated: the header alone needs \d+ bytes, the file has 200"):
+        open_source(tmp_path)
+
+
+def test_folder_without_config_json(tiny_qwen2, tmp_path):
+    import toolkit
+    from toolkit.errors import UnsupportedArchitectureError
+
+    folder = _copy(tiny_qwen2[1]["single"], tmp_path / "m")
+    (folder / "config.json").unlink()
+    src = open_source(folder)  # opening works: a user mapping needs no config
+    assert src.config == {} and src.missing_config == str(folder / "config.json")
+    assert open_source(tiny_qwen2[1]["single"]).missing_config == ""
+    with pytest.raises(UnsupportedArchitectureError) as err:
+        toolkit.weight_stats(folder, metrics=["rms"], progress=False, cache=False)
+    msg = str(err.value)
+    assert msg.startswith(f"config.json is missing: there is no {str(folder / 'config.json')!r}")
+    assert f"Copy the model's config.json (the one published with these weights) into {str(folder)!r}" in msg
+    assert "mapping=toolkit.Mapping(" in msg and "model_type None" not in msg
+    assert "model.layers.0.self_attn.q_proj.weight" in msg  # the parameter names, to write a mapping from
+    assert err.value.missing_config == str(folder / "config.json")
+    with pytest.raises(UnsupportedArchitectureError, match="config.json is missing"):  # a weight file given directly
+        toolkit.weight_stats(folder / "model.safetensors", metrics=["rms"], progress=False, cache=False)
+    mapping = toolkit.Mapping({"attn.q": r"model\.layers\.(\d+)\.self_attn\.q_proj\.weight"})
+    ds = toolkit.weight_stats(folder, metrics=["rms"], mapping=mapping, progress=False, cache=False)
+    assert ds.sizes["layer"] == 3 and np.isfinite(ds.rms.sel(component="attn.q").values).all()
 
 
 def test_truncated_bin(tiny_qwen2, tmp_path):

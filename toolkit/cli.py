@@ -2,6 +2,8 @@
 
 A thin argparse front end over :mod:`toolkit.collect` and :mod:`toolkit.plot`.
 Toolkit errors are printed as one message (no traceback) with exit status 2.
+The output paths (``-o``, ``--plot``) and the metric to plot are checked
+before any computing, so a typo there does not cost a whole run.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import OutputPathError, ToolkitError, UnknownMetricError
 
 
 def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
@@ -19,7 +21,77 @@ def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_defau
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
 
 
-def _save_outputs(ds, args, default_metric: str) -> None:
+#: How each metric kind is computed on the command line (error messages).
+_CLI_COMMANDS = {
+    "weight": "python -m toolkit weights MODEL --metrics NAME",
+    "diff": "python -m toolkit compare BASE TARGET --metrics NAME "
+            "(or: python -m toolkit series CKPT... --metrics NAME)",
+}
+
+
+def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
+    """Check, before any computing, the output paths and the metric to plot.
+
+    Returns the metric to plot (``None`` without ``--plot``): ``--plot-metric``
+    when given, else ``default_metric`` when it is computed, else the first
+    metric computed.
+
+    Raises
+    ------
+    OutputPathError
+        ``-o`` or ``--plot`` cannot be written (a folder, a folder that cannot
+        be written...).
+    ToolkitError
+        ``--plot-metric`` names a metric that is not computed.
+    UnknownMetricError
+        A ``--metrics`` name that is not a metric of ``kind``.
+    """
+    from toolkit.io import check_output_path
+    from toolkit.metrics.registry import list_metrics, resolve_metrics
+
+    if args.output:
+        check_output_path(args.output, "-o/--output", "stats.nc")
+    if args.plot:
+        check_output_path(args.plot, "--plot", "heatmap.png")
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        suffix = Path(args.plot).suffix.lower().lstrip(".")
+        if suffix and suffix not in formats:
+            raise OutputPathError(
+                args.plot, f"--plot must name an image file; .{suffix} is not a format matplotlib writes "
+                f"(use one of: {', '.join('.' + f for f in sorted(formats))})"
+            )
+    computed = [m.name for m in resolve_metrics(args.metrics, kind=kind)]
+    if not args.plot:
+        return None
+    fallback = default_metric if default_metric in computed else computed[0]
+    wanted = args.plot_metric
+    if wanted is None or wanted in computed:
+        return wanted or fallback
+    if wanted not in list_metrics(kind):
+        try:
+            resolve_metrics([wanted], kind=kind)  # raises: names the kind, the close matches, the known metrics
+        except UnknownMetricError as e:
+            raise ToolkitError(f"--plot-metric {wanted!r}: {_cli_message(e)}") from e
+    raise ToolkitError(  # a metric of this kind, left out of --metrics
+        f"--plot-metric {wanted!r} is not computed: add it to --metrics "
+        f"(--metrics {' '.join(computed)} {wanted}), or leave out --plot-metric to plot {fallback!r}"
+    )
+
+
+def _cli_message(e: ToolkitError) -> str:
+    """The error's message, plus the command that computes a metric of another kind."""
+    msg = str(e)
+    kind = getattr(e, "actual_kind", None) if isinstance(e, UnknownMetricError) else None
+    if kind in _CLI_COMMANDS:
+        msg += f" On the command line: {_CLI_COMMANDS[kind].replace('NAME', e.name)}."
+    return msg
+
+
+def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> None:
+    """Write ``-o`` (``ds``) and ``--plot`` (the heatmap of ``plot_metric`` in
+    ``plot_ds``, default ``ds``); an ``OSError`` becomes an :class:`OutputPathError`."""
     import toolkit
 
     if args.output:
@@ -33,18 +105,22 @@ def _save_outputs(ds, args, default_metric: str) -> None:
 
         from toolkit import plot
 
-        metric = args.plot_metric or default_metric
-        ax = plot.heatmap(ds, metric)
+        ax = plot.heatmap(ds if plot_ds is None else plot_ds, plot_metric)
         fig = ax.figure
-        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.plot, dpi=150, bbox_inches="tight")
-        plt.close(fig)
-        print(f"wrote {args.plot} ({metric})")
+        try:
+            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(args.plot, dpi=150, bbox_inches="tight")
+        except OSError as e:
+            raise OutputPathError(args.plot, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
+        finally:
+            plt.close(fig)
+        print(f"wrote {args.plot} ({plot_metric})")
 
 
 def _cmd_weights(args) -> int:
     import toolkit
 
+    plot_metric = _prepare_outputs(args, "weight", "stable_rank")
     ds = toolkit.weight_stats(
         args.model,
         metrics=args.metrics,
@@ -53,7 +129,7 @@ def _cmd_weights(args) -> int:
         device=args.device,
         progress=not args.quiet,
     )
-    _save_outputs(ds, args, "stable_rank")
+    _save_outputs(ds, args, plot_metric)
     if not args.output and not args.plot:
         print(ds)
     return 0
@@ -62,11 +138,12 @@ def _cmd_weights(args) -> int:
 def _cmd_compare(args) -> int:
     import toolkit
 
+    plot_metric = _prepare_outputs(args, "diff", "relative_change")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
         device=args.device, progress=not args.quiet,
     )
-    _save_outputs(ds, args, "relative_change")
+    _save_outputs(ds, args, plot_metric)
     if not args.output and not args.plot:
         print(ds)
     return 0
@@ -75,16 +152,14 @@ def _cmd_compare(args) -> int:
 def _cmd_series(args) -> int:
     import toolkit
 
+    plot_metric = _prepare_outputs(args, "diff", "relative_change")
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
         client=args.scheduler,
     )
-    if args.output:
-        toolkit.save(ds, args.output)
-        print(f"wrote {args.output}")
-    if args.plot:  # the last checkpoint's heatmap
-        _save_outputs(ds.isel(checkpoint=-1), argparse.Namespace(**{**vars(args), "output": None}), "relative_change")
+    # the plot is the last checkpoint's heatmap
+    _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
     if not args.output and not args.plot:
         print(ds)
     return 0
@@ -97,7 +172,8 @@ def _add_diff_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
     p.add_argument("-o", "--output", default=None, help="NetCDF file to write")
     p.add_argument("--plot", default=None, help="heatmap PNG to write")
-    p.add_argument("--plot-metric", default=None, help="metric to plot (default: relative_change)")
+    p.add_argument("--plot-metric", default=None,
+                   help="metric to plot, one of --metrics (default: relative_change if computed, else the first)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -111,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
     w.add_argument("-o", "--output", default=None, help="NetCDF file to write")
     w.add_argument("--plot", default=None, help="heatmap PNG to write")
-    w.add_argument("--plot-metric", default=None, help="metric to plot (default: stable_rank)")
+    w.add_argument("--plot-metric", default=None,
+                   help="metric to plot, one of --metrics (default: stable_rank if computed, else the first)")
     w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     w.set_defaults(func=_cmd_weights)
 
@@ -151,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ToolkitError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_cli_message(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -7,6 +7,7 @@ and a message that names the problem and the way out.
 
 from __future__ import annotations
 
+import os.path
 from collections.abc import Iterable, Sequence
 
 
@@ -38,28 +39,91 @@ class CheckpointFileError(ToolkitError, ValueError):
         super().__init__(f"bad checkpoint file {self.path!r}: {reason}")
 
 
+class ResultsNotFoundError(SourceNotFoundError):
+    """A statistics (results) file to load that does not exist, or a path
+    that is not a file. Fields: ``path`` (also ``source``), ``reason``.
+
+    A subclass of :class:`SourceNotFoundError` (and ``FileNotFoundError``), so
+    code catching those keeps working; the message speaks of a results file.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.source = self.path = str(path)
+        self.reason = reason
+        super(SourceNotFoundError, self).__init__(f"no results file {self.path!r}: {reason}")
+
+
+class ResultsFileError(CheckpointFileError):
+    """A statistics (results) file that exists but cannot be read: not NetCDF,
+    or written in a newer on-disk format. Fields: ``path``, ``reason``.
+
+    A subclass of :class:`CheckpointFileError` (and ``ValueError``), so code
+    catching those keeps working; the message speaks of a results file.
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = str(path)
+        self.reason = reason
+        super(CheckpointFileError, self).__init__(f"bad results file {self.path!r}: {reason}")
+
+
+class OutputPathError(ToolkitError, OSError):
+    """A file the toolkit is asked to write (``toolkit.save``, the command
+    line's ``-o`` / ``--plot``) that cannot be written there: the path is a
+    folder, its folder cannot be created or written, the disk is full...
+
+    Fields: ``path``, ``reason``; ``errno`` of the underlying ``OSError``
+    when there is one.
+    """
+
+    def __init__(self, path: str, reason: str, errno: int | None = None):
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"cannot write {self.path!r}: {reason}")
+        self.errno = errno
+
+    def __str__(self) -> str:  # OSError would prefix "[Errno n]" when errno is set
+        return self.args[0]
+
+
 class UnsupportedArchitectureError(ToolkitError, KeyError):
     """No adapter maps this checkpoint's parameter names to components.
 
     Fields: ``model_type``, ``known`` (registered families),
-    ``parameter_names`` (a sample of what the checkpoint holds).
+    ``parameter_names`` (a sample of what the checkpoint holds),
+    ``missing_config`` (the ``config.json`` path looked for and not found,
+    ``""`` when the checkpoint has a config: then the family is unknown).
     """
 
-    def __init__(self, model_type: str | None, known: Iterable[str], parameter_names: Sequence[str] = ()):
+    def __init__(self, model_type: str | None, known: Iterable[str], parameter_names: Sequence[str] = (),
+                 missing_config: str = ""):
         self.model_type = model_type
         self.known = sorted(known)
         self.parameter_names = list(parameter_names)
+        self.missing_config = str(missing_config)
         sample = "\n  ".join(self.parameter_names[:20])
         more = len(self.parameter_names) - 20
         if more > 0:
             sample += f"\n  ... and {more} more"
-        msg = (
-            f"no component mapping for model_type {model_type!r}. "
-            f"Known families: {', '.join(self.known)}.\n"
-            "Pass your own mapping: toolkit.weight_stats(src, mapping=toolkit.Mapping("
-            "{'attn.q': r'layers\\.(\\d+)\\.attn\\.wq\\.weight', ...})) "
-            "or register a family with @toolkit.register_architecture."
+        mapping_hint = (
+            "toolkit.weight_stats(src, mapping=toolkit.Mapping("
+            "{'attn.q': r'layers\\.(\\d+)\\.attn\\.wq\\.weight', ...}))"
         )
+        if self.missing_config:
+            folder = os.path.dirname(self.missing_config) or "."
+            msg = (
+                f"config.json is missing: there is no {self.missing_config!r}, so the model family "
+                "(the config's model_type) and its sizes are unknown. Copy the model's config.json "
+                f"(the one published with these weights) into {folder!r}, or pass your own mapping: "
+                f"{mapping_hint}."
+            )
+        else:
+            msg = (
+                f"no component mapping for model_type {model_type!r}. "
+                f"Known families: {', '.join(self.known)}.\n"
+                f"Pass your own mapping: {mapping_hint} "
+                "or register a family with @toolkit.register_architecture."
+            )
         if self.parameter_names:
             msg += f"\nParameter names found:\n  {sample}"
         super().__init__(msg)
@@ -68,16 +132,65 @@ class UnsupportedArchitectureError(ToolkitError, KeyError):
         return self.args[0]
 
 
-class UnknownMetricError(ToolkitError, KeyError):
-    """A metric name that is not registered. Fields: ``name``, ``known``."""
+#: For each metric kind, what computes metrics of that kind (error messages).
+METRIC_FUNCTIONS = {
+    "weight": "toolkit.weight_stats(source, metrics=[...])",
+    "diff": "toolkit.compare(base, target, metrics=[...]) or toolkit.compare_series(checkpoints, metrics=[...])",
+}
 
-    def __init__(self, name: str, known: Iterable[str]):
+
+class UnknownMetricError(ToolkitError, KeyError):
+    """A metric name that is not registered, or not of the kind asked for.
+
+    Fields: ``name``; ``known`` (the names that would have been accepted:
+    the metrics of ``kind``, or the variables of a Dataset); ``kind``
+    (``"weight"`` or ``"diff"`` when a kind was asked for, else ``None``);
+    ``actual_kind`` (the kind ``name`` is registered as when it is a metric of
+    another kind, else ``None``); ``suggestions`` (close matches, best first).
+
+    Parameters
+    ----------
+    name : str
+    known : iterable of str
+    kind : str, optional
+    others : dict of str -> str, optional
+        Registered metrics of the other kinds, ``{name: kind}``: a name found
+        there is reported as a metric of that kind (and which function
+        computes it), and close matches are looked for there too.
+    """
+
+    def __init__(self, name: str, known: Iterable[str], *, kind: str | None = None,
+                 others: dict[str, str] | None = None):
+        import difflib
+
         self.name = name
         self.known = sorted(known)
-        super().__init__(
-            f"unknown metric {name!r}. Known metrics: {', '.join(self.known)}. "
-            "Register your own with toolkit.register_metric(...)."
-        )
+        self.kind = kind
+        others = dict(others or {})
+        self.actual_kind = others.get(name) if isinstance(name, str) else None
+        label = f"{kind} metrics" if kind else "metrics"
+        if self.actual_kind is not None:
+            self.suggestions = []
+            where = METRIC_FUNCTIONS.get(self.actual_kind)
+            head = (
+                f"metric {name!r} is a {self.actual_kind} metric, not a {kind} metric"
+                + (f": compute it with {where}" if where else "")
+                + "."
+            )
+        else:
+            self.suggestions = difflib.get_close_matches(str(name), self.known, n=3)
+            head = f"unknown metric {name!r}."
+            if self.suggestions:
+                head += f" Did you mean {' or '.join(map(repr, self.suggestions))}?"
+            else:
+                near = difflib.get_close_matches(str(name), list(others), n=1)
+                if near:
+                    self.suggestions = near
+                    where = METRIC_FUNCTIONS.get(others[near[0]])
+                    head += (f" Did you mean {near[0]!r}? It is a {others[near[0]]} metric"
+                             + (f", computed by {where}" if where else "") + ".")
+        tail = "" if self.actual_kind is not None else " Register your own with toolkit.register_metric(...)."
+        super().__init__(f"{head} Known {label}: {', '.join(self.known) or 'none'}.{tail}")
 
     def __str__(self) -> str:
         return self.args[0]

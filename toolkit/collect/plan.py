@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
-from toolkit.errors import UnmappedParametersError
+from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import open_source
 from toolkit.sources.base import Source, TensorRecord
 
@@ -56,13 +56,22 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None) -> Plan:
     UnmappedParametersError
         No tensor maps to a component; two tensors map to the same cell; or
         the layers found disagree with the config's ``num_hidden_layers``.
+    UnsupportedArchitectureError
+        No family for the config's ``model_type`` and no ``mapping``; when the
+        folder has no ``config.json`` the message says so.
     (and whatever :func:`toolkit.sources.open_source` and
     :func:`toolkit.architectures.resolve_adapter` raise)
     """
     src = open_source(source, gguf_file=gguf_file, revision=revision)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
-    adapter = resolve_adapter(src.config, names, mapping=mapping)
+    try:
+        adapter = resolve_adapter(src.config, names, mapping=mapping)
+    except UnsupportedArchitectureError as e:
+        missing = getattr(src, "missing_config", "")
+        if missing and not src.config.get("model_type"):
+            raise UnsupportedArchitectureError(e.model_type, e.known, names, missing_config=missing) from None
+        raise
     records, seen = [], {}
     for rec in all_records:
         pieces = adapter.pieces(rec.name)

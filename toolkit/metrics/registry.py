@@ -275,7 +275,7 @@ def get_metric(name: str) -> Metric:
     _ensure_builtins()
     try:
         return _REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):  # TypeError: an unhashable name
         raise UnknownMetricError(name, _REGISTRY) from None
 
 
@@ -291,7 +291,9 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
     Raises
     ------
     UnknownMetricError
-        For the first unknown name; also when a name is of another kind.
+        For the first unknown name: the message lists the metrics of ``kind``
+        and the close matches; for a name of another kind it says which kind
+        and which function computes it.
     """
     _ensure_builtins()
     if names is None:
@@ -300,9 +302,10 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
         names = [names]
     out = []
     for n in names:
-        m = get_metric(n)
-        if m.kind != kind:
-            raise UnknownMetricError(n, list_metrics(kind))
+        m = _REGISTRY.get(n) if isinstance(n, str) else None
+        if m is None or m.kind != kind:
+            others = {name: o.kind for name, o in _REGISTRY.items() if o.kind != kind}
+            raise UnknownMetricError(n, list_metrics(kind), kind=kind, others=others)
         out.append(m)
     return out
 

@@ -93,6 +93,9 @@ class Source:
         content hash where the format gives one).
     revision : str
         Hub revision or commit where known, else ``""``.
+    missing_config : str
+        The ``config.json`` path looked for next to the weights and not found
+        (``config`` is then ``{}``: no family, no sizes), else ``""``.
     """
 
     location: str
@@ -100,6 +103,7 @@ class Source:
     config: dict
     fingerprint: str
     revision: str = ""
+    missing_config: str = ""
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield every stored tensor's record, reading no tensor data."""

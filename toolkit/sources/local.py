@@ -40,6 +40,18 @@ def _open_gguf(path: Path, location: str | None, revision: str) -> Source:
     return GGUFSource(path, location=location, revision=revision)
 
 
+def _note_missing_config(src: Source, folder: Path) -> Source:
+    """Record on ``src`` the ``config.json`` that is not next to its weights.
+
+    Opening still works (a user mapping needs no config); the architecture
+    step names the missing file instead of an unknown ``model_type None``.
+    """
+    config = folder / "config.json"
+    if not config.is_file():
+        src.missing_config = str(config)
+    return src
+
+
 def _open_file(path: Path, gguf_file: str | None, location: str | None, revision: str) -> Source:
     name = path.name
     if name.endswith(".gguf"):
@@ -53,9 +65,10 @@ def _open_file(path: Path, gguf_file: str | None, location: str | None, revision
     kwargs = dict(config=config, location=location or str(path), revision=revision)
     for suffix, kind in _INDEX_SUFFIXES.items():
         if name.endswith(suffix):
-            return _source_class(kind).from_index(path, **kwargs)
+            return _note_missing_config(_source_class(kind).from_index(path, **kwargs), path.parent)
     if path.suffix in _SINGLE_SUFFIXES:
-        return _source_class(_SINGLE_SUFFIXES[path.suffix]).from_file(path, **kwargs)
+        src = _source_class(_SINGLE_SUFFIXES[path.suffix]).from_file(path, **kwargs)
+        return _note_missing_config(src, path.parent)
     raise CheckpointFileError(
         path, "unknown weight file type: expected .safetensors, .bin/.pt, .gguf, or a sharded index "
         "(model.safetensors.index.json); pass the checkpoint folder to let the toolkit choose"
@@ -86,7 +99,8 @@ def _open_dir(folder: Path, gguf_file: str | None, location: str | None, revisio
             config = normalize_config(read_config(folder))
             kwargs = dict(config=config, location=location or str(folder), revision=revision)
             cls = _source_class(kind)
-            return cls.from_index(folder / index, **kwargs) if has_index else cls.from_file(folder / single, **kwargs)
+            src = cls.from_index(folder / index, **kwargs) if has_index else cls.from_file(folder / single, **kwargs)
+            return _note_missing_config(src, folder)
     ggufs = sorted(folder.glob("*.gguf"))
     if len(ggufs) == 1:
         return _open_gguf(ggufs[0], location, revision)

@@ -29,6 +29,30 @@ DTYPES = {
 }
 
 
+#: The largest header the ``safetensors`` library accepts (its ``MAX_HEADER_SIZE``).
+MAX_HEADER_SIZE = 100_000_000
+
+
+def _not_safetensors(start: bytes, n: int, size: int) -> str:
+    """The message for a file whose first 8 bytes are no plausible header length."""
+    what = ""
+    if start.startswith(b"version https://git-lfs"):
+        what = (" It is a Git LFS pointer, not the weights: fetch them with `git lfs pull` in the clone "
+                "(or download the file again).")
+    elif start.lstrip()[:1] == b"<":
+        what = " It looks like an HTML or XML page (a failed download?)."
+    elif start.startswith(b"PK\x03\x04"):
+        what = " It is a zip archive, as torch.save writes: if it is a PyTorch checkpoint, name it .bin."
+    elif start.startswith(b"GGUF"):
+        what = " It is a GGUF file: name it .gguf."
+    return (
+        f"not a safetensors file, or a corrupted one: its first 8 bytes give a header length of {n} bytes, "
+        f"{'more than the whole file' if n > size else 'more than the rest of the file'} ({size} bytes), "
+        f"and a safetensors header is a JSON object of at most {MAX_HEADER_SIZE} bytes.{what} "
+        "Re-download the file, or check that it really is a safetensors file"
+    )
+
+
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
     """Tensors of one safetensors file, in storage order.
 
@@ -45,7 +69,9 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
     Raises
     ------
     CheckpointFileError
-        The header is unreadable, or the file is shorter than its header says
+        Not a safetensors file (its first 8 bytes are no plausible header
+        length: random bytes, a Git LFS pointer, an HTML page...), the header
+        is unreadable, or the file is shorter than its header says
         (truncated download or copy).
     """
     size = os.path.getsize(path)
@@ -55,9 +81,12 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
             raise CheckpointFileError(path, f"only {size} bytes, not a safetensors file; re-download it")
         (n,) = struct.unpack("<Q", head)
         if n > size - 8:
-            raise CheckpointFileError(
-                path, f"truncated: the header alone needs {n + 8} bytes, the file has {size}; re-download it"
-            )
+            first = fh.read(1)
+            if n <= MAX_HEADER_SIZE and first == b"{":  # a real header, cut short
+                raise CheckpointFileError(
+                    path, f"truncated: the header alone needs {n + 8} bytes, the file has {size}; re-download it"
+                )
+            raise CheckpointFileError(path, _not_safetensors(head + first + fh.read(64), n, size))
         try:
             header = json.loads(fh.read(n))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
