@@ -254,3 +254,11 @@ def test_model_name_for_titles():
     assert model_name({"source": "/data/runs/SmolLM2.Q4_1.gguf"}) == "SmolLM2.Q4_1.gguf"
     assert model_name({"source": "Qwen/Qwen2.5-7B"}) == "Qwen/Qwen2.5-7B"
     assert model_name({"model_name": "step-40 vs step-0", "source": "/x"}) == "step-40 vs step-0"
+
+
+def test_colorbar_ticks_share_one_notation():
+    from toolkit.plot._style import format_ticks
+
+    assert format_ticks([8.54e-4, 0.00177, 0.0035], "sequential") == ["8.54e-04", "1.77e-03", "3.50e-03"]
+    assert format_ticks([0.5, 1.0, 2.25], "diverging") == ["0.5", "1", "2.25"]
+    assert format_ticks([1e-4, 1e-3, 0.05], "log") == ["$10^{-4}$", "$10^{-3}$", "5.00e-02"]

@@ -108,7 +108,7 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         label = "\n".join(dict.fromkeys(q.cbar_label for q in prepared))  # unique, in panel order
         cb = fig.colorbar(flat[0].collections[0], ax=list(flat[:n]), extend=_merge_extend(prepared),
                           label=label, fraction=0.05 / ncols + 0.02, pad=0.02)
-        cb.set_ticks(list(p.cbar_ticks), labels=[_style.format_tick(t, p.scale) for t in p.cbar_ticks])
+        cb.set_ticks(list(p.cbar_ticks), labels=_style.format_ticks(p.cbar_ticks, p.scale))
         cb.minorticks_off()
     return fig
 

@@ -183,6 +183,20 @@ def format_value(x: float) -> str:
     return f"{x:.3g}"
 
 
+def format_ticks(ticks, scale: str) -> list[str]:
+    """Labels for one colorbar's ticks in one notation: when any of them needs scientific
+    notation (see :func:`format_value`) all get it, so 8.54e-04 never sits next to 0.00177."""
+    ticks = [float(t) for t in ticks]
+    sci = any(t != 0 and math.isfinite(t) and (abs(t) >= 1e4 or abs(t) < 1e-3) for t in ticks)
+    labels = []
+    for t in ticks:
+        label = format_tick(t, scale)
+        if sci and not label.startswith("$") and math.isfinite(t) and t != 0:
+            label = f"{t:.2e}"
+        labels.append(label)
+    return labels
+
+
 def format_tick(x: float, scale: str) -> str:
     """Colorbar tick label: powers of ten as ``10^k`` on the log scale, else :func:`format_value`."""
     if scale == "log" and x > 0:

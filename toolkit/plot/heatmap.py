@@ -291,7 +291,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     if cbar:
         kws = {"extend": p.extend, "label": p.cbar_label, "fraction": 0.07, "pad": 0.03, **(cbar_kws or {})}
         cb = ax.figure.colorbar(mesh, ax=ax, **kws)
-        cb.set_ticks(list(p.cbar_ticks), labels=[_style.format_tick(t, p.scale) for t in p.cbar_ticks])
+        cb.set_ticks(list(p.cbar_ticks), labels=_style.format_ticks(p.cbar_ticks, p.scale))
         cb.minorticks_off()
     return ax
 
