@@ -89,11 +89,14 @@ def _cli_message(e: ToolkitError) -> str:
     return msg
 
 
-def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> None:
+def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
     """Write ``-o`` (``ds``) and ``--plot`` (the heatmap of ``plot_metric`` in
-    ``plot_ds``, default ``ds``); an ``OSError`` becomes an :class:`OutputPathError`."""
+    ``plot_ds``, default ``ds``), or print ``ds`` when neither is asked for; an
+    ``OSError`` becomes an :class:`OutputPathError`. Returns the exit status, 0."""
     import toolkit
 
+    if not args.output and not args.plot:
+        print(ds)
     if args.output:
         toolkit.save(ds, args.output)
         print(f"wrote {args.output}")
@@ -115,6 +118,7 @@ def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> None:
         finally:
             plt.close(fig)
         print(f"wrote {args.plot} ({plot_metric})")
+    return 0
 
 
 def _cmd_weights(args) -> int:
@@ -129,10 +133,7 @@ def _cmd_weights(args) -> int:
         device=args.device,
         progress=not args.quiet,
     )
-    _save_outputs(ds, args, plot_metric)
-    if not args.output and not args.plot:
-        print(ds)
-    return 0
+    return _save_outputs(ds, args, plot_metric)
 
 
 def _cmd_compare(args) -> int:
@@ -143,10 +144,7 @@ def _cmd_compare(args) -> int:
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
         device=args.device, progress=not args.quiet,
     )
-    _save_outputs(ds, args, plot_metric)
-    if not args.output and not args.plot:
-        print(ds)
-    return 0
+    return _save_outputs(ds, args, plot_metric)
 
 
 def _cmd_series(args) -> int:
@@ -159,10 +157,7 @@ def _cmd_series(args) -> int:
         client=args.scheduler,
     )
     # the plot is the last checkpoint's heatmap
-    _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
-    if not args.output and not args.plot:
-        print(ds)
-    return 0
+    return _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
 
 
 def _add_diff_args(p: argparse.ArgumentParser) -> None:
