@@ -111,3 +111,26 @@ def test_cuda_matches_cpu():
     on_gpu = singular_values(w, device="cuda")
     assert on_gpu.device.type == "cpu" and on_gpu.dtype == torch.float64
     np.testing.assert_allclose(on_gpu.numpy(), singular_values(w).numpy(), rtol=1e-9)
+
+
+def test_gram_buffers_are_kept_only_by_pass_threads():
+    import threading
+
+    import torch
+
+    from toolkit.metrics import spectral
+
+    w = torch.randn(40, 12, dtype=torch.float32)
+    ref = spectral.singular_values(w)  # main thread: fresh buffers, nothing kept
+    assert getattr(spectral._BUFFERS, "gram", None) is None
+    kept = {}
+
+    def in_pass():
+        kept["s"] = spectral.singular_values(w)
+        kept["gram"] = getattr(spectral._BUFFERS, "gram", None)
+
+    t = threading.Thread(target=in_pass, name=spectral.PASS_THREAD_PREFIX + "0")
+    t.start()
+    t.join()
+    assert kept["gram"] is not None and kept["gram"].size >= 12 * 12
+    assert torch.equal(kept["s"], ref)

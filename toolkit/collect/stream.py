@@ -35,6 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from toolkit.metrics.spectral import PASS_THREAD_PREFIX
+
 #: Most pipelines a pass runs (bounds memory: each holds ~3 tensors).
 MAX_PIPELINES = 2
 
@@ -170,7 +172,7 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     # threadpoolctl hands back its control of OpenBLAS's process-wide pool at the end.
     blas = threadpool_limits(limits=intra, user_api="blas")
     blas.__enter__()
-    threads = [threading.Thread(target=pipeline, args=(p,), name=f"toolkit-pass-{p}", daemon=True) for p in range(n)]
+    threads = [threading.Thread(target=pipeline, args=(p,), name=f"{PASS_THREAD_PREFIX}{p}", daemon=True) for p in range(n)]
     try:
         for t in threads:
             t.start()

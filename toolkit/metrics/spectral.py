@@ -88,11 +88,16 @@ class _GramBuffers(threading.local):
     32 MiB block and the Gram matrix afresh for each made glibc raise its
     mmap threshold and serve them from the heap, where freed blocks of two
     threads fragmented it: peak RSS grew by ~400 MiB over a 28-layer pass
-    (benchmarks/bench_scale.py, 'all' mode). Kept per thread (a pass's
-    pipeline threads free theirs when they end).
+    (benchmarks/bench_scale.py, 'all' mode). Kept only by the pipeline
+    threads of a pass (:func:`toolkit.collect.stream.map_tensors`, threads
+    named ``toolkit-pass-*``), which free theirs when the pass ends; any
+    other thread (a notebook's main thread, a Dask worker's) gets fresh
+    buffers per call, so it never holds hundreds of MiB between calls.
     """
 
     def take(self, name: str, size: int) -> np.ndarray:
+        if not threading.current_thread().name.startswith(PASS_THREAD_PREFIX):
+            return np.empty(size, dtype=np.float64)
         buf = getattr(self, name, None)
         if buf is None or buf.size < size:
             setattr(self, name, None)  # free the old one first
@@ -101,6 +106,8 @@ class _GramBuffers(threading.local):
         return buf[:size]
 
 
+#: Name prefix of the pipeline threads of toolkit.collect.stream.map_tensors.
+PASS_THREAD_PREFIX = "toolkit-pass-"
 _BUFFERS = _GramBuffers()
 
 
