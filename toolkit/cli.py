@@ -160,16 +160,21 @@ def _cmd_series(args) -> int:
     return _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
 
 
-def _add_diff_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--metrics", nargs="+", default=None, help="diff metric names (default: all)")
-    p.add_argument("--tolerance", type=float, default=0.0, help="|t - b| <= tolerance counts as unchanged")
-    p.add_argument("--k", type=int, default=16, help="subspace dimension for subspace_overlap")
+def _add_output_args(p: argparse.ArgumentParser, default_plot: str) -> None:
+    """``--device``, ``-o``, ``--plot``, ``--plot-metric`` and ``-q``, shared by the subcommands."""
     p.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
     p.add_argument("-o", "--output", default=None, help="NetCDF file to write")
     p.add_argument("--plot", default=None, help="heatmap PNG to write")
     p.add_argument("--plot-metric", default=None,
-                   help="metric to plot, one of --metrics (default: relative_change if computed, else the first)")
+                   help=f"metric to plot, one of --metrics (default: {default_plot} if computed, else the first)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _add_diff_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--metrics", nargs="+", default=None, help="diff metric names (default: all)")
+    p.add_argument("--tolerance", type=float, default=0.0, help="|t - b| <= tolerance counts as unchanged")
+    p.add_argument("--k", type=int, default=16, help="subspace dimension for subspace_overlap")
+    _add_output_args(p, "relative_change")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -179,12 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("weights", help="statistics of every weight matrix, per layer and component")
     _add_source_args(w, help_default=" (default: the embedded SmolLM2-135M-Instruct GGUF)")
     w.add_argument("--metrics", nargs="+", default=None, help="metric names (default: all registered)")
-    w.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
-    w.add_argument("-o", "--output", default=None, help="NetCDF file to write")
-    w.add_argument("--plot", default=None, help="heatmap PNG to write")
-    w.add_argument("--plot-metric", default=None,
-                   help="metric to plot, one of --metrics (default: stable_rank if computed, else the first)")
-    w.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    _add_output_args(w, "stable_rank")
     w.set_defaults(func=_cmd_weights)
 
     c = sub.add_parser("compare", help="diff metrics of a base and a target checkpoint, per layer and component")

@@ -62,6 +62,17 @@ class TensorRecord:
 
         Used for tensors that are only summed (embeddings in ``compare``), so
         that a 150k-row embedding never sits in memory whole.
+
+        Yields
+        ------
+        torch.Tensor
+            Shape ``(rows_in_block, *shape[1:])``, storage dtype; concatenated
+            along dim 0 they equal ``read()``.
+
+        Raises
+        ------
+        CheckpointFileError
+            The file cannot be read (as ``read()``).
         """
         rows = self.shape[0] if self.shape else 1
         size = 1
