@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test browser-deps clean
+.PHONY: setup demo test lint browser-deps clean
 
 setup: $(VENV)/.installed
 
@@ -25,15 +25,21 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
+lint: setup
+	$(BIN)/ruff check .
+
 browser-deps:
 	bash .ci/browser-deps.sh $(BIN)/pip
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache test-artifacts
 
-.PHONY: bench-ww bench-scale
+.PHONY: bench-ww bench-scale bench-cold
 bench-ww: setup
 	$(BIN)/python benchmarks/bench_weightwatcher.py --reps 3
 
 bench-scale: setup
 	$(BIN)/python benchmarks/bench_scale.py --reps 3
+
+bench-cold: setup
+	$(BIN)/python benchmarks/bench_cold_start.py --reps 3

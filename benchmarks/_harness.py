@@ -101,7 +101,8 @@ def machine() -> str:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     except (ValueError, OSError):
         mem = float("nan")
-    return f"{cpu}, {cores} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, Python {platform.python_version()}"
+    system = f"{platform.system()} {platform.release()}, Python {platform.python_version()}"
+    return f"{cpu}, {cores} cores, {mem:.0f} GiB RAM, {system}"
 
 
 def load() -> str:
@@ -120,7 +121,7 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     """A plain fixed-width table (also valid Markdown)."""
     cells = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"  # noqa: E731
+    fmt = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     return "\n".join([fmt(cells[0]), sep] + [fmt(r) for r in cells[1:]])
 

@@ -9,9 +9,9 @@ moved. Then measures, single-threaded as a Dask worker runs
   read      ``TensorRecord.read`` + float32 conversion, file pages evicted
             first (``posix_fadvise DONTNEED``: a cold read from this disk) and
             again warm (page cache)
-  weights   :func:`toolkit.collect._dtasks.weights_task`, every weight metric,
-            cache off: one task = one stored tensor
-  compare_entrywise  :func:`toolkit.collect._dtasks.compare_task`, the entry-wise
+  weights   :func:`toolkit.collect.remote.measure_task` of a weight unit, every
+            weight metric, cache off: one task = one stored tensor
+  compare_entrywise  the same task for a tensor pair, the entry-wise
             diff metrics (relative change, update sparsity/density, cosine)
   compare   the same task with every diff metric (``--skip-compare`` leaves it out)
   overhead  round trip of a no-op task through a 2-worker LocalCluster
@@ -57,7 +57,7 @@ def write_block(folder: Path, seed: int, shift: float = 0.0) -> Path:
         model = LlamaForCausalLM(LlamaConfig(**SHAPES))
     model = model.to_empty(device="cpu")
     g = torch.Generator().manual_seed(seed)
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         with torch.no_grad():
             p.copy_(torch.randn(p.shape, generator=g) * 0.02 + shift)
     model.to(torch.bfloat16).save_pretrained(folder)
@@ -73,10 +73,15 @@ def evict(path: Path) -> None:
             os.close(fd)
 
 
-def timed(fn):
+def timed(fn, *args):
+    """``fn(*args)``, its wall and CPU seconds."""
     w, c = time.perf_counter(), time.process_time()
-    out = fn()
+    out = fn(*args)
     return out, time.perf_counter() - w, time.process_time() - c
+
+
+def read_float32(record) -> torch.Tensor:
+    return record.read().to(torch.float32)
 
 
 def main() -> None:
@@ -87,37 +92,39 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["TOOLKIT_CACHE_DIR"] = "off"
     torch.set_num_threads(1)
-    from toolkit.collect._dtasks import SourceSpec, compare_task, weights_task
-    from toolkit.collect.cache import metric_key
+    from toolkit.collect.cache import open_cache
+    from toolkit.collect.pair_cells import PairMeasurement
     from toolkit.collect.plan import plan_pieces
-    from toolkit.metrics.registry import resolve_metrics
+    from toolkit.collect.remote import SourceSpec, measure_task
+    from toolkit.collect.tensor_pairs import pair_tensors
+    from toolkit.collect.weight_cells import WeightMeasurement
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-dask-"))
     base, tuned = write_block(root / "base", 0), write_block(root / "tuned", 1)
     plan = plan_pieces(base)
     spec = SourceSpec.of(plan.source)
-    chosen = resolve_metrics(None, kind="weight")
-    keys = {m.name: metric_key(m, **dict(m.options)) for m in chosen}
+    weights = WeightMeasurement.make(None)
+    off = open_cache("bench", enabled=False)
     res: dict = {"load_avg_start": os.getloadavg(), "threads": torch.get_num_threads(), "tensors": []}
-    for record, pieces in plan.records:
+    for planned in plan.tensors:
+        record = planned.record
         row = {"name": record.name, "shape": list(record.shape), "bytes_bf16": 2 * record.shape[0] * record.shape[1]}
         evict(base)
-        _, row["read_cold_s"], _ = timed(lambda: record.read().to(torch.float32))
-        _, row["read_warm_s"], _ = timed(lambda: record.read().to(torch.float32))
-        entries = [(p, f"{record.name}|{p.component}", chosen) for p in pieces]
-        _, row["weights_wall_s"], row["weights_cpu_s"] = timed(
-            lambda: weights_task(spec, record.name, entries, keys, "cpu", None))
+        _, row["read_cold_s"], _ = timed(read_float32, record)
+        _, row["read_warm_s"], _ = timed(read_float32, record)
+        work = weights.lookup(off, planned).detached()
+        _, row["weights_wall_s"], row["weights_cpu_s"] = timed(measure_task, weights, work, (spec,))
         res["tensors"].append(row)
         print(json.dumps(row), flush=True)
-    from toolkit.collect._compare_measure import CompareJob
-
-    tspec = SourceSpec.of(plan_pieces(tuned).source)
+    tplan = plan_pieces(tuned)
+    tspec = SourceSpec.of(tplan.source)
+    pairs = {tp.name: tp for tp in pair_tensors(plan, tplan)[0]}
     modes = [("compare_entrywise", ENTRYWISE_DIFF)] + ([] if args.skip_compare else [("compare", None)])
     for label, metrics in modes:
-        job = CompareJob.make(metrics, 0.0, 16, "cpu")
-        for row, (record, pieces) in zip(res["tensors"], plan.records):
-            _, row[f"{label}_wall_s"], row[f"{label}_cpu_s"] = timed(lambda: compare_task(
-                (spec, tspec), record.name, (record.name, record.name), pieces, job, None, "x"))
+        pairm = PairMeasurement.make(metrics, 0.0, 16, "cpu")
+        for row, planned in zip(res["tensors"], plan.tensors, strict=True):
+            work = pairm.lookup(off, pairs[planned.record.name]).detached()
+            _, row[f"{label}_wall_s"], row[f"{label}_cpu_s"] = timed(measure_task, pairm, work, (spec, tspec))
             print(json.dumps(row), flush=True)
     res.update(cluster(base))
     res["load_avg_end"] = os.getloadavg()
@@ -138,7 +145,7 @@ def cluster(base: Path) -> dict:
     out = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
             Client(lc) as c:
-        c.run(lambda: __import__("toolkit.collect._dtasks") and None)  # imports off the clock
+        c.run(lambda: __import__("toolkit.collect.remote") and None)  # imports off the clock
         for n in (200, 2000):
             t = time.perf_counter()
             c.gather(c.map(_noop, range(n), pure=False))

@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
@@ -182,8 +181,8 @@ def main(argv=None) -> int:
         return 0
 
     if args.gguf is None:
-        found = subprocess.run([sys.executable, "-c", "from toolkit.bundled import default_model_path as p; print(p())"],
-                               capture_output=True, text=True, check=True)
+        code = "from toolkit.bundled import default_model_path as p; print(p())"
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         args.gguf = found.stdout.strip()
     ensure_ww_venv()
     me = str(Path(__file__).resolve())
@@ -219,8 +218,9 @@ def report(runs: dict, agree: dict, args) -> dict:
     speed_proc = med["weightwatcher"]["process_s"] / med["toolkit"]["process_s"]
     rss_share = rss["toolkit"] / rss["weightwatcher"]
     rows = [
-        ["time, work (file -> result)", f"{med['toolkit']['seconds']:.1f} s", f"{med['weightwatcher']['seconds']:.1f} s",
-         f"{speed_work:.1f}x faster", f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_work >= TARGET_SPEEDUP)}"],
+        ["time, work (file -> result)", f"{med['toolkit']['seconds']:.1f} s",
+         f"{med['weightwatcher']['seconds']:.1f} s", f"{speed_work:.1f}x faster",
+         f">= {TARGET_SPEEDUP:g}x {H.verdict(speed_work >= TARGET_SPEEDUP)}"],
         ["time, whole process", f"{med['toolkit']['process_s']:.1f} s", f"{med['weightwatcher']['process_s']:.1f} s",
          f"{speed_proc:.1f}x faster", "- (adds interpreter start, imports, exit)"],
         ["peak RSS", H.fmt_bytes(rss["toolkit"]), H.fmt_bytes(rss["weightwatcher"]), f"{rss_share:.2f} of WW",
@@ -237,7 +237,8 @@ def report(runs: dict, agree: dict, args) -> dict:
     print("The speed target is read on the work time: end to end from the GGUF file to the result, "
           "WeightWatcher's from_pretrained load included.")
     print(f"WeightWatcher's from_pretrained alone: {ww_load:.1f} s (median). Matched {agree['matched']} matrices "
-          f"by name (toolkit {agree['ours']}, WeightWatcher {agree['theirs']} layers; lm_head is WeightWatcher's only).")
+          f"by name (toolkit {agree['ours']}, WeightWatcher {agree['theirs']} layers; "
+          "lm_head is WeightWatcher's only).")
     for name, m in agree["metrics"].items():
         if m["disagree"]:
             print(f"  {name}: first disagreeing: {', '.join(m['disagree'])}")

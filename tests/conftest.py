@@ -217,3 +217,26 @@ def hf_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return cache
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    """A fresh result cache folder for the test (``$TOOLKIT_CACHE_DIR``)."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The names of the tensors read (``TensorRecord.read`` calls), in order."""
+    from toolkit.sources.base import TensorRecord
+
+    names = []
+    original = TensorRecord.read
+
+    def counting(self):
+        names.append(self.name)
+        return original(self)
+
+    monkeypatch.setattr(TensorRecord, "read", counting)
+    return names

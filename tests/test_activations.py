@@ -189,13 +189,13 @@ def test_gradient_norm_matches_autograd(case):
         g = [next(grads) for _ in mods[b]]
         if family == "gpt2":
             g = [x.t() for x in g]
-            want = dict(zip(("attn.q", "attn.k", "attn.v"), g[0].split(32)), **{"attn.o": g[1], "mlp.up": g[2],
-                                                                              "mlp.down": g[3]})
+            want = dict(zip(("attn.q", "attn.k", "attn.v"), g[0].split(32), strict=True),
+                        **{"attn.o": g[1], "mlp.up": g[2], "mlp.down": g[3]})
         elif family == "phi3":
             want = {"attn.q": g[0][:32], "attn.k": g[0][32:48], "attn.v": g[0][48:], "attn.o": g[1],
                     "mlp.gate": g[2][:64], "mlp.up": g[2][64:], "mlp.down": g[3]}
         else:
-            want = dict(zip(("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"), g))
+            want = dict(zip(("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"), g, strict=True))
         for comp, grad in want.items():
             got = float(ds.gradient_norm.sel(layer=layer, component=comp))
             assert got == pytest.approx(float(grad.norm()), rel=1e-4), (family, layer, comp)

@@ -119,7 +119,8 @@ def test_qkv_are_what_attention_receives(family, capture_attention):
 
 
 def _blocks(model):
-    for name in ("model.layers", "transformer.h", "gpt_neox.layers", "bert.encoder.layer", "model.language_model.layers"):
+    names = ("model.layers", "transformer.h", "gpt_neox.layers", "bert.encoder.layer", "model.language_model.layers")
+    for name in names:
         try:
             return model.get_submodule(name)
         except AttributeError:
@@ -135,7 +136,7 @@ def test_gate_and_up_order(family):
         for p in ps:
             pieces[p.layer][p.component] = p
     seen = run(model, {p.module_name for by_c in pieces.values() for p in by_c.values()})
-    for layer, by_c in pieces.items():
+    for by_c in pieces.values():
         mlp = model.get_submodule(by_c["mlp.down"].module_name.rsplit(".", 1)[0])
         act = getattr(mlp, "act_fn", None) or mlp.activation_fn
         x = seen[by_c["mlp.up"].module_name][0]

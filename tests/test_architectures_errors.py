@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from toolkit.architectures import FamilyAdapter, Mapping, register_architecture, registered_architectures, resolve_adapter
+from toolkit.architectures import (
+    FamilyAdapter,
+    Mapping,
+    register_architecture,
+    registered_architectures,
+    resolve_adapter,
+)
 from toolkit.architectures import adapter as adapter_module
 from toolkit.errors import (
     DuplicateRegistrationError,
@@ -61,7 +67,8 @@ def test_duplicate_registration_raises_unless_overwrite():
         class Other(FamilyAdapter):
             modules = {"attn.wq": "attn.q"}
 
-    assert info.value.name == "llama" and "LlamaAdapter" in str(info.value)
+    assert (info.value.kind, info.value.name) == ("architecture", "llama")
+    assert info.value.existing is before["llama"] and "LlamaAdapter" in str(info.value)
     assert "overwrite=True" in str(info.value)
     assert registered_architectures() == before  # nothing half-registered
 
@@ -115,3 +122,26 @@ def test_name_matching_two_patterns():
     m = Mapping({"attn.q": r"l\.(\d+)\.w", "attn.k": r"l\.(\d+)\.\w"})
     with pytest.raises(MappingError, match="matches several patterns"):
         m.adapter({}).pieces("l.0.w")
+
+
+def test_one_type_for_every_duplicate_registration():
+    """Architectures and metrics raise the same class, kept under every old name, and it pickles."""
+    import pickle
+
+    from toolkit.metrics import DuplicateMetricError, register_metric
+    from toolkit.metrics import registry as metric_registry
+
+    assert DuplicateMetricError is DuplicateRegistrationError
+    assert metric_registry.DuplicateMetricError is DuplicateMetricError
+    assert issubclass(DuplicateRegistrationError, ToolkitError) and issubclass(DuplicateRegistrationError, ValueError)
+    caught = []
+    for register in (lambda: register_architecture("llama")(type("Other", (FamilyAdapter,), {})),
+                     lambda: register_metric("stable_rank", lambda w, s: 0.0, long_name="mine")):
+        with pytest.raises(DuplicateRegistrationError) as info:
+            register()
+        caught.append(info.value)
+    assert [type(e) for e in caught] == [DuplicateRegistrationError] * 2
+    assert [e.kind for e in caught] == ["architecture", "metric"]
+    again = pickle.loads(pickle.dumps(caught[0]))
+    assert (type(again), again.args, again.kind, again.name) == (DuplicateRegistrationError, caught[0].args,
+                                                                 "architecture", "llama")

@@ -96,5 +96,5 @@ def test_pieces_pickle():
     pieces = adapter.pieces("gpt_neox.layers.0.attention.query_key_value.weight")
     again = pickle.loads(pickle.dumps(pieces))
     w = torch.randn(96, 32)
-    for a, b in zip(pieces, again):
+    for a, b in zip(pieces, again, strict=True):
         assert a == b and torch.equal(a.extract(w), b.extract(w))

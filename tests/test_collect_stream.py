@@ -10,8 +10,7 @@ import torch
 
 import toolkit
 from toolkit.collect.stream import Workspace, float32_stream, map_tensors
-from toolkit.metrics import compute_weight_metrics
-from toolkit.metrics import norms
+from toolkit.metrics import compute_weight_metrics, norms
 from toolkit.testing import write_tiny_checkpoint
 
 
@@ -74,7 +73,8 @@ def test_map_tensors_runs_every_job_once_and_restores_threads():
     before = torch.get_num_threads()
     tensors = [torch.full((4, 4), float(i)) for i in range(9)]
     seen = []
-    out = dict(map_tensors([lambda t=t: t for t in tensors], lambda i, t: (seen.append(threading.get_ident()), float(t[0, 0]))[1]))
+    out = dict(map_tensors([lambda t=t: t for t in tensors],
+                           lambda i, t: (seen.append(threading.get_ident()), float(t[0, 0]))[1]))
     assert out == {i: float(i) for i in range(9)}
     assert torch.get_num_threads() == before
 
@@ -105,7 +105,7 @@ def test_weight_stats_same_values_whatever_the_threads(tmp_path, monkeypatch):
 
 
 def test_evaluate_matches_compute_weight_metrics_on_bf16():
-    from toolkit.collect.evaluate import evaluate_matrix
+    from toolkit.metrics.evaluate import evaluate_matrix
     from toolkit.metrics.registry import resolve_metrics
 
     w = (torch.randn(40, 24) * 0.05).to(torch.bfloat16)
@@ -116,7 +116,7 @@ def test_evaluate_matches_compute_weight_metrics_on_bf16():
 
 
 def test_entrywise_metrics_read_the_storage_dtype_and_others_get_float32(tmp_path, monkeypatch):
-    from toolkit.collect.evaluate import evaluate_matrix
+    from toolkit.metrics.evaluate import evaluate_matrix
     from toolkit.metrics.registry import register_metric, resolve_metrics, unregister_metric
 
     entrywise = resolve_metrics(["frobenius_norm", "rms", "kurtosis", "max_abs_over_rms"], kind="weight")
@@ -144,9 +144,8 @@ def test_entrywise_metrics_read_the_storage_dtype_and_others_get_float32(tmp_pat
 def test_light_gguf_reader_gives_transformers_config():
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    from toolkit.sources.gguf_ import gguf_config
-
     from toolkit.bundled import default_model_path
+    from toolkit.sources.gguf_ import gguf_config
 
     path = str(default_model_path())
     assert gguf_config(path, "llama") == load_gguf_checkpoint(path, return_tensors=False)["config"]

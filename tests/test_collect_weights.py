@@ -105,7 +105,8 @@ def test_user_metric_appears_in_dataset(tmp_path):
         ds = toolkit.weight_stats(path, metrics=["top2_energy"], progress=False, cache=False)
         w = load_file(path / "model.safetensors")["model.layers.1.mlp.up_proj.weight"].double().numpy()
         s = np.linalg.svd(w, compute_uv=False)
-        assert ds.top2_energy.sel(layer=1, component="mlp.up").item() == pytest.approx((s[:2] ** 2).sum() / (s**2).sum(), rel=1e-6)
+        assert ds.top2_energy.sel(layer=1, component="mlp.up").item() == pytest.approx(
+            (s[:2] ** 2).sum() / (s**2).sum(), rel=1e-6)
         assert ds.top2_energy.attrs["long_name"] == "energy in top 2 singular values"
     finally:
         from toolkit.metrics.registry import unregister_metric

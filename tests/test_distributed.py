@@ -19,8 +19,10 @@ distributed = pytest.importorskip("distributed")
 
 import toolkit  # noqa: E402
 from toolkit.cli import main  # noqa: E402
-from toolkit.collect._dtasks import SourceSpec, WorkerTaskError, weights_task  # noqa: E402
+from toolkit.collect.cache import open_cache  # noqa: E402
 from toolkit.collect.plan import plan_pieces  # noqa: E402
+from toolkit.collect.remote import SourceSpec, WorkerTaskError, measure_task  # noqa: E402
+from toolkit.collect.weight_cells import WeightMeasurement  # noqa: E402
 from toolkit.sources.base import TensorRecord  # noqa: E402
 from toolkit.testing import write_tiny_checkpoint  # noqa: E402
 
@@ -185,14 +187,18 @@ def test_a_checkpoint_a_worker_cannot_read_names_it_and_the_worker(client, tmp_p
 
 def test_a_checkpoint_rewritten_after_planning_is_refused(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "tiny", "llama", num_layers=2)
-    plan = plan_pieces(ckpt)
-    record, pieces = plan.records[0]
+    plan = plan_pieces(ckpt, cache=False)
+    planned = plan.tensors[0]
+    measurement = WeightMeasurement.make(["frobenius_norm"])
+    work = measurement.lookup(open_cache("x", enabled=False), planned).detached()
+    assert work.records is None  # nothing unpicklable travels to the worker
     spec = SourceSpec.of(plan.source)
     stale = SourceSpec(spec.location, None, None, "0" * 64, False)
-    metric = toolkit.get_metric("frobenius_norm")
-    assert weights_task(spec, record.name, [(pieces[0], "c", [metric])], {metric.name: "k"}, "cpu", None)["cells"]
+    cells = measure_task(measurement, work, (spec,))
+    expected = torch.linalg.matrix_norm(planned.pieces[0].extract(planned.record.read()).double())
+    assert cells[0].values["frobenius_norm"] == pytest.approx(float(expected), rel=1e-12)
     with pytest.raises(WorkerTaskError, match="another version") as err:
-        weights_task(stale, record.name, [(pieces[0], "c", [metric])], {metric.name: "k"}, "cpu", None)
+        measure_task(measurement, work, (stale,))
     assert err.value.checkpoint == str(ckpt) and err.value.worker == "?"
     assert WorkerTaskError(*err.value.__reduce__()[1]).args == err.value.args  # travels back intact
 
@@ -211,3 +217,17 @@ def test_cli_series_on_a_scheduler(client, run, tmp_path):
 def test_a_bad_client_is_refused(llama28):
     with pytest.raises(toolkit.ToolkitError, match="client="):
         toolkit.weight_stats(llama28, ["frobenius_norm"], client=3.5, progress=False)
+
+
+def test_workers_read_the_storage_dtype_as_the_serial_path_does(client, run):
+    """Entry-wise metrics (any_dtype) get the stored bf16 on the workers too, not a float32 copy."""
+    toolkit.register_metric("storage_bits_probe", lambda w, s: float(torch.finfo(w.dtype).bits),
+                            long_name="bits of the dtype a metric is handed", any_dtype=True, overwrite=True)
+    try:
+        serial = toolkit.weight_stats(run[0], ["storage_bits_probe", "frobenius_norm"], progress=False, cache=False)
+        ds = toolkit.weight_stats(run[0], ["storage_bits_probe", "frobenius_norm"], client=client, progress=False,
+                                  cache=False)
+    finally:
+        toolkit.metrics.unregister_metric("storage_bits_probe")
+    same(serial, ds)
+    assert set(ds.storage_bits_probe.values.ravel()) == {16.0}  # bf16 as stored, on both paths

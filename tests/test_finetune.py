@@ -11,9 +11,9 @@ from safetensors import safe_open
 
 from _compare_data import tiny
 from toolkit import finetune as ft
-from toolkit.finetune import run as ft_run
 from toolkit.collect.compare import compare, compare_series
 from toolkit.errors import EmptyInputError, ToolkitError
+from toolkit.finetune import run as ft_run
 
 SETTINGS = dict(preset="short", steps=3, save_every=2, seq_len=32, batch_size=2, lr=1e-3, progress=False)
 

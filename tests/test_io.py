@@ -22,7 +22,8 @@ from toolkit.io import check_output_path, load, save
 
 def _ds():
     ds = xr.Dataset(
-        {"stable_rank": (("layer", "component"), np.arange(6.0).reshape(3, 2), {"long_name": "stable rank", "units": "1"})},
+        {"stable_rank": (("layer", "component"), np.arange(6.0).reshape(3, 2),
+                         {"long_name": "stable rank", "units": "1"})},
         coords={"layer": [0, 1, 2], "component": ["attn.q", "attn.k"],
                 "parameter_name": (("layer", "component"), np.array([["a", "b"]] * 3))},
     )

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from toolkit.lab import Attention, AttentionActivation, UnknownActivationError, ViT, frobenius_norm, parse_activation
+from toolkit.lab import Attention, UnknownActivationError, ViT, frobenius_norm, parse_activation
 from toolkit.lab.train import _cpu_settings
 
 S = torch.tensor([[1.0, -2.0, 0.5], [0.0, 3.0, -1.0], [2.0, 0.25, -0.5]], dtype=torch.float64)
@@ -50,7 +50,8 @@ def test_polynomial_equals_formula_on_hand_made_matrix():
 def test_softmax_rows_are_probabilities_and_norm_within_one_and_sqrt_n():
     a = parse_activation("softmax")(S)
     np.testing.assert_allclose(a.sum(-1).numpy(), 1.0)
-    scores = torch.randn(500, 17, 17, dtype=torch.float64) * torch.logspace(-3, 3, 500, dtype=torch.float64)[:, None, None]
+    scales = torch.logspace(-3, 3, 500, dtype=torch.float64)[:, None, None]
+    scores = torch.randn(500, 17, 17, dtype=torch.float64) * scales
     norms = frobenius_norm(parse_activation("softmax")(scores))
     assert (norms <= math.sqrt(17) + 1e-12).all() and (norms >= 1 - 1e-12).all()
     assert norms.max() > 0.99 * math.sqrt(17)  # huge scores: nearly one-hot rows reach √N

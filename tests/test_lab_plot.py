@@ -14,7 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
 from toolkit.lab.dataset import build_dataset, new_history  # noqa: E402
-from toolkit.plot.layer_grid import (  # noqa: E402
+from toolkit.plot.layer_grid_figure import (  # noqa: E402
     ACTIVATION_COLORS,
     draw_layer_grid,
     layer_grid,

@@ -97,7 +97,7 @@ def test_cli_trains_saves_plots_and_refuses_other_settings(tmp_path, capsys):
 
 
 def test_committed_full_run():
-    assert RESULT_PATH.exists(), "toolkit/data/attention_lab.nc: run `python -m toolkit.lab --out toolkit/data/attention_lab.nc`"
+    assert RESULT_PATH.exists(), "data/attention_lab.nc: run `python -m toolkit lab --out data/attention_lab.nc`"
     assert RESULT_PATH.stat().st_size < 2 * 2**20
     ds = read_netcdf(RESULT_PATH)
     assert ds["activation"].values.tolist() == ["softmax", "x/1", "x/16", "x³/1", "x³/16"]

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from toolkit.errors import ToolkitError, UnknownMetricError
+from toolkit.errors import DuplicateRegistrationError, ToolkitError, UnknownMetricError
 from toolkit.metrics import (
     DegenerateMatrix,
     DuplicateMetricError,
@@ -89,12 +89,15 @@ def test_register_decorator_form_with_singular_values_and_options(cleanup):
 def test_duplicate_name_error_message(cleanup):
     cleanup.append("dup_metric")
     register_metric("dup_metric", lambda w, s: 1.0, long_name="first")
-    with pytest.raises(DuplicateMetricError) as exc:
+    with pytest.raises(DuplicateRegistrationError) as exc:
         register_metric("dup_metric", lambda w, s: 2.0, long_name="second")
     msg = str(exc.value)
-    assert "'dup_metric' is already registered" in msg and "'first'" in msg and "overwrite=True" in msg
-    assert isinstance(exc.value, ToolkitError) and exc.value.name == "dup_metric"
-    with pytest.raises(DuplicateMetricError):
+    assert msg.startswith("metric 'dup_metric' is already registered")
+    assert "'first'" in msg and "test_metrics_registry" in msg and "overwrite=True" in msg
+    assert type(exc.value) is DuplicateRegistrationError and isinstance(exc.value, (ToolkitError, ValueError))
+    assert (exc.value.kind, exc.value.name, exc.value.existing.long_name) == ("metric", "dup_metric", "first")
+    assert get_metric("dup_metric").long_name == "first"  # nothing replaced
+    with pytest.raises(DuplicateMetricError):  # the former name is the same class
         register_metric("stable_rank", lambda w, s: 0.0, long_name="mine")
     register_metric("dup_metric", lambda w, s: 2.0, long_name="second", overwrite=True)
     assert get_metric("dup_metric").func(None, None) == 2.0

@@ -126,11 +126,14 @@ def test_gram_buffers_are_kept_only_by_pass_threads():
     kept = {}
 
     def in_pass():
-        kept["s"] = spectral.singular_values(w)
-        kept["gram"] = getattr(spectral._BUFFERS, "gram", None)
+        with spectral.reuse_buffers():
+            kept["s"] = spectral.singular_values(w)
+            kept["gram"] = getattr(spectral._BUFFERS, "gram", None)
+        kept["after"] = getattr(spectral._BUFFERS, "gram", None)
 
-    t = threading.Thread(target=in_pass, name=spectral.PASS_THREAD_PREFIX + "0")
+    t = threading.Thread(target=in_pass)
     t.start()
     t.join()
     assert kept["gram"] is not None and kept["gram"].size >= 12 * 12
+    assert kept["after"] is None  # freed when the context ends
     assert torch.equal(kept["s"], ref)

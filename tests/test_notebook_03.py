@@ -1,4 +1,4 @@
-"""Notebook 03 runs headless, end to end, on the embedded model and toolkit/data/prompts.txt."""
+"""Notebook 03 runs headless, end to end, on the embedded model and data/prompts.txt."""
 
 import pytest
 

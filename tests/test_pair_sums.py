@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 import toolkit
 from _compare_data import tiny, variant
-from toolkit.collect import _compare_measure
+from toolkit.collect import pair_cells
 from toolkit.collect.compare import compare
 from toolkit.metrics.diff import DiffContext, compute_diff_metrics
 from toolkit.metrics.pair_sums import PairSums, count_nonfinite, pair_sums
@@ -143,7 +143,7 @@ def test_embedding_totals_from_row_blocks_equal_whole_reads(tmp_path, monkeypatc
     base = tiny(tmp_path / "base")
     target = variant(base, tmp_path / "t", lambda k, v: v * 2 if "embed" in k else v)
     whole = compare(base, target, ["relative_change"], progress=False)
-    monkeypatch.setattr(_compare_measure, "BLOCK_ENTRIES", 7)  # a few rows per block
+    monkeypatch.setattr(pair_cells, "BLOCK_ENTRIES", 7)  # a few rows per block
     blocks = compare(base, target, ["relative_change"], progress=False)
     name = next(n for n in whole.tensor.values if "embed" in n)
     assert float(whole.tensor_relative_change.sel(tensor=name)) == 1.0

@@ -175,10 +175,23 @@ def test_figures_do_not_pile_up():
 
 
 def test_import_is_lazy_and_names_stay_functions():
-    code = ("import sys, toolkit.plot as tp; assert 'matplotlib' not in sys.modules, 'matplotlib imported';"
-            "import toolkit.plot.heatmap, toolkit.plot._panels;"
+    code = ("import sys, types, toolkit.plot as tp; assert 'matplotlib' not in sys.modules, 'matplotlib imported';"
+            "assert type(tp) is types.ModuleType, type(tp);"  # a plain module: no class swapped in
+            "import toolkit.plot.heatmap_figure, toolkit.plot.layer_grid_figure, toolkit.plot.lines, "
+            "toolkit.plot._panels;"
+            "bad = [n for n in tp.__all__ if isinstance(getattr(tp, n), types.ModuleType)]; assert not bad, bad;"
+            "assert tp.heatmap is toolkit.plot.heatmap_figure.heatmap and tp.layer_grid.__name__ == 'layer_grid';"
             "assert callable(tp.heatmap) and callable(tp.heatmaps) and callable(tp.prepare_heatmap)")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_no_plot_submodule_is_named_like_a_plot_function():
+    """The cause of a function shadowed by its module: ``import toolkit.plot.<name>`` sets the package's ``<name>``."""
+    import pkgutil
+
+    import toolkit.plot as tp
+
+    assert sorted({m.name for m in pkgutil.iter_modules(tp.__path__)} & set(tp.__all__)) == []
 
 
 def test_infinite_values_are_drawn_beyond_the_colorbar_not_as_missing():

@@ -63,7 +63,8 @@ def test_rank_bounds(w):
 @given(matrices())
 def test_invariant_to_transposition(w):
     a, b = _vals(w), _vals(w.T.contiguous())
-    for name in ["frobenius_norm", "rms", "spectral_norm", "stable_rank", "effective_rank", "kurtosis", "max_abs_over_rms"]:
+    names = ["frobenius_norm", "rms", "spectral_norm", "stable_rank", "effective_rank", "kurtosis", "max_abs_over_rms"]
+    for name in names:
         assert _close(a[name], b[name]), (name, a[name], b[name])
 
 

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from toolkit.sources import open_source
-from toolkit.sources._common import hub_sha256
+from toolkit.sources.identity import hub_sha256
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -215,3 +215,165 @@ def test_moe_experts_merged_as_transformers_merges_them(tmp_path):
     assert merged.shape == (4, 2 * 1408, 64) and merged.dtype == "Q8_0"
     assert merged.stored_name == "blk.0.ffn_gate_exps.weight,blk.0.ffn_up_exps.weight"
     assert records["model.layers.0.mlp.shared_expert_gate.weight"].shape == (1, 64)  # processor adds the axis
+
+
+# ---------------------------------------------------------------- the config, from the toolkit's header reader
+
+
+def _write_header_gguf(path, arch, *, name="tiny", kv_heads=2, tokens=8, vocab_key=False, output=False, extra=()):
+    """A GGUF with a config's worth of metadata, a token list and two tiny tensors."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name(name)
+    writer.add_block_count(2)
+    writer.add_context_length(64)
+    writer.add_embedding_length(16)
+    writer.add_feed_forward_length(32)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(kv_heads)  # an int, or a list (one per layer): an array in the file
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_bos_token_id(1)
+    if vocab_key:
+        writer.add_vocab_size(tokens)
+    for add, value in extra:
+        getattr(writer, add)(value)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(["abc"] if tokens == 1 else [f"t{i}" for i in range(tokens)])
+    writer.add_tensor("token_embd.weight", np.ones((max(tokens, 2), 16), np.float32))
+    if output:
+        writer.add_tensor("output.weight", np.ones((max(tokens, 2), 16), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+#: (architecture, writer options): each exercises one step of load_gguf_checkpoint's config derivation.
+HEADER_CASES = {
+    "llama": ("llama", {}),
+    "llama-named-mistral": ("llama", {"name": "mistral"}),  # renamed to mistral
+    "qwen2-per-layer-kv-heads": ("qwen2", {"kv_heads": [2, 2]}),  # an array value stays a list
+    "qwen2-one-element-array": ("qwen2", {"kv_heads": [2]}),  # ... a one-element array is its element
+    "qwen2moe": ("qwen2moe", {"extra": [("add_expert_count", 4), ("add_expert_used_count", 2)]}),
+    "qwen3moe-defaults": ("qwen3moe", {"extra": [("add_expert_count", 4)]}),  # norm_topk_prob default
+    "gemma2": ("gemma2", {"extra": [("add_key_length", 8)]}),
+    "gemma3-text": ("gemma3", {"extra": [("add_key_length", 8), ("add_sliding_window", 16)]}),
+    "gpt2-untied": ("gpt2", {"output": True}),
+    "falcon-always-tied": ("falcon", {"output": True}),
+    "phi3-vocab-key": ("phi3", {"vocab_key": True, "tokens": 5}),
+    "starcoder2-one-token": ("starcoder2", {"tokens": 1}),  # transformers takes len() of the one token
+}
+#: Architectures whose config load_gguf_checkpoint post-processes: it is asked itself.
+REPLAYED_CASES = {
+    "stablelm": ("stablelm", {}),
+    "lfm2": ("lfm2", {"kv_heads": [0, 2]}),
+}
+
+
+def _reference_config(path):
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    return load_gguf_checkpoint(str(path), return_tensors=False)["config"]
+
+
+def _forbid_transformers_reader(monkeypatch):
+    """Make ``gguf.GGUFReader`` and ``load_gguf_checkpoint`` fail for the rest of the test."""
+    import gguf
+    import transformers.modeling_gguf_pytorch_utils as hf_gguf
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the slow reader was used")
+
+    monkeypatch.setattr(gguf, "GGUFReader", refuse)
+    monkeypatch.setattr(hf_gguf, "load_gguf_checkpoint", refuse)
+
+
+def test_bundled_gguf_configs_equal_transformers_without_its_reader(smollm2_path, gemma3_path, tiny_gguf_dir,
+                                                                    monkeypatch):
+    import time
+
+    import gguf
+
+    paths = [smollm2_path, gemma3_path, tiny_gguf_dir / "f16.gguf", tiny_gguf_dir / "untied.gguf"]
+    expected = [_reference_config(p) for p in paths]
+    real_reader = gguf.GGUFReader
+    _forbid_transformers_reader(monkeypatch)
+    for path, want in zip(paths, expected, strict=True):
+        start = time.perf_counter()
+        got = gguf_mod.gguf_config(str(path), want["model_type"])
+        elapsed = time.perf_counter() - start
+        assert got == want and list(got) == list(want), path.name  # same keys, values and order
+        assert elapsed < 1.0, f"{path.name}: {elapsed:.2f} s"  # 0.01-0.05 s; GGUFReader takes 4-16 s
+    monkeypatch.undo()
+    assert gguf.GGUFReader is real_reader  # nothing was swapped for the process
+    assert expected[1]["model_type"] == "gemma3_text" and expected[0]["tie_word_embeddings"] is True
+    assert expected[3]["tie_word_embeddings"] is False
+
+
+@pytest.mark.parametrize("case", sorted(HEADER_CASES))
+def test_header_config_equals_transformers_for_each_rule(tmp_path, case, monkeypatch):
+    arch, options = HEADER_CASES[case]
+    path = _write_header_gguf(tmp_path / "m.gguf", arch, **options)
+    want = _reference_config(path)
+    _forbid_transformers_reader(monkeypatch)
+    got = gguf_mod.gguf_config(str(path), arch)
+    assert got == want and list(got) == list(want)
+
+
+def test_header_config_rules_pinned():
+    """What the cases above check, spelled out (so a rule transformers drops shows up here)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        def config(case):
+            arch, options = HEADER_CASES[case]
+            return gguf_mod.gguf_config(str(_write_header_gguf(Path(folder) / f"{case}.gguf", arch, **options)), arch)
+
+        assert config("llama-named-mistral")["model_type"] == "mistral"
+        assert config("qwen2-per-layer-kv-heads")["num_key_value_heads"] == [2, 2]
+        assert config("qwen2-one-element-array")["num_key_value_heads"] == 2
+        assert config("qwen2moe")["model_type"] == "qwen2_moe"
+        assert config("qwen3moe-defaults")["norm_topk_prob"] is True
+        assert config("gemma3-text")["model_type"] == "gemma3_text"
+        assert config("gpt2-untied")["tie_word_embeddings"] is False
+        assert config("falcon-always-tied")["tie_word_embeddings"] is True
+        assert config("phi3-vocab-key")["vocab_size"] == 5 and config("llama")["vocab_size"] == 8
+        assert config("starcoder2-one-token")["vocab_size"] == 3
+
+
+@pytest.mark.parametrize("case", sorted(REPLAYED_CASES))
+def test_post_processed_architectures_ask_transformers_itself(tmp_path, case, monkeypatch):
+    import gguf
+
+    arch, options = REPLAYED_CASES[case]
+    path = _write_header_gguf(tmp_path / "m.gguf", arch, **options)
+    want = _reference_config(path)
+    real, opened = gguf.GGUFReader, []
+    monkeypatch.setattr(gguf, "GGUFReader", lambda *a, **k: opened.append(a) or real(*a, **k))
+    assert gguf_mod.gguf_config(str(path), arch) == want
+    assert opened == [(str(path),)]
+
+
+def test_unsupported_gguf_architecture_is_a_checkpoint_error(tmp_path):
+    from toolkit.errors import CheckpointFileError
+
+    path = _write_header_gguf(tmp_path / "m.gguf", "nosuchfamily")
+    with pytest.raises(CheckpointFileError, match="cannot read GGUF architecture 'nosuchfamily'.*not supported"):
+        gguf_mod.gguf_config(str(path), "nosuchfamily")
+
+
+def test_header_arrays_are_located_then_read_on_demand(tmp_path):
+    from toolkit.sources._gguf_table import GGUFArray, read_gguf_table
+
+    path = _write_header_gguf(tmp_path / "m.gguf", "llama", kv_heads=[2, 1], tokens=5)
+    table = read_gguf_table(path)
+    tokens, kv = table.metadata["tokenizer.ggml.tokens"], table.metadata["llama.attention.head_count_kv"]
+    assert isinstance(tokens, GGUFArray) and (tokens.count, tokens.element_type) == (5, 8)
+    assert tokens.values() == ["t0", "t1", "t2", "t3", "t4"] and kv.values() == [2, 1]
+    assert table.metadata["general.name"] == "tiny" and table.metadata["llama.block_count"] == 2
+    assert [t.name for t in table.tensors] == ["token_embd.weight"] and table.path == str(path)

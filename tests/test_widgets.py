@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 
+from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 from toolkit.io import load  # noqa: E402
 from toolkit.widgets import explore, explore_model  # noqa: E402
 
@@ -180,7 +180,7 @@ def _drawn_axes(ex):
     """The Axes the explorer's PNG is drawn from (same prepared data, same drawing function)."""
     from matplotlib.figure import Figure
 
-    from toolkit.plot.heatmap import draw_heatmap
+    from toolkit.plot import draw_heatmap
 
     return draw_heatmap(ex.current, ax=Figure().add_subplot())
 

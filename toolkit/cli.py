@@ -196,7 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("series", help="diff metrics along a series of checkpoints (a training run)")
     s.add_argument("checkpoints", nargs="+", help="checkpoints in training order")
     s.add_argument("--steps", nargs="+", type=int, default=None, help="training step of each checkpoint")
-    s.add_argument("--reference", choices=["first", "previous"], default="first", help="diff against the first or the previous checkpoint")
+    s.add_argument("--reference", choices=["first", "previous"], default="first",
+                   help="diff against the first or the previous checkpoint")
     _add_diff_args(s)
     s.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="Dask scheduler address (tcp://host:8786): one task per checkpoint x tensor on the cluster; "
@@ -205,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from toolkit.finetune import cli as finetune_cli
 
-    f = sub.add_parser("finetune", help="fine-tune the embedded SmolLM2 on the packaged math text (toolkit/data/finetune.txt), saving bf16 checkpoints")
+    f = sub.add_parser("finetune", help="fine-tune the embedded SmolLM2 on the default math text "
+                       "(data/finetune.txt, installed with the package), saving bf16 checkpoints")
     finetune_cli.build_parser(f)
     f.set_defaults(func=finetune_cli.run_from_args)
 

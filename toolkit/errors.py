@@ -196,6 +196,23 @@ class UnknownMetricError(ToolkitError, KeyError):
         return self.args[0]
 
 
+class DegenerateMatrix(ToolkitError, ValueError):
+    """A statistic that is undefined for this matrix.
+
+    Fields: ``reason`` (one line, e.g. ``"all-zero matrix"``) and ``metric``
+    (the metric name when known, else ``""``). Callers record NaN and the
+    reason instead of failing the whole checkpoint.
+    """
+
+    def __init__(self, reason: str, metric: str = ""):
+        self.reason = reason
+        self.metric = metric
+        super().__init__(f"{metric}: {reason}" if metric else reason)
+
+    def __reduce__(self):
+        return type(self), (self.reason, self.metric)
+
+
 class UnmappedParametersError(ToolkitError, ValueError):
     """A checkpoint in which no parameter maps to a component, or a layer
     count that disagrees with the config. Fields: ``names``, ``reason``."""
@@ -226,20 +243,31 @@ class EmptyInputError(ToolkitError, ValueError):
 
 
 class DuplicateRegistrationError(ToolkitError, ValueError):
-    """A registry name (architecture family, metric...) registered twice.
+    """A name registered twice in one of the toolkit's registries (the one type for
+    every registry: architecture families, metrics).
 
-    Fields: ``kind`` (what registry: ``"architecture"``...), ``name``,
-    ``existing`` (what holds the name now).
+    Fields: ``kind`` (which registry: ``"architecture"``, ``"metric"``), ``name``,
+    ``existing`` (what holds the name now: the adapter class, the
+    :class:`~toolkit.metrics.registry.Metric`), ``detail`` (how the message
+    names ``existing``; default ``by <existing>``).
     """
 
-    def __init__(self, kind: str, name: str, existing: object):
+    def __init__(self, kind: str, name: str, existing: object, detail: str = ""):
         self.kind = kind
         self.name = name
         self.existing = existing
+        self.detail = detail or f"by {existing}"
         super().__init__(
-            f"{kind} {name!r} is already registered (by {existing}). "
+            f"{kind} {name!r} is already registered ({self.detail}). "
             "Pass overwrite=True to replace it, or pick another name."
         )
+
+    def __reduce__(self):
+        return type(self), (self.kind, self.name, self.existing, self.detail)
+
+
+#: The former name of :class:`DuplicateRegistrationError` for metrics (the same class).
+DuplicateMetricError = DuplicateRegistrationError
 
 
 class MappingError(ToolkitError, ValueError):
@@ -310,6 +338,52 @@ class AttentionUnavailableError(ToolkitError, RuntimeError):
         )
 
 
+class UnknownActivationError(ToolkitError, ValueError):
+    """An attention activation of the lab that cannot be parsed. Fields: ``text``."""
+
+    def __init__(self, text: str):
+        self.text = text
+        super().__init__(
+            f"cannot read attention activation {text!r}. Write 'softmax' or a "
+            "polynomial x^p/c such as 'x/1', 'x^3/16', 'x³/16', 'x²/4' or "
+            "'x^3/sqrt_n' (p a positive integer, c a positive number or sqrt_n)."
+        )
+
+
+class LabConfigMismatchError(ToolkitError, ValueError):
+    """An existing lab file or checkpoint made with other settings.
+
+    Fields: ``path``, ``saved`` and ``requested`` (config JSON).
+    """
+
+    def __init__(self, path, saved: str, requested: str):
+        self.path, self.saved, self.requested = str(path), saved, requested
+        super().__init__(
+            f"{self.path} was made with other settings.\n  saved:     {saved}\n"
+            f"  requested: {requested}\nPass another out=, the same preset and seed, "
+            "or resume=False to start over.")
+
+
+class WorkerTaskError(ToolkitError, RuntimeError):
+    """A task of a distributed run that failed on a worker.
+
+    Fields: ``checkpoint`` (location), ``tensor`` (parameter name), ``worker``
+    (address, or ``"?"`` when unknown), ``reason`` (the worker-side error, as
+    ``"Type: message"``).
+    """
+
+    def __init__(self, checkpoint: str, tensor: str, worker: str, reason: str):
+        self.checkpoint, self.tensor, self.worker, self.reason = checkpoint, tensor, worker, reason
+        super().__init__(
+            f"checkpoint {checkpoint!r} (tensor {tensor!r}) failed on Dask worker {worker}: {reason.rstrip('.')}. "
+            "Every worker must see the checkpoint at the same path (a shared file system) or have the hub "
+            "repo in its own cache."
+        )
+
+    def __reduce__(self):
+        return type(self), (self.checkpoint, self.tensor, self.worker, self.reason)
+
+
 class TokenizerMissingError(ToolkitError, ValueError):
     """Text given for a model without a tokenizer. Fields: ``source``, ``reason``."""
 
@@ -320,3 +394,23 @@ class TokenizerMissingError(ToolkitError, ValueError):
             f"no tokenizer for {self.source!r}{': ' + reason if reason else ''}. "
             "Pass tokenizer=... or give token ids (lists of int) instead of strings."
         )
+
+
+class CacheWarning(UserWarning):
+    """The on-disk result cache cannot be used (unwritable, unreadable, not a folder); the run
+    goes on without it. Set ``$TOOLKIT_CACHE_DIR`` to a writable folder, or to ``off``."""
+
+
+class CheckpointChangedError(ToolkitError, RuntimeError):
+    """A checkpoint's files changed between planning a run and reading its tensors."""
+
+    def __init__(self, location, expected: str, seen: str):
+        self.location, self.expected, self.seen = str(location), expected, seen
+        super().__init__(
+            f"the files of {self.location!r} changed after the run was planned (identity {seen[:16]}... now, "
+            f"{expected[:16]}... when planned); was the checkpoint rewritten during the run? Run again to "
+            "measure the new files"
+        )
+
+    def __reduce__(self):
+        return type(self), (self.location, self.expected, self.seen)

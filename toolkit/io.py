@@ -5,24 +5,23 @@ attrs may also be ``None``, ``bool``, ``dict`` or ``list`` values; ``save``
 encodes those as JSON strings and records which keys it encoded, and
 ``load`` decodes them, so attrs round-trip intact.
 
-Writes go to a temporary file in the target folder and are renamed over the
-final name (``os.replace``), so an interrupted save never leaves a broken file
-under the final name. The file gets the permissions a plain ``open(path, "w")``
-would give it: those of the file it replaces, else ``0o666`` masked by the
-process umask.
+Writes go through :func:`toolkit.atomic.atomic_path`: a temporary file in the
+target folder renamed over the final name (``os.replace``), so an interrupted
+save never leaves a broken file under the final name. The file gets the
+permissions a plain ``open(path, "w")`` would give it: those of the file it
+replaces, else ``0o666`` masked by the process umask.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
-import stat
 from pathlib import Path
 
 import xarray as xr
 
 from toolkit._version import __version__
+from toolkit.atomic import atomic_path, create_temp
 from toolkit.errors import OutputPathError, ResultsFileError, ResultsNotFoundError
 
 #: Version of the on-disk layout; bump when a change makes old files unreadable.
@@ -107,7 +106,7 @@ def check_output_path(path: str | os.PathLike, what: str = "the output file", ex
         raise OutputPathError(text, problem)
     folder = _nearest_existing(path.parent)
     try:
-        fd, probe = _create_temp(folder / ".toolkit-write-test")
+        fd, probe = create_temp(folder / "toolkit-write-test")
     except OSError as e:
         raise OutputPathError(
             text, f"cannot create a file in {str(folder)!r} ({e.strerror or e}); choose a folder you can write to "
@@ -133,18 +132,6 @@ def _path_problem(text: str, path: Path, what: str, example: str) -> str:
     if folder.exists() and not folder.is_dir():
         return f"{str(folder)!r} is a file, not a folder; choose another path"
     return ""
-
-
-def _create_temp(path: Path) -> tuple[int, Path]:
-    """Create a new empty file next to ``path`` with the mode ``open()`` would give
-    (``0o666`` less the umask: the kernel applies it), unlike ``tempfile.mkstemp``'s ``0o600``."""
-    for _ in range(100):
-        tmp = path.with_name(f"{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary file name next to {str(path)!r}")
 
 
 def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
@@ -184,26 +171,19 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     problem = _path_problem(text, path, "it", "stats.nc")
     if problem:
         raise OutputPathError(text, problem)
+    created = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_temp(path)
+        with atomic_path(path) as tmp:
+            created = True
+            encode_for_netcdf(ds).to_netcdf(tmp, engine=_ENGINE)
     except OSError as e:
-        raise OutputPathError(
-            text, f"cannot create a file in {str(path.parent)!r} ({e.strerror or e}); choose a folder you can "
-            "write to", e.errno,
-        ) from e
-    try:
-        os.close(fd)
-        if path.is_file():  # keep the mode of the file replaced, as open(path, "w") would
-            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
-        encode_for_netcdf(ds).to_netcdf(tmp, engine=_ENGINE)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
+        if not created:
+            raise OutputPathError(
+                text, f"cannot create a file in {str(path.parent)!r} ({e.strerror or e}); choose a folder you can "
+                "write to", e.errno,
+            ) from e
         raise OutputPathError(text, f"{e.strerror or e}; check the free space and permissions there", e.errno) from e
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

@@ -13,7 +13,7 @@ load_model(source=None) -> Loaded
     Build a model and its tokenizer once (``.model``, ``.tokenizer``); pass
     the result as ``source`` to run several text sets without reloading.
 load_prompts(path=None) -> list of str
-    The default texts, ``toolkit/data/prompts.txt`` in the package (texts separated by ``---`` lines).
+    The default texts, ``data/prompts.txt`` (installed with the package; texts separated by ``---`` lines).
 DEFAULT_PROMPTS
     Path of that file.
 head_statistics(a, causal=...) -> tensor (3, heads)

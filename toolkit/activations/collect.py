@@ -22,7 +22,6 @@ from toolkit.collect.progress import Progress
 from toolkit.errors import UnmappedParametersError
 
 
-
 def activation_stats(
     source=None,
     texts=None,
@@ -53,7 +52,7 @@ def activation_stats(
         A :class:`~toolkit.activations.Loaded` from :func:`load_model`: its
         model and tokenizer (load once, run many text sets).
     texts : list of str, list of list of int, str, path-like, or None
-        None: the packaged ``toolkit/data/prompts.txt``. Strings are
+        None: the default ``data/prompts.txt`` (installed with the package). Strings are
         tokenised (special tokens added, truncated to ``max_tokens``); lists
         of int are token ids. A ``pathlib.Path``: a file of texts separated
         by ``---`` lines.
@@ -128,7 +127,10 @@ def activation_stats(
     >>> m = load_model("Qwen/Qwen2.5-0.5B")            # load once, run several text sets
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
-    texts_origin = "toolkit/data/prompts.txt" if texts is None else str(texts) if isinstance(texts, os.PathLike) else "given"
+    if texts is None:
+        texts_origin = "default (data/prompts.txt of the toolkit)"
+    else:
+        texts_origin = str(texts) if isinstance(texts, os.PathLike) else "given"
     texts = as_texts(texts)
     loaded = load_model(source, tokenizer=tokenizer, gguf_file=gguf_file, revision=revision)
     model = loaded.model

@@ -1,6 +1,6 @@
 """Texts in, right-padded batches out.
 
-The default input is ``toolkit/data/prompts.txt``, shipped in the package:
+The default input is ``prompts.txt`` of the top-level ``data/``, installed with the package:
 texts separated by lines holding only ``---`` (a text may span many lines and
 hold blank lines, as code does). Texts are tokenised one at a time (no tokenizer
 padding settings are involved), truncated to ``max_tokens``, sorted by length
@@ -31,7 +31,7 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[str]:
     Parameters
     ----------
     path : str or path-like, optional
-        Default :data:`DEFAULT_PROMPTS` (``toolkit/data/prompts.txt``, in the package).
+        Default :data:`DEFAULT_PROMPTS` (``data/prompts.txt``, installed with the package).
 
     Returns
     -------

@@ -194,7 +194,8 @@ def register_architecture(*model_types: str, overwrite: bool = False):
         if not overwrite:
             for t in model_types:
                 if t in _REGISTRY and _REGISTRY[t] is not cls:
-                    raise DuplicateRegistrationError("architecture", t, _REGISTRY[t].__qualname__)
+                    old = _REGISTRY[t]
+                    raise DuplicateRegistrationError("architecture", t, old, f"by {old.__module__}.{old.__qualname__}")
         for t in model_types:
             _REGISTRY[t] = cls
         return cls

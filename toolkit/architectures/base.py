@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.config_keys import normalize_config
 from toolkit.errors import MappingError, UnmappedParametersError
 
 
@@ -115,29 +116,28 @@ class Extract:
         return w.contiguous()
 
 
-_ALIASES = {
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden_size": ("hidden_size", "n_embd", "d_model"),
-    "num_attention_heads": ("num_attention_heads", "n_head", "num_heads"),
-    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads"),
-    "intermediate_size": ("intermediate_size", "n_inner", "ffn_dim"),
+#: Field of :class:`Dims` -> the standard config key it reads.
+_FIELDS = {
+    "num_layers": "num_hidden_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_key_value_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "intermediate_size": "intermediate_size",
 }
 
 
-def _first(config: dict, keys: Sequence[str]):
-    for k in keys:
-        v = config.get(k)
-        if v is not None:
-            return v
-    return None
+def _int(value) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
 class Dims:
     """The sizes a config declares, under one set of names.
 
-    Read by :meth:`from_config` from a ``transformers`` config dict whatever
-    the family calls them (``n_embd`` / ``hidden_size``, ``n_layer`` /
+    Read by :meth:`from_config` from the standard keys of
+    :func:`toolkit.config_keys.normalize_config` (the normaliser sources use),
+    whatever the family calls them (``n_embd`` / ``hidden_size``, ``n_layer`` /
     ``num_hidden_layers``...). For a multimodal config with a ``text_config``
     (gemma3) the sizes come from ``text_config``. A size the config lacks is
     None.
@@ -161,18 +161,8 @@ class Dims:
 
     @classmethod
     def from_config(cls, config: dict) -> Dims:
-        cfg = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-        got = {k: _first(cfg, keys) for k, keys in _ALIASES.items()}
-        if got["num_layers"] is None:
-            got["num_layers"] = _first(config, _ALIASES["num_layers"])
-        if got["num_key_value_heads"] is None:
-            got["num_key_value_heads"] = got["num_attention_heads"]
-        head_dim = cfg.get("head_dim")
-        if head_dim is None and got["hidden_size"] and got["num_attention_heads"]:
-            head_dim = got["hidden_size"] // got["num_attention_heads"]
-        if got["intermediate_size"] is None and "n_embd" in cfg and got["hidden_size"]:
-            got["intermediate_size"] = 4 * got["hidden_size"]  # GPT2MLP default
-        return cls(head_dim=head_dim, **{k: (int(v) if v is not None else None) for k, v in got.items()})
+        cfg = normalize_config(config, use_transformers=False)  # a source's config is normalised already
+        return cls(**{field: _int(cfg.get(key)) for field, key in _FIELDS.items()})
 
     @property
     def q_rows(self) -> int:

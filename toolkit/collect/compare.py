@@ -12,21 +12,20 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from toolkit.collect._compare_dataset import pair_dataset, series_name
-from toolkit.collect._compare_measure import CompareJob, finish, lookup, measure, read_pair
-from toolkit.collect._compare_pairs import pair_tensors
-from toolkit.collect.cache import _digest, open_cache
+from toolkit.collect.cache import cache_run, digest, open_cache
+from toolkit.collect.executors import executor_for
+from toolkit.collect.pair_cells import PairMeasurement
+from toolkit.collect.pair_dataset import pair_dataset, series_name
+from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
-from toolkit.collect.stream import map_tensors
+from toolkit.collect.tensor_pairs import pair_tensors
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.metrics.spectral import check_device
 
 REFERENCES = ("first", "previous")
 
@@ -60,7 +59,7 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     client : distributed.Client or str, optional
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor pair, read by the
-        workers themselves; the same Dataset (:mod:`toolkit.collect.distributed`).
+        workers themselves; the same Dataset (:mod:`toolkit.collect.executors`).
 
     Returns
     -------
@@ -103,9 +102,7 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     >>> ds = toolkit.compare("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct")  # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
     """
-    plans = [plan_pieces(s, mapping=mapping) for s in (base, target)]
-    ds = _run(plans, [(0, 1)], metrics, tolerance, k, device, progress, cache, client)[0]
-    return ds
+    return _run([base, target], [(0, 1)], metrics, tolerance, k, mapping, device, progress, cache, client)[1][0]
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
@@ -162,9 +159,8 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     steps = list(steps) if steps is not None else infer_steps(checkpoints)
     if len(steps) != len(checkpoints):
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
-    plans = [plan_pieces(s, mapping=mapping) for s in checkpoints]
-    pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(plans))]
-    rows = _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client)
+    pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
+    plans, rows = _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -193,59 +189,30 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(plans, pairs, metrics, tolerance, k, device, progress, cache, client=None) -> list[xr.Dataset]:
-    """One Dataset per ``(base index, target index)`` pair of ``plans``.
+def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client=None):
+    """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
+    target index)`` pair of them.
 
-    Per pair of checkpoints: every cell and tensor total is looked up in the
-    cache here; the tensor pairs with work left are read and measured on the
-    parallel pipelines of :func:`toolkit.collect.stream.map_tensors` (both
-    stored tensors read one pair ahead, measured by
-    :func:`toolkit.collect._compare_measure.measure`); results are stored
-    here, in the calling thread, as each tensor pair finishes, so an
-    interrupted run keeps exactly what it reported.
+    Each pair of checkpoints goes through :func:`toolkit.collect.pipeline.run_units`
+    (one unit per stored tensor pair, :class:`~toolkit.collect.pair_cells.PairMeasurement`)
+    on the executor ``client`` chooses; every mismatch is raised before any work.
     """
-    check_device(device, available=client is None)  # Dask workers may have GPUs this process lacks
-    if client is not None:
-        from toolkit.collect import distributed as _distributed
-
-        return _distributed.run_compare(plans, pairs, metrics, tolerance, k, device, progress, cache, client)
-    base_job = CompareJob.make(metrics, tolerance, k, device)
-    matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
-    report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
-    memo: dict = {}  # (checkpoint, layer, component, k) -> top-k left singular vectors, reused across pairs
-    out, done = [], 0
-    try:
-        for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched)):
-            job = base_job.at(bi, ti)
-            store = open_cache(_digest(plans[bi].source.fingerprint, plans[ti].source.fingerprint), "compare",
-                               enabled=cache)
-            works = [lookup(store, tp, job) for tp in tensor_pairs]
-            rows, cells = [None] * len(works), {}
-
-            def take(i, fresh):
-                nonlocal done
-                totals, got = finish(store, works[i], fresh, job)
-                rows[i] = (works[i].tp.name, totals)
-                cells.update(got)
-                done += 1
-                report(done, works[i].tp.name)
-
-            todo = [i for i, w in enumerate(works) if w.todo]
-            for i in sorted(set(range(len(works))) - set(todo)):
-                take(i, None)
-            readers = [partial(read_pair, works[i].tp) if works[i].whole else _nothing for i in todo]
-            for n, fresh in map_tensors(readers, lambda n, tensors: measure(works[todo[n]], tensors, job, memo),
-                                        float32=False):
-                take(todo[n], fresh)
-            later = {b for b, _ in pairs[j + 1:]}
-            for key in [key for key in memo if key[0] not in later]:
-                del memo[key]
-            out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(job.chosen), skipped, tolerance, k))
-    finally:
-        report.close()
-    return out
-
-
-def _nothing():
-    """The reader of a tensor pair that is only summed: :func:`measure` reads it in row blocks itself."""
-    return None
+    measurement = PairMeasurement.make(metrics, tolerance, k, device)
+    with cache_run(), executor_for(client, device) as executor:
+        plans = [plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints]
+        matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+        report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
+        out = []
+        try:
+            for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
+                m = measurement.at(bi, ti)
+                store = open_cache(digest(plans[bi].value_identity, plans[ti].value_identity), m.kind,
+                                   enabled=cache)
+                got = run_units(m, tensor_pairs, store, executor, report.step, [plans[bi].source, plans[ti].source])
+                executor.forget({b for b, _ in pairs[j + 1:]})
+                rows = [(tp.name, totals) for tp, (totals, _) in zip(tensor_pairs, got, strict=True)]
+                cells = {key: cell for _, c in got for key, cell in c.items()}
+                out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(m.chosen), skipped, tolerance, k))
+        finally:
+            report.close()
+    return plans, out

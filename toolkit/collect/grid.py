@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import xarray as xr
@@ -27,6 +27,11 @@ class Cell:
     values: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     errors: set = field(default_factory=set)
+
+    @classmethod
+    def measured(cls, parameter_name: str, result) -> Cell:
+        """The Cell of a fresh :class:`~toolkit.metrics.evaluate.MatrixResult`."""
+        return cls(parameter_name, result.shape, dict(result.values), dict(result.reasons), set(result.errors))
 
 
 def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
@@ -116,5 +121,5 @@ def build_grid_dataset(
     )
     ds.attrs.update(attrs)
     ds.attrs["toolkit_version"] = __version__
-    ds.attrs["created"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    ds.attrs["created"] = datetime.now(UTC).isoformat(timespec="seconds")
     return ds

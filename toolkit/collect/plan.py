@@ -1,14 +1,38 @@
-"""Planning a pass over a checkpoint: which stored tensors hold which components."""
+"""Planning a pass over a checkpoint: which stored tensors hold which (layer, component) cells.
+
+A plan costs what opening the checkpoint costs (for a GGUF file: transformers'
+config, a meta-device model for the parameter names, a probe of its tensor
+processor, 2-3 s). It is therefore cached (:mod:`toolkit.collect.plan_cache`)
+under the identity of the files it was made from, and a cached plan opens
+nothing: its tensors are read through the real source only when a cell is
+not in the result cache.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import open_source
 from toolkit.sources.base import Source, TensorRecord
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One stored tensor that holds at least one grid cell.
+
+    Attributes
+    ----------
+    record : TensorRecord
+    pieces : tuple of Piece
+        The (layer, component) cells cut from it (three for a fused QKV).
+    """
+
+    record: TensorRecord
+    pieces: tuple[Piece, ...]
 
 
 @dataclass
@@ -18,25 +42,31 @@ class Plan:
     Attributes
     ----------
     source : Source
-    adapter : the architecture adapter used
-    records : list of (TensorRecord, list of Piece)
+        The opened checkpoint, or a :class:`~toolkit.collect.plan_cache.PlannedSource`
+        that opens it only when a tensor is read.
+    tensors : list of PlannedTensor
         Only tensors that hold at least one component; the others are never read.
     num_layers : int
+    adapter : the architecture adapter used (None for a plan read from the cache)
     """
 
     source: Source
-    adapter: object
-    records: list[tuple[TensorRecord, list[Piece]]]
+    tensors: list[PlannedTensor]
     num_layers: int
+    adapter: object = field(default=None, repr=False)
 
-    def cells(self) -> dict[tuple[int, str], tuple[TensorRecord, Piece]]:
-        """``{(layer, component): (record, piece)}``."""
-        return {(p.layer, p.component): (r, p) for r, ps in self.records for p in ps}
+    @cached_property
+    def value_identity(self) -> str:
+        """What the numbers of this plan's cells depend on besides the cell itself: the bytes
+        (the source fingerprint), the format and, for GGUF, the dequantising libraries."""
+        from toolkit.collect.cache import digest
+
+        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format))
 
     def attrs(self) -> dict:
         """Dataset attrs describing where the numbers came from."""
         cfg = self.source.config
-        dtypes = sorted({r.dtype for r, _ in self.records})
+        dtypes = sorted({t.record.dtype for t in self.tensors})
         return {
             "source": self.source.location,
             "format": self.source.format,
@@ -48,8 +78,24 @@ class Plan:
         }
 
 
-def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None) -> Plan:
-    """Open ``source`` and map its tensors to (layer, component) pieces.
+def dequantizer_versions(fmt: str) -> str:
+    """Versions of the libraries that turn stored bytes into values for ``fmt`` (GGUF: gguf and
+    transformers' tensor processors); ``""`` for formats read bit for bit."""
+    if fmt != "gguf":
+        return ""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("gguf", "transformers"):
+        try:
+            found.append(f"{name}={version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name}=?")
+    return ",".join(found)
+
+
+def plan_source(src: Source, mapping=None) -> Plan:
+    """Map the tensors of an opened source to (layer, component) pieces.
 
     Raises
     ------
@@ -59,10 +105,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None) -> Plan:
     UnsupportedArchitectureError
         No family for the config's ``model_type`` and no ``mapping``; when the
         folder has no ``config.json`` the message says so.
-    (and whatever :func:`toolkit.sources.open_source` and
-    :func:`toolkit.architectures.resolve_adapter` raise)
     """
-    src = open_source(source, gguf_file=gguf_file, revision=revision)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
     try:
@@ -72,7 +115,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None) -> Plan:
         if missing and not src.config.get("model_type"):
             raise UnsupportedArchitectureError(e.model_type, e.known, names, missing_config=missing) from None
         raise
-    records, seen = [], {}
+    tensors, seen = [], {}
     for rec in all_records:
         pieces = adapter.pieces(rec.name)
         for p in pieces:
@@ -84,14 +127,44 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None) -> Plan:
                 )
             seen[key] = rec.name
         if pieces:
-            records.append((rec, pieces))
-    if not records:
+            tensors.append(PlannedTensor(rec, tuple(pieces)))
+    if not tensors:
         raise UnmappedParametersError(
             f"no parameter of {src.location!r} maps to an attention or MLP component "
             f"(model_type {src.config.get('model_type')!r}); is this a transformer checkpoint? "
             "Pass mapping=toolkit.Mapping({...}) for custom names",
             names,
         )
-    layers = {layer for layer, _ in seen}
-    adapter.check_layers(layers)
-    return Plan(src, adapter, records, int(adapter.num_layers))
+    adapter.check_layers({layer for layer, _ in seen})
+    return Plan(src, tensors, int(adapter.num_layers), adapter)
+
+
+def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
+    """Open ``source`` (or find its plan in the cache) and map its tensors to (layer, component) pieces.
+
+    Parameters
+    ----------
+    source, gguf_file, revision
+        As :func:`toolkit.open_source` takes them.
+    mapping : toolkit.Mapping, optional
+        A user mapping (such plans are not cached).
+    cache : bool, default True
+        Look the plan up in, and store it into, the plan cache
+        (:mod:`toolkit.collect.plan_cache`); only local files and folders
+        with a built-in architecture are cached.
+
+    Raises
+    ------
+    As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
+    """
+    from toolkit.collect import plan_cache
+
+    request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
+    if request is not None:
+        cached = plan_cache.load(request)
+        if cached is not None:
+            return cached
+    plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
+    if request is not None:
+        plan_cache.store(request, plan)
+    return plan

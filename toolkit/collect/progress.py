@@ -8,10 +8,16 @@ class Progress:
 
     def __init__(self, total: int, callback=None, bar=None):
         self.total = total
+        self.done = 0
         self._callback = callback
         self._bar = bar
 
+    def step(self, name: str = "") -> None:
+        """One more unit done."""
+        self(self.done + 1, name)
+
     def __call__(self, done: int, name: str = "") -> None:
+        self.done = done
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix_str(name[-40:], refresh=False)

@@ -32,10 +32,9 @@ import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
-
-from toolkit.metrics.spectral import PASS_THREAD_PREFIX
 
 #: Most pipelines a pass runs (bounds memory: each holds ~3 tensors).
 MAX_PIPELINES = 2
@@ -115,7 +114,8 @@ def read_ahead(readers: Iterable[Callable[[], object] | None],
 
 
 def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[int, torch.Tensor], object],
-                *, pipelines: int | None = None, float32: bool = True) -> Iterator[tuple[int, object]]:
+                *, pipelines: int | None = None, float32: bool = True,
+                thread_context: Callable[[], AbstractContextManager] | None = None) -> Iterator[tuple[int, object]]:
     """``work(i, float32 tensor of readers[i])`` for every i, on parallel pipelines.
 
     Parameters
@@ -131,6 +131,10 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     float32 : bool, default True
         Convert each tensor to float32 in the read-ahead thread. False hands
         ``work`` whatever the reader returned (e.g. a pair of stored tensors).
+    thread_context : callable, optional
+        ``thread_context()`` gives a context manager that each pipeline thread
+        holds open while it measures (e.g.
+        :func:`toolkit.metrics.spectral.reuse_buffers`).
 
     Yields
     ------
@@ -148,20 +152,24 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
 
     def pipeline(p: int) -> None:
         try:
-            mine = range(p, len(readers), n)
-            tensors = (float32_stream if float32 else read_ahead)(readers[i] for i in mine)
-            try:
-                for i, tensor in zip(mine, tensors):
-                    if stop.is_set():
-                        break
-                    done.put((i, work(i, tensor), None))
-                    del tensor
-            finally:
-                tensors.close()
+            with thread_context() if thread_context is not None else nullcontext():
+                measure_mine(p)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
             done.put((None, None, exc))
         finally:
             done.put((None, None, None))  # this pipeline is finished
+
+    def measure_mine(p: int) -> None:
+        mine = range(p, len(readers), n)
+        tensors = (float32_stream if float32 else read_ahead)(readers[i] for i in mine)
+        try:
+            for i, tensor in zip(mine, tensors, strict=True):
+                if stop.is_set():
+                    break
+                done.put((i, work(i, tensor), None))
+                del tensor
+        finally:
+            tensors.close()
 
     from threadpoolctl import threadpool_limits
 
@@ -172,7 +180,7 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     # threadpoolctl hands back its control of OpenBLAS's process-wide pool at the end.
     blas = threadpool_limits(limits=intra, user_api="blas")
     blas.__enter__()
-    threads = [threading.Thread(target=pipeline, args=(p,), name=f"{PASS_THREAD_PREFIX}{p}", daemon=True) for p in range(n)]
+    threads = [threading.Thread(target=pipeline, args=(p,), name=f"toolkit-pass-{p}", daemon=True) for p in range(n)]
     try:
         for t in threads:
             t.start()

@@ -1,4 +1,4 @@
-"""Data files shipped inside the package (installed with the wheel).
+"""Data files of the toolkit: the top-level ``data/`` of the repository, installed with the package.
 
 =====================  =========================================================
 file                   what
@@ -19,20 +19,28 @@ file                   what
 
 from __future__ import annotations
 
-from importlib.resources import files
 from pathlib import Path
 
 FILES = ("prompts.txt", "finetune.txt", "attention_lab.nc")
 
-__all__ = ["FILES", "data_path"]
+_HERE = Path(__file__).resolve().parent
+
+#: Folders searched for the files, in order. An installed wheel has them in ``files/`` beside
+#: this module: pyproject.toml maps the top-level ``data/`` to the package ``toolkit.data.files``.
+#: A source checkout (and so an editable install, which runs this module from the checkout) has
+#: them in its top-level ``data/``, two levels above this file.
+LOCATIONS = (_HERE / "files", _HERE.parents[1] / "data")
+
+__all__ = ["FILES", "LOCATIONS", "data_path"]
 
 
 def data_path(name: str) -> Path:
-    """Path of the packaged data file ``name`` (one of :data:`FILES`).
+    """Path of the data file ``name`` (one of :data:`FILES`).
 
-    The file sits in ``toolkit/data/`` of the installed package (site-packages
-    for a wheel install, the source tree for an editable one). Treat it as
-    read-only: write your own results elsewhere.
+    The first of :data:`LOCATIONS` that holds it: ``toolkit/data/files/`` of an installed
+    wheel, else the top-level ``data/`` of a source checkout or editable install. Where neither
+    does (a broken install), the path it would have in the wheel, so that opening it names
+    the missing file. Treat the file as read-only: write your own results elsewhere.
 
     Raises
     ------
@@ -41,5 +49,7 @@ def data_path(name: str) -> Path:
     """
     if name not in FILES:
         raise ValueError(f"unknown data file {name!r}; the package ships {', '.join(FILES)}")
-    # A plain directory for any install pip makes (wheel or editable); a zip import would not be.
-    return Path(str(files(__name__) / name))
+    for folder in LOCATIONS:
+        if (folder / name).is_file():
+            return folder / name
+    return LOCATIONS[0] / name

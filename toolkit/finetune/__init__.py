@@ -3,7 +3,7 @@
 :func:`finetune` loads a causal language model (default: the embedded
 SmolLM2-135M-Instruct GGUF, dequantised), rounds it to bf16, trains all of
 its weights (full fine-tuning, float32 master weights, AdamW, no weight decay)
-on a text file (default ``toolkit/data/finetune.txt``, shipped in the
+on a text file (default ``data/finetune.txt``, shipped in the
 package: math word problems with worked answers) and saves ``step-NNNNN/``
 checkpoints in bf16 as real runs store them, step 0 (the starting point)
 included. Each checkpoint is a folder that ``transformers`` and

@@ -15,7 +15,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                                           description="Fine-tune a causal LM on the CPU, saving bf16 checkpoints.")
     p.add_argument("out_dir", help="run folder (gets step-NNNNN/ checkpoints and run.json)")
     p.add_argument("--base", default=None, help="hub id, folder or .gguf (default: the embedded SmolLM2-135M)")
-    p.add_argument("--text", default=None, help="UTF-8 training text (default: the packaged toolkit/data/finetune.txt)")
+    p.add_argument("--text", default=None, help="UTF-8 training text (default: the packaged data/finetune.txt)")
     p.add_argument("--preset", choices=sorted(PRESETS), default="full", help="default settings (full: 40 steps)")
     for name, kind in (("steps", int), ("save-every", int), ("seq-len", int), ("batch-size", int), ("lr", float)):
         p.add_argument(f"--{name}", type=kind, default=None, help="override the preset")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import torch
 
+from toolkit.atomic import atomic_dir
 from toolkit.errors import CheckpointFileError
 
 
@@ -62,10 +61,9 @@ def tokenize(text: str, tokenizer, vocab_size: int) -> torch.Tensor:
 
 
 def save_checkpoint(model, tokenizer, path: Path, **info) -> Path:
-    """Save ``model`` in bf16 (tied tensors once) + config (+ tokenizer) as a checkpoint folder, atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    """Save ``model`` in bf16 (tied tensors once) + config (+ tokenizer) as a checkpoint folder, atomically
+    (:func:`toolkit.atomic.atomic_dir`: a folder at ``path`` is replaced only once the new one is complete)."""
+    path = Path(path)
     tensors, seen = {}, set()
     for name, t in model.state_dict().items():
         if t.data_ptr() in seen:
@@ -74,14 +72,14 @@ def save_checkpoint(model, tokenizer, path: Path, **info) -> Path:
         tensors[name] = t.detach().to(torch.bfloat16).contiguous()
     from safetensors.torch import save_file
 
-    save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
-    model.config.save_pretrained(tmp)
-    cfg = json.loads((tmp / "config.json").read_text())
-    cfg["dtype"] = "bfloat16"
-    (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    (tmp / "training_state.json").write_text(json.dumps(info))
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(path) as tmp:
+        save_file(tensors, tmp / "model.safetensors", metadata={"format": "pt"})
+        model.config.save_pretrained(tmp)
+        cfg = json.loads((tmp / "config.json").read_text())
+        cfg["dtype"] = "bfloat16"
+        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        (tmp / "training_state.json").write_text(json.dumps(info))
     return path

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from toolkit._version import __version__
+from toolkit.atomic import atomic_write
 from toolkit.data import data_path
 from toolkit.errors import CheckpointFileError, EmptyInputError, ToolkitError
 from toolkit.finetune.model import load_causal_lm, save_checkpoint, tokenize
@@ -102,7 +103,7 @@ def finetune(out_dir: str | os.PathLike, *, base=None, text: str | os.PathLike |
         Anything :func:`toolkit.open_source` accepts that holds a causal LM
         (GGUF is dequantised). Default: the embedded SmolLM2-135M-Instruct.
     text : str or path-like, optional
-        UTF-8 training text; default :data:`DEFAULT_TEXT` (``toolkit/data/finetune.txt``, in the package).
+        UTF-8 training text; default :data:`DEFAULT_TEXT` (``data/finetune.txt``, installed with the package).
     preset : {"short", "full"}
         Defaults for the settings below (see :data:`PRESETS`).
     steps : int
@@ -245,6 +246,5 @@ def _train(model, tokenizer, ids, out_dir: Path, settings: dict, cfg: dict, seed
 def _write_manifest(out_dir, settings, saved, losses, seconds, *, complete):
     info = {"settings": settings, "checkpoints": saved, "losses": losses, "seconds": round(seconds, 2),
             "complete": complete, "toolkit_version": __version__}
-    tmp = out_dir / "run.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1))
-    os.replace(tmp, out_dir / "run.json")
+    with atomic_write(out_dir / "run.json") as f:
+        f.write(json.dumps(info, indent=1))

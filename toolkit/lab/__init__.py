@@ -26,8 +26,8 @@ from toolkit.lab.cli import main
 from toolkit.lab.train import PAPER_ACTIVATIONS, PRESETS, LabConfig, LabConfigMismatchError, run_experiment
 from toolkit.lab.vit import ViT
 
-#: The committed result of ``python -m toolkit.lab --preset full``, shipped in the
-#: package (``toolkit/data/attention_lab.nc``; read-only: new runs go elsewhere).
+#: The committed result of ``python -m toolkit.lab --preset full``: ``data/attention_lab.nc``,
+#: installed with the package (read-only: new runs go elsewhere).
 RESULT_PATH = data_path("attention_lab.nc")
 
 __all__ = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import UnknownActivationError
 
 REFERENCE = (
     "Saratchandran et al., Rethinking Softmax: Self-Attention with Polynomial "
@@ -37,18 +37,6 @@ REFERENCE = (
 )
 _SUP = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 _UNSUP = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")
-
-
-class UnknownActivationError(ToolkitError, ValueError):
-    """An attention activation that cannot be parsed. Fields: ``text``."""
-
-    def __init__(self, text: str):
-        self.text = text
-        super().__init__(
-            f"cannot read attention activation {text!r}. Write 'softmax' or a "
-            "polynomial x^p/c such as 'x/1', 'x^3/16', 'x³/16', 'x²/4' or "
-            "'x^3/sqrt_n' (p a positive integer, c a positive number or sqrt_n)."
-        )
 
 
 def _fmt_c(c: float | str) -> str:

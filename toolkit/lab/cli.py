@@ -10,7 +10,7 @@ The default ``--out`` is a file in the current directory, never the committed
 result shipped in the package (:data:`toolkit.lab.RESULT_PATH`, which
 :func:`toolkit.lab.load_result` reads). To refresh that committed result from a
 source checkout, pass it explicitly:
-``python -m toolkit.lab --out toolkit/data/attention_lab.nc``.
+``python -m toolkit.lab --out data/attention_lab.nc``.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from toolkit.plot.layer_grid import layer_grid
+        from toolkit.plot import layer_grid
 
         fig = layer_grid(ds, "attention_norm")
         fig.savefig(args.plot, dpi=110)

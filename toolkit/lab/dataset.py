@@ -15,6 +15,7 @@ import numpy as np
 import xarray as xr
 
 from toolkit._version import __version__
+from toolkit.atomic import atomic_path
 from toolkit.lab.attention import REFERENCE, parse_activation
 
 #: NetCDF engine, the toolkit's (see toolkit.io); labels like "x³/16" round-trip as UTF-8.
@@ -156,21 +157,16 @@ def histories_from_dataset(ds: xr.Dataset) -> dict[str, dict[str, list]]:
 
 
 def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` atomically (temp file, then ``os.replace``).
+    """Write ``ds`` to ``path`` atomically (:func:`toolkit.atomic.atomic_path`).
 
     Float variables are compressed with zlib; a crash mid-write leaves the
     previous file intact.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     enc = {k: {"zlib": True, "complevel": 4} for k, v in ds.data_vars.items() if v.dtype.kind == "f"}
-    try:
+    with atomic_path(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE, encoding=enc)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return path
 
 

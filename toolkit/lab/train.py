@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 import xarray as xr
 
-from toolkit.errors import ToolkitError
+from toolkit.atomic import atomic_path
+from toolkit.errors import LabConfigMismatchError
 from toolkit.lab import dataset as lab_ds
 from toolkit.lab.attention import REFERENCE, parse_activation
 from toolkit.lab.data import DATASET_NAME, Split, load_digits_split
@@ -66,20 +67,6 @@ PRESETS = {
 }
 
 
-class LabConfigMismatchError(ToolkitError, ValueError):
-    """An existing lab file or checkpoint made with other settings.
-
-    Fields: ``path``, ``saved`` and ``requested`` (config JSON).
-    """
-
-    def __init__(self, path, saved: str, requested: str):
-        self.path, self.saved, self.requested = str(path), saved, requested
-        super().__init__(
-            f"{self.path} was made with other settings.\n  saved:     {saved}\n"
-            f"  requested: {requested}\nPass another out=, the same preset and seed, "
-            "or resume=False to start over.")
-
-
 @contextmanager
 def _cpu_settings(threads: int | None):
     """Thread count and flush-to-zero for the run, restored afterwards.
@@ -106,9 +93,8 @@ def _checkpoint_path(ckdir: Path, label: str) -> Path:
 
 def _save_atomic(obj, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 @torch.no_grad()

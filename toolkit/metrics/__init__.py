@@ -6,9 +6,8 @@
 {'stable_rank': MetricValue(value=4.0, reason=''), 'condition_number': MetricValue(value=1.0, reason='')}
 """
 
+from toolkit.errors import DegenerateMatrix, DuplicateMetricError, DuplicateRegistrationError
 from toolkit.metrics.registry import (
-    DegenerateMatrix,
-    DuplicateMetricError,
     Metric,
     MetricValue,
     compute_weight_metrics,
@@ -25,6 +24,7 @@ from toolkit.metrics.spectral import singular_values
 __all__ = [
     "DegenerateMatrix",
     "DuplicateMetricError",
+    "DuplicateRegistrationError",
     "Metric",
     "MetricValue",
     "PowerLawFit",

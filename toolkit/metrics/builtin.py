@@ -3,7 +3,11 @@
 Registration order (the order of :func:`~toolkit.metrics.list_metrics`):
 entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 (:mod:`~toolkit.metrics.spectral`), the power-law exponent
-(:mod:`~toolkit.metrics.powerlaw`); then the diff metrics
+(:mod:`~toolkit.metrics.powerlaw`), the rest of WeightWatcher's columns
+(:mod:`~toolkit.metrics.esd_fit`: fit, norms, rank, entropy), the opt-in
+Marchenko-Pastur and shuffled-matrix ones (:mod:`~toolkit.metrics.marchenko_pastur`,
+:mod:`~toolkit.metrics.correlation_traps`; registered only where the registry
+has ``opt_in``); then the diff metrics
 (:mod:`~toolkit.metrics.diff`, ``kind="diff"``).
 """
 
@@ -11,4 +15,7 @@ entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 from toolkit.metrics import norms  # noqa: F401, I001
 from toolkit.metrics import spectral  # noqa: F401, I001
 from toolkit.metrics import powerlaw  # noqa: F401, I001
+from toolkit.metrics import esd_fit  # noqa: F401, I001
+from toolkit.metrics import marchenko_pastur  # noqa: F401, I001
+from toolkit.metrics import correlation_traps  # noqa: F401, I001
 from toolkit.metrics import diff  # noqa: F401, I001

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
+from toolkit.metrics.tensor_memo import TensorMemo
 
 EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
 MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
@@ -53,15 +54,39 @@ _BLOCK = 1 << 22  # elements per block of exact D evaluation
 
 
 class PowerLawFit(NamedTuple):
-    """Result of :func:`fit_power_law`: exponent, tail start, KS distance, tail size."""
+    r"""Result of :func:`fit_power_law`, WeightWatcher's fit columns in brackets.
+
+    Attributes
+    ----------
+    alpha : float
+        The exponent [alpha].
+    xmin : float
+        Start of the fitted tail, an eigenvalue [xmin].
+    ks_distance : float
+        Kolmogorov-Smirnov distance of the fit at ``xmin`` [D].
+    num_tail : int
+        :math:`n = N - i`, the eigenvalues from ``xmin``'s position in the
+        sorted spectrum to the top (``xmin`` itself included).
+    sigma : float
+        Standard error of the MLE, :math:`(\alpha - 1)/\sqrt{n}` [sigma].
+    xmax : float
+        Upper end of the fitted range: the largest eigenvalue fitted [xmax].
+    num_pl_spikes : int
+        Number of eigenvalues :math:`\ge x_{min}` [num_pl_spikes]; equals
+        ``num_tail`` unless ``xmin`` is tied with smaller-index eigenvalues.
+    """
 
     alpha: float
     xmin: float
     ks_distance: float
     num_tail: int
+    sigma: float = math.nan
+    xmax: float = math.nan
+    num_pl_spikes: int = 0
 
 
-def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
+def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
+                  min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
     r"""Continuous power-law fit of an eigenvalue tail, xmin by minimum KS distance.
 
     Parameters
@@ -129,7 +154,11 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
         fit = _fit_standard(x, logx)
     if not math.isfinite(fit.alpha):
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
-    return fit
+    # WWFit: sigmas = (alphas - 1) / sqrt(N - i); xmax = the largest datum (no xmax clipping);
+    # fit_powerlaw: num_pl_spikes = len(evals[evals >= fit.xmin]).
+    num_pl_spikes = int(N - np.searchsorted(x, fit.xmin, side="left"))
+    return fit._replace(sigma=(fit.alpha - 1.0) / math.sqrt(fit.num_tail), xmax=float(x[-1]),
+                        num_pl_spikes=num_pl_spikes)
 
 
 def _tail_alphas(logx: np.ndarray, bias_corrected: bool = False):
@@ -226,6 +255,43 @@ def _fit_small_n(x: np.ndarray, logx: np.ndarray, k_min: int = 8) -> PowerLawFit
     return PowerLawFit(float(alpha[i]), float(x[i]), float(d[b]), int(n[i]))
 
 
+_FITS = TensorMemo()
+
+
+def spectrum_fit(s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD,
+                 min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
+    r"""The power-law fit of :math:`\lambda_i = \sigma_i^2`, once per singular-value tensor.
+
+    Every fit column (``alpha``, ``alpha_xmin``, ``alpha_ks_distance``, ...)
+    reads this one fit: it is memoised on ``s`` (its identity and version,
+    per thread; :class:`~toolkit.metrics.tensor_memo.TensorMemo`) and the
+    options, and so is a degenerate outcome, raised again for each column.
+
+    Parameters
+    ----------
+    s : torch.Tensor, shape (k,)
+        Singular values (any order), e.g. the shared ones of a cell.
+    threshold, min_eigenvalues
+        As in :func:`fit_power_law`.
+
+    Raises
+    ------
+    DegenerateMatrix
+        No singular values, an all-zero matrix, or what :func:`fit_power_law` raises.
+    """
+    def compute() -> PowerLawFit:
+        if s is None or s.numel() == 0:
+            raise DegenerateMatrix("no singular values", "alpha")
+        sv = s.detach().to("cpu", torch.float64).numpy()
+        if float(np.max(sv)) == 0.0:
+            raise DegenerateMatrix("all-zero matrix", "alpha")
+        return fit_power_law(sv * sv, threshold=threshold, min_eigenvalues=min_eigenvalues)
+
+    if s is None:
+        return compute()
+    return _FITS.get(s, ("power_law", float(threshold), int(min_eigenvalues)), compute)
+
+
 def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
     r"""Power-law exponent of the empirical spectral density of :math:`W^\top W`.
 
@@ -241,7 +307,8 @@ def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenva
     float
         :math:`\alpha` of :math:`p(\lambda) \propto \lambda^{-\alpha}` for
         :math:`\lambda \ge x_{min}` (see :func:`fit_power_law`); roughly 2-6
-        for trained layers, smaller meaning heavier-tailed.
+        for trained layers, smaller meaning heavier-tailed. The fit is shared
+        with the other fit columns (:func:`spectrum_fit`).
 
     Raises
     ------
@@ -249,12 +316,7 @@ def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenva
         Fewer than ``min_eigenvalues`` eigenvalues above ``threshold``
         (one-row, rank-1 and all-zero matrices included), or an all-equal tail.
     """
-    if s is None or s.numel() == 0:
-        raise DegenerateMatrix("no singular values", "alpha")
-    if float(s[0]) == 0.0:
-        raise DegenerateMatrix("all-zero matrix", "alpha")
-    sv = s.detach().to("cpu", torch.float64).numpy()
-    return fit_power_law(sv * sv, threshold=threshold, min_eigenvalues=min_eigenvalues).alpha
+    return spectrum_fit(s, threshold=threshold, min_eigenvalues=min_eigenvalues).alpha
 
 
 register_metric(

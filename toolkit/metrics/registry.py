@@ -31,36 +31,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from toolkit.errors import ToolkitError, UnknownMetricError
+from toolkit.errors import (
+    DegenerateMatrix,
+    DuplicateMetricError,  # noqa: F401  (re-exported: the former name of DuplicateRegistrationError)
+    DuplicateRegistrationError,
+    ToolkitError,
+    UnknownMetricError,
+)
 
 KINDS = ("weight", "diff")
-
-
-class DegenerateMatrix(ToolkitError, ValueError):
-    """A statistic that is undefined for this matrix.
-
-    Fields: ``reason`` (one line, e.g. ``"all-zero matrix"``) and ``metric``
-    (the metric name when known, else ``""``). Callers record NaN and the
-    reason instead of failing the whole checkpoint.
-    """
-
-    def __init__(self, reason: str, metric: str = ""):
-        self.reason = reason
-        self.metric = metric
-        super().__init__(f"{metric}: {reason}" if metric else reason)
-
-
-class DuplicateMetricError(ToolkitError, ValueError):
-    """A metric name registered twice. Fields: ``name``, ``existing`` (Metric)."""
-
-    def __init__(self, name: str, existing: "Metric"):
-        self.name = name
-        self.existing = existing
-        where = f"{getattr(existing.func, '__module__', '?')}.{getattr(existing.func, '__qualname__', '?')}"
-        super().__init__(
-            f"a metric named {name!r} is already registered ({existing.long_name!r}, from {where}); "
-            f"pass overwrite=True to replace it, or pick another name"
-        )
 
 
 class MetricValue(NamedTuple):
@@ -209,8 +188,9 @@ def register_metric(
 
     Raises
     ------
-    DuplicateMetricError
-        Duplicate name without ``overwrite=True``.
+    DuplicateRegistrationError
+        Duplicate name without ``overwrite=True`` (``kind="metric"``; also
+        importable under its former name ``DuplicateMetricError``).
     ToolkitError
         An unknown ``kind`` or a name that is not an identifier.
     """
@@ -223,7 +203,8 @@ def register_metric(
     def _add(f: Callable):
         old = _REGISTRY.get(name)
         if old is not None and not overwrite and _qualname(old.func) != _qualname(f):
-            raise DuplicateMetricError(name, old)
+            where = f"{getattr(old.func, '__module__', '?')}.{getattr(old.func, '__qualname__', '?')}"
+            raise DuplicateRegistrationError("metric", name, old, f"{old.long_name!r}, from {where}")
         m = Metric(
             name=name,
             func=f,
@@ -329,28 +310,20 @@ def compute_weight_metrics(w, metrics=None, *, s=None, device="cpu") -> dict[str
     dict of name -> MetricValue
         NaN with a reason where the metric is undefined; if the singular
         values themselves cannot be computed (NaN/Inf entries), every spectral
-        metric gets that reason.
+        metric gets that reason. The same evaluator as ``weight_stats``
+        (:func:`toolkit.metrics.evaluate.evaluate_matrix`).
 
     Raises
     ------
     UnknownMetricError
+    Exception
+        Whatever a metric raises other than ``DegenerateMatrix``.
     """
-    records = resolve_metrics(metrics, kind="weight")
-    s_reason = ""
-    if s is None and any(m.needs_singular_values for m in records):
-        from toolkit.metrics.spectral import singular_values
+    from toolkit.metrics.evaluate import evaluate_matrix
 
-        try:
-            s = singular_values(w, device=device)
-        except DegenerateMatrix as e:
-            s_reason = e.reason
-    out = {}
-    for m in records:
-        if m.needs_singular_values and s_reason:
-            out[m.name] = MetricValue(math.nan, s_reason)
-        else:
-            out[m.name] = m.evaluate(w, s)
-    return out
+    records = resolve_metrics(metrics, kind="weight")
+    result = evaluate_matrix(w, records, s=s, device=device, strict=True)
+    return {m.name: MetricValue(result.values[m.name], result.reasons.get(m.name, "")) for m in records}
 
 
 def _ensure_builtins() -> None:

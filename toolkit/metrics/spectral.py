@@ -9,6 +9,7 @@ matrix; every spectral metric (``spectral_norm``, ``stable_rank``,
 from __future__ import annotations
 
 import math
+import contextlib
 import threading
 
 import numpy as np
@@ -82,21 +83,22 @@ def _gram(w: torch.Tensor) -> torch.Tensor:
 
 
 class _GramBuffers(threading.local):
-    """Per-thread float64 buffers of the CPU Gram route, reused from matrix to matrix.
+    """Per-thread float64 buffers of the CPU Gram route, reused from matrix to matrix
+    inside :func:`reuse_buffers`.
 
     A pass measures hundreds of matrices of a few shapes; allocating the
     32 MiB block and the Gram matrix afresh for each made glibc raise its
     mmap threshold and serve them from the heap, where freed blocks of two
     threads fragmented it: peak RSS grew by ~400 MiB over a 28-layer pass
-    (benchmarks/bench_scale.py, 'all' mode). Kept only by the pipeline
-    threads of a pass (:func:`toolkit.collect.stream.map_tensors`, threads
-    named ``toolkit-pass-*``), which free theirs when the pass ends; any
-    other thread (a notebook's main thread, a Dask worker's) gets fresh
-    buffers per call, so it never holds hundreds of MiB between calls.
+    (benchmarks/bench_scale.py, 'all' mode). Outside :func:`reuse_buffers`
+    (a notebook's main thread, a Dask worker's) each call gets fresh
+    buffers, so no thread holds hundreds of MiB between calls.
     """
 
+    depth = 0
+
     def take(self, name: str, size: int) -> np.ndarray:
-        if not threading.current_thread().name.startswith(PASS_THREAD_PREFIX):
+        if not self.depth:
             return np.empty(size, dtype=np.float64)
         buf = getattr(self, name, None)
         if buf is None or buf.size < size:
@@ -105,9 +107,27 @@ class _GramBuffers(threading.local):
             setattr(self, name, buf)
         return buf[:size]
 
+    def release(self) -> None:
+        for name in [k for k in vars(self) if k != "depth"]:
+            delattr(self, name)
 
-#: Name prefix of the pipeline threads of toolkit.collect.stream.map_tensors.
-PASS_THREAD_PREFIX = "toolkit-pass-"
+
+@contextlib.contextmanager
+def reuse_buffers():
+    """Within this context, the calling thread keeps its Gram buffers from one matrix to the next
+    (freed when the outermost context of the thread exits).
+
+    Used by each pipeline thread of a pass (:class:`toolkit.collect.executors.SerialExecutor`).
+    """
+    _BUFFERS.depth += 1
+    try:
+        yield
+    finally:
+        _BUFFERS.depth -= 1
+        if not _BUFFERS.depth:
+            _BUFFERS.release()
+
+
 _BUFFERS = _GramBuffers()
 
 

@@ -15,20 +15,20 @@ matplotlib until a figure is drawn.
 from __future__ import annotations
 
 from toolkit._lazy import lazy_getattr
-import sys
-import types
 
+# No submodule is named like a function of this package (``heatmap_figure``
+# holds ``heatmap``), so importing a submodule never replaces the function.
 _LAZY = {
-    "heatmap": "toolkit.plot.heatmap",
-    "prepare_heatmap": "toolkit.plot.heatmap",
-    "draw_heatmap": "toolkit.plot.heatmap",
-    "HeatmapData": "toolkit.plot.heatmap",
+    "heatmap": "toolkit.plot.heatmap_figure",
+    "prepare_heatmap": "toolkit.plot.heatmap_figure",
+    "draw_heatmap": "toolkit.plot.heatmap_figure",
+    "HeatmapData": "toolkit.plot.heatmap_figure",
     "heatmaps": "toolkit.plot._panels",
     "metric_names": "toolkit.plot._select",
-    "layer_grid": "toolkit.plot.layer_grid",
-    "prepare_layer_grid": "toolkit.plot.layer_grid",
-    "draw_layer_grid": "toolkit.plot.layer_grid",
-    "training_curves": "toolkit.plot.layer_grid",
+    "layer_grid": "toolkit.plot.layer_grid_figure",
+    "prepare_layer_grid": "toolkit.plot.layer_grid_figure",
+    "draw_layer_grid": "toolkit.plot.layer_grid_figure",
+    "training_curves": "toolkit.plot.layer_grid_figure",
     "component_lines": "toolkit.plot.lines",
     "prepare_component_lines": "toolkit.plot.lines",
     "draw_component_lines": "toolkit.plot.lines",
@@ -39,24 +39,6 @@ __all__ = sorted(_LAZY)
 
 
 __getattr__ = lazy_getattr("toolkit.plot", _LAZY, globals())
-
-
-class _PlotModule(types.ModuleType):
-    """Keeps ``toolkit.plot.heatmap`` the function after its submodule is imported.
-
-    Importing ``toolkit.plot.heatmap`` (the module) makes Python set the
-    package attribute of the same name to the module; this stores the
-    function of that name instead, so ``toolkit.plot.heatmap(ds)`` and
-    ``toolkit.plot.layer_grid(...)`` always call the function.
-    """
-
-    def __setattr__(self, name, value):
-        if isinstance(value, types.ModuleType) and _LAZY.get(name) == value.__name__ and hasattr(value, name):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _PlotModule
 
 
 def __dir__():

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from toolkit.plot import _style
-from toolkit.plot.heatmap import auto_figsize, draw_heatmap, prepare_heatmap
+from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
 
 #: Extra dimensions that ``heatmaps`` splits into panels when asked for nothing else.
 PANEL_DIMS = ("checkpoint", "step", "epoch")

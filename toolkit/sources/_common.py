@@ -8,7 +8,6 @@ functions that need it, so ``import toolkit`` stays light.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import re
@@ -19,39 +18,14 @@ import torch
 
 from toolkit.errors import CheckpointFileError
 from toolkit.sources.base import Source
+from toolkit.sources.identity import files_identity
 
-#: Config keys every source guarantees where the config can give them.
-STANDARD_KEYS = (
-    "num_hidden_layers",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "hidden_size",
-    "intermediate_size",
-    "head_dim",
-    "vocab_size",
-    "tie_word_embeddings",
-)
-
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
     """``torch.bfloat16 -> "bfloat16"``."""
     return str(dtype).removeprefix("torch.")
-
-
-def hub_sha256(path: str | os.PathLike) -> str:
-    """The sha256 a Hugging Face cache gives a file, else ``""``.
-
-    Files of a hub snapshot are links into ``blobs/``; a blob stored with Git
-    LFS is named by the sha256 of its content (small files by a git sha1,
-    which is not returned).
-    """
-    target = Path(os.path.realpath(path))
-    if target.parent.name == "blobs" and _HEX64.match(target.name):
-        return target.name
-    return ""
 
 
 def snapshot_revision(path: str | os.PathLike) -> str:
@@ -66,17 +40,14 @@ def snapshot_revision(path: str | os.PathLike) -> str:
     return ""
 
 
-def fingerprint(files: Iterable[str | os.PathLike]) -> str:
-    """A hex digest over each weight file's name, size, mtime and hub sha256.
+def fingerprint(files: Iterable[str | os.PathLike], *, portable: bool = False) -> str:
+    """A hex digest identifying the bytes of the weight files (:mod:`toolkit.sources.identity`).
 
-    Changes when any file is replaced, grows, shrinks or is touched; equal for
-    the same files seen through another path.
+    Changes when any file is replaced, rewritten, grows, shrinks or is touched
+    (device, inode, size, mtime and ctime in ns; a hub cache blob's sha256);
+    equal for the same files seen through another path.
     """
-    digest = hashlib.sha256()
-    for f in sorted(map(str, files)):
-        st = os.stat(f)
-        digest.update(f"{Path(f).name}\0{st.st_size}\0{st.st_mtime_ns}\0{hub_sha256(f)}\n".encode())
-    return digest.hexdigest()
+    return files_identity(files, portable=portable)
 
 
 def read_json(path: Path, what: str) -> dict:
@@ -134,43 +105,6 @@ def read_config(folder: Path) -> dict:
     """``config.json`` of a checkpoint folder as a dict, ``{}`` when there is none."""
     path = folder / "config.json"
     return read_json(path, "config.json") if path.is_file() else {}
-
-
-def normalize_config(raw: dict) -> dict:
-    """The config dict, completed with the standard keys ``transformers`` derives.
-
-    Keeps every key of ``raw`` as it is and adds each of ``model_type`` and
-    :data:`STANDARD_KEYS` that is missing but that the ``transformers`` config
-    class gives (defaults such as ``num_key_value_heads = num_attention_heads``,
-    aliases such as GPT-2's ``n_layer``, a multimodal model's text config).
-    A config class without ``num_key_value_heads`` / ``head_dim`` (BERT, GPT-2)
-    has plain multi-head attention: they are set to ``num_attention_heads`` and
-    ``hidden_size // num_attention_heads``. A ``model_type`` ``transformers``
-    does not know leaves ``raw`` unchanged.
-    """
-    cfg = dict(raw)
-    if not cfg.get("model_type"):
-        return cfg
-    try:
-        from transformers import AutoConfig
-
-        obj = AutoConfig.for_model(**cfg)
-    except Exception:  # unknown model_type, or a config transformers refuses: keep what the file says
-        return cfg
-    text = obj.get_text_config() if hasattr(obj, "get_text_config") else obj
-    for key in STANDARD_KEYS:
-        if cfg.get(key) is None:
-            value = getattr(text, key, None)
-            if value is None and text is not obj:
-                value = getattr(obj, key, None)
-            if value is not None:
-                cfg[key] = value
-    heads = cfg.get("num_attention_heads")
-    if isinstance(heads, int) and heads > 0:  # a config without these fields has plain multi-head attention
-        cfg.setdefault("num_key_value_heads", heads)
-        if isinstance(cfg.get("hidden_size"), int) and cfg.get("head_dim") is None:
-            cfg["head_dim"] = cfg["hidden_size"] // heads
-    return cfg
 
 
 def transformers_renamer(config: dict) -> Callable[[str], str]:

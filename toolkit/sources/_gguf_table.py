@@ -1,10 +1,13 @@
-"""The tensor table of a GGUF file, read without its tensor data.
+"""The header of a GGUF file (metadata and tensor table), read without its tensor data.
 
-``gguf.GGUFReader`` parses every metadata array into numpy views, which takes
-seconds on a 262k-token vocabulary; listing tensors needs only the table, so
-it is walked here with ``struct`` over a memory map (format:
-https://github.com/ggml-org/ggml/blob/master/docs/gguf.md). Tensor bytes are
-handed out as numpy views of the map, shaped the way ``gguf.GGUFReader``
+The toolkit's one walker of a GGUF header: :func:`read_gguf_table` gives both
+the tensor table and the metadata the config is derived from
+(:func:`toolkit.sources.gguf_.gguf_config`). ``gguf.GGUFReader`` parses every
+metadata array into numpy views, which takes seconds on a 262k-token
+vocabulary; here the header is walked once with ``struct`` over a memory map
+(format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md), scalars
+and strings parsed, arrays only located (:class:`GGUFArray`, read on demand).
+Tensor bytes are handed out as numpy arrays shaped the way ``gguf.GGUFReader``
 shapes them, so ``gguf.dequantize`` treats them identically.
 """
 
@@ -21,7 +24,36 @@ import numpy as np
 from toolkit.errors import CheckpointFileError
 
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
+       7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
 _STRING, _ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class GGUFArray:
+    """A metadata array of a GGUF file, located but not parsed.
+
+    Attributes
+    ----------
+    path : str
+        The file.
+    element_type : int
+        GGUF value type of the elements (``8`` string, ``9`` array, else a number type).
+    count : int
+        Number of elements.
+    offset : int
+        Absolute byte offset of the first element.
+    """
+
+    path: str
+    element_type: int
+    count: int
+    offset: int
+
+    def values(self) -> list:
+        """The elements as Python values (int, float, bool, str; a list for nested arrays), read from the file."""
+        with open(self.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _elements(buf, self.offset, self.element_type, self.count)[0]
 
 
 @dataclass(frozen=True)
@@ -56,7 +88,11 @@ class GGUFTensorInfo:
 
 @dataclass(frozen=True)
 class GGUFTable:
-    """Metadata scalars and the tensor table of a GGUF file."""
+    """The metadata and the tensor table of a GGUF file.
+
+    ``metadata`` maps each key, in file order, to its value: int, float,
+    bool or str, and a :class:`GGUFArray` for an array (read on demand).
+    """
 
     path: str
     metadata: dict
@@ -73,8 +109,8 @@ def _string(buf, pos: int) -> tuple[str, int]:
     return bytes(buf[pos : pos + n]).decode("utf-8", errors="replace"), pos + n
 
 
-def _value(buf, pos: int, vtype: int):
-    """One metadata value (arrays skipped, returned as None) and the offset after it."""
+def _value(buf, pos: int, vtype: int, path: str):
+    """One metadata value (an array as a :class:`GGUFArray`) and the offset after it."""
     if vtype in _SCALAR:
         fmt = _SCALAR[vtype]
         return struct.unpack_from(fmt, buf, pos)[0], pos + struct.calcsize(fmt)
@@ -82,13 +118,47 @@ def _value(buf, pos: int, vtype: int):
         return _string(buf, pos)
     if vtype == _ARRAY:
         etype, count = struct.unpack_from("<IQ", buf, pos)
-        pos += 12
-        if etype in _SCALAR:
-            return None, pos + count * struct.calcsize(_SCALAR[etype])
-        for _ in range(count):
-            _, pos = _value(buf, pos, etype)
-        return None, pos
+        return GGUFArray(path, etype, count, pos + 12), _skip(buf, pos + 12, etype, count)
     raise ValueError(f"unknown metadata value type {vtype}")
+
+
+def _skip(buf, pos: int, etype: int, count: int) -> int:
+    """The offset after ``count`` elements of type ``etype`` starting at ``pos``."""
+    if etype in _SCALAR:
+        return pos + count * struct.calcsize(_SCALAR[etype])
+    if etype == _STRING:
+        for _ in range(count):
+            (n,) = struct.unpack_from("<Q", buf, pos)
+            pos += 8 + n
+        if pos > len(buf):
+            raise ValueError("a string array runs past the end of the file")
+        return pos
+    if etype == _ARRAY:
+        for _ in range(count):
+            inner, n = struct.unpack_from("<IQ", buf, pos)
+            pos = _skip(buf, pos + 12, inner, n)
+        return pos
+    raise ValueError(f"unknown metadata array element type {etype}")
+
+
+def _elements(buf, pos: int, etype: int, count: int) -> tuple[list, int]:
+    """``count`` elements of type ``etype`` at ``pos`` as Python values, and the offset after them."""
+    if etype in _NP:
+        end = pos + count * np.dtype(_NP[etype]).itemsize
+        if end > len(buf):
+            raise ValueError("an array runs past the end of the file")
+        return np.frombuffer(buf[pos:end], dtype=_NP[etype]).tolist(), end
+    out = []
+    for _ in range(count):
+        if etype == _STRING:
+            value, pos = _string(buf, pos)
+        elif etype == _ARRAY:
+            inner, n = struct.unpack_from("<IQ", buf, pos)
+            value, pos = _elements(buf, pos + 12, inner, n)
+        else:
+            raise ValueError(f"unknown metadata array element type {etype}")
+        out.append(value)
+    return out, pos
 
 
 def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
@@ -103,6 +173,7 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
     from gguf import GGML_QUANT_SIZES
 
     path = Path(path)
+    file = str(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if size < 24 or fh.read(4) != b"GGUF":
@@ -115,8 +186,10 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
         pos, metadata = 24, {}
         for _ in range(n_kv):
             key, pos = _string(buf, pos)
+            if key in metadata:  # gguf.GGUFReader refuses such a file too
+                raise ValueError(f"metadata key {key!r} appears twice")
             (vtype,) = struct.unpack_from("<I", buf, pos)
-            metadata[key], pos = _value(buf, pos + 4, vtype)
+            metadata[key], pos = _value(buf, pos + 4, vtype, file)
         entries = []
         for _ in range(n_tensors):
             name, pos = _string(buf, pos)
@@ -146,7 +219,7 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
             f"truncated: tensor data runs to byte {end} but the file has {size} bytes "
             f"({len(short)} tensors cut off, first {short[0]!r}); re-download or re-copy the file",
         )
-    return GGUFTable(str(path), metadata, tuple(tensors))
+    return GGUFTable(file, metadata, tuple(tensors))
 
 
 def tensor_data(info: GGUFTensorInfo, path: str) -> np.ndarray:
@@ -170,97 +243,3 @@ def tensor_data(info: GGUFTensorInfo, path: str) -> np.ndarray:
         return np.frombuffer(raw, dtype=typed[gtype]).reshape(info.shape)
     return np.frombuffer(raw, dtype=np.uint8).reshape(quant_shape_to_byte_shape(info.shape, gtype))
 
-
-# ---------------------------------------------------------------- metadata as gguf.GGUFReader fields
-
-_NP = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32,
-       7: np.bool_, 10: np.uint64, 11: np.int64, 12: np.float64}
-
-
-class MetadataReader:
-    """The part of ``gguf.GGUFReader`` that ``transformers``' config derivation reads.
-
-    ``load_gguf_checkpoint(path, return_tensors=False)`` reads ``fields``
-    (``ReaderField`` objects: ``parts`` indexed by ``data``, ``types``) and
-    the names of ``tensors``. ``GGUFReader`` builds a NumPy view per element
-    of every metadata array, which for a tokenizer of 50k-260k strings takes
-    seconds; here the fields are built the same way, part for part, from
-    one read of the header, and the tokenizer's arrays (which feed only the
-    tokenizer, never the config) are left empty, except the token list when
-    the config takes its vocabulary size from it (no ``<arch>.vocab_size``).
-
-    Parameters
-    ----------
-    path : str or path-like
-        A GGUF file already checked by :func:`read_gguf_table`.
-    """
-
-    def __init__(self, path):
-        from gguf.gguf_reader import ReaderField
-
-        with open(path, "rb") as fh:
-            buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        try:
-            _, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
-            pos, raw = 24, []
-            for _ in range(n_kv):
-                start = pos
-                (klen,) = struct.unpack_from("<Q", buf, pos)
-                key = bytes(buf[pos + 8 : pos + 8 + klen]).decode("utf-8", errors="replace")
-                (vtype,) = struct.unpack_from("<I", buf, pos + 8 + klen)
-                head = [np.array([klen], np.uint64), np.frombuffer(key.encode(), np.uint8), np.array([vtype], np.uint32)]
-                raw.append((start, key, vtype, head, pos + 12 + klen))
-                _, pos = _value(buf, pos + 12 + klen, vtype)
-            arch = next((str(_value(buf, p, t)[0]) for _, k, t, _, p in raw if k == "general.architecture"), "")
-            keep_tokens = f"{arch}.vocab_size" not in {k for _, k, *_ in raw}
-            self.fields = {  # GGUFReader's first three fields, from the fixed header
-                "GGUF.version": ReaderField(4, "GGUF.version", [np.frombuffer(buf, np.uint32, 1, 4).copy()], [0], [4]),
-                "GGUF.tensor_count": ReaderField(8, "GGUF.tensor_count", [np.array([n_tensors], np.uint64)], [0], [10]),
-                "GGUF.kv_count": ReaderField(16, "GGUF.kv_count", [np.array([n_kv], np.uint64)], [0], [10]),
-            }
-            for start, key, vtype, head, vpos in raw:
-                skip = key.startswith("tokenizer.") and not (keep_tokens and key == "tokenizer.ggml.tokens")
-                parts, data, types = _parts(buf, vpos, vtype, skip)
-                self.fields[key] = ReaderField(start, key, head + parts, [i + len(head) for i in data], types)
-            names = []
-            for _ in range(n_tensors):
-                name, pos = _string(buf, pos)
-                (ndim,) = struct.unpack_from("<I", buf, pos)
-                pos += 4 + 8 * ndim + 12
-                names.append(name)
-        finally:
-            buf.close()
-        self.tensors = [_Named(n) for n in names]
-
-
-class _Named:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-def _parts(buf, pos: int, vtype: int, skip_arrays: bool = False):
-    """``(parts, data indices, types)`` of one value, as ``GGUFReader._get_field_parts`` makes them."""
-    if vtype in _NP:
-        return [np.frombuffer(buf, dtype=_NP[vtype], count=1, offset=pos).copy()], [0], [vtype]
-    if vtype == _STRING:
-        (n,) = struct.unpack_from("<Q", buf, pos)
-        return [np.array([n], np.uint64), np.frombuffer(bytes(buf[pos + 8 : pos + 8 + n]), np.uint8)], [1], [vtype]
-    if vtype == _ARRAY:
-        etype, count = struct.unpack_from("<IQ", buf, pos)
-        parts, data, types = [np.array([etype], np.uint32), np.array([count], np.uint64)], [], [vtype]
-        if skip_arrays:
-            return parts, data, types + [etype]
-        p = pos + 12
-        for i in range(count):
-            sub, sub_data, sub_types = _parts(buf, p, etype)
-            if i == 0:
-                types += sub_types
-            data += [len(parts) + j for j in sub_data]
-            parts += sub
-            _, p = _value(buf, p, etype)
-        if count == 0:
-            types.append(etype)
-        return parts, data, types
-    raise ValueError(f"unknown metadata value type {vtype}")

@@ -6,59 +6,77 @@ instance (``get_gguf_hf_weights_map``), (3) dequantising every tensor with
 ``gguf.dequantize`` and (4) passing it through a per-architecture
 ``TensorProcessor`` (llama's q/k un-permutation, gemma's ``norm - 1``,
 MoE expert merges...). This module runs the same functions, one stored
-tensor at a time: the map comes from a model built on the ``meta`` device
-(no weights), and which parameters each stored tensor feeds is learnt by
-running the processor on a zero-stride placeholder array (no file data).
+tensor at a time: the config comes from the header read once by
+:func:`~toolkit.sources._gguf_table.read_gguf_table` (:func:`gguf_config`),
+the map from a model built on the ``meta`` device (no weights), and which
+parameters each stored tensor feeds is learnt by running the processor on a
+zero-stride placeholder array (no file data).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from toolkit.config_keys import normalize_config
 from toolkit.errors import CheckpointFileError
-from toolkit.sources._common import FileSource, normalize_config
-from toolkit.sources._gguf_table import GGUFTable, MetadataReader, read_gguf_table, tensor_data
+from toolkit.sources._common import FileSource
+from toolkit.sources._gguf_table import GGUFArray, GGUFTable, read_gguf_table, tensor_data
 from toolkit.sources.base import TensorRecord
 
 #: GGUF float types kept in their own dtype by ``read()`` (when exact).
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
 
 
-def gguf_config(path: str, architecture: str) -> dict:
+def gguf_config(path: str, architecture: str, table: GGUFTable | None = None) -> dict:
     """The config dict ``transformers`` derives from a GGUF file's metadata.
 
-    ``load_gguf_checkpoint(path, return_tensors=False)["config"]``, what
-    ``from_pretrained(..., gguf_file=...)`` builds its config from. That
+    Equal to ``load_gguf_checkpoint(path, return_tensors=False)["config"]``,
+    what ``from_pretrained(..., gguf_file=...)`` builds its config from. That
     function parses the whole file with ``gguf.GGUFReader``, tokenizer
-    included (5-20 s for the bundled models); it runs here on a
-    :class:`~toolkit.sources._gguf_table.MetadataReader` instead, the same
-    fields built in 0.1-2 s without the tokenizer arrays the config does not
-    read (``gguf.GGUFReader`` is swapped for it during the call; if that
-    fails for any reason, the call is repeated with the real reader).
+    included (5-20 s for the bundled models); here the same config is built
+    from the header this toolkit reads anyway (:func:`read_gguf_table`,
+    about 0.05 s), with ``transformers``' own tables: the key renamings
+    ``GGUF_TO_TRANSFORMERS_MAPPING["config"]``, the defaults
+    ``GGUF_CONFIG_DEFAULTS_MAPPING`` and the steps ``load_gguf_checkpoint``
+    applies around them (architecture renames, ``tie_word_embeddings`` from
+    the tensor names, ``gemma3`` -> ``gemma3_text``, the vocabulary size from
+    the token list). The architectures ``load_gguf_checkpoint`` post-processes
+    further (:data:`_REPLAYED_BY_TRANSFORMERS`), and any ``transformers``
+    older than 5, get their config from ``load_gguf_checkpoint`` itself.
+    Nothing is patched in either case.
+
+    Parameters
+    ----------
+    path : str
+        The ``.gguf`` file.
+    architecture : str
+        Its ``general.architecture`` (for the error message).
+    table : GGUFTable, optional
+        The file's header, when already read.
 
     Raises
     ------
     CheckpointFileError
         ``transformers`` cannot read this GGUF architecture.
     """
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
-
     try:
-        try:
-            light = MetadataReader(path)
-            with _reader_swapped(light):
-                return load_gguf_checkpoint(path, return_tensors=False)["config"]
-        except Exception:  # noqa: BLE001 - the slow path below gives the real answer or error
-            return load_gguf_checkpoint(path, return_tensors=False)["config"]
+        if table is None:
+            table = read_gguf_table(path)
+        config = _config_from_header(table)
+        if config is None:
+            from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+            config = load_gguf_checkpoint(path, return_tensors=False)["config"]
+        return config
     except (ValueError, KeyError, NotImplementedError) as exc:
+        if isinstance(exc, CheckpointFileError):
+            raise
         import transformers
 
         raise CheckpointFileError(
@@ -67,21 +85,90 @@ def gguf_config(path: str, architecture: str) -> dict:
         ) from exc
 
 
-_SWAP_LOCK = threading.Lock()
+#: ``general.architecture`` substrings whose config ``load_gguf_checkpoint`` builds with steps of its
+#: own beyond the key tables (t5's gated activation and classes, stablelm's flags from tensor names,
+#: gpt-oss's rope scaling, minimax-m2's scoring function), and the renamed architectures likewise
+#: (lfm2's per-layer key-value heads, gemma4's end-of-generation tokens): those files' configs come
+#: from ``load_gguf_checkpoint`` itself.
+_REPLAYED_BY_TRANSFORMERS = ("t5", "stablelm", "gpt_oss", "gpt-oss", "minimax-m2")
+_RENAMED_REPLAYED_BY_TRANSFORMERS = ("lfm2", "gemma4")
 
 
-@contextlib.contextmanager
-def _reader_swapped(reader):
-    """``gguf.GGUFReader(path)`` returns ``reader`` during the body (one swap at a time)."""
-    import gguf
+def _config_from_header(table: GGUFTable) -> dict | None:
+    """``load_gguf_checkpoint``'s config, built from the header; None where only that function can build it.
 
-    with _SWAP_LOCK:
-        real = gguf.GGUFReader
-        gguf.GGUFReader = lambda *args, **kwargs: reader
-        try:
-            yield
-        finally:
-            gguf.GGUFReader = real
+    Follows ``transformers.modeling_gguf_pytorch_utils.load_gguf_checkpoint``
+    (transformers 5) step for step, for every architecture that function
+    handles with its tables alone.
+    """
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) < 5:
+        return None
+    from transformers.integrations import GGUF_CONFIG_DEFAULTS_MAPPING
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES, GGUF_TO_TRANSFORMERS_MAPPING
+
+    meta = table.metadata
+    if "general.architecture" not in meta:
+        raise CheckpointFileError(table.path, "the GGUF metadata has no general.architecture; re-download the file")
+    architecture = _python_value(meta["general.architecture"])
+    if not isinstance(architecture, str) or not architecture:
+        raise CheckpointFileError(table.path, f"general.architecture is {architecture!r}, not a name")
+    if any(part in architecture for part in _REPLAYED_BY_TRANSFORMERS):
+        return None
+    updated = architecture
+    if "llama" in architecture and meta.get("general.name") == "mistral":  # load_gguf_checkpoint's rule, verbatim
+        updated = "mistral"
+    if "qwen2moe" in architecture:
+        updated = "qwen2_moe"
+    elif "qwen3moe" in architecture:
+        updated = "qwen3_moe"
+    if updated in _RENAMED_REPLAYED_BY_TRANSFORMERS:
+        return None
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES and updated not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise ValueError(f"GGUF model with architecture {architecture} is not supported yet.")
+
+    config: dict = {}
+    config["tie_word_embeddings"] = (
+        all(t.name != "output.weight" for t in table.tensors) or architecture in ("falcon", "bloom")
+    )
+    defaults = GGUF_CONFIG_DEFAULTS_MAPPING.get(updated, GGUF_CONFIG_DEFAULTS_MAPPING.get(architecture) or {})
+    for key, value in defaults.items():
+        config.setdefault(key, value)
+    config_names = GGUF_TO_TRANSFORMERS_MAPPING["config"]
+    token_names = GGUF_TO_TRANSFORMERS_MAPPING["tokenizer"]
+    tokens = None
+    for gguf_key, raw in meta.items():
+        prefix, _, rest = gguf_key.replace(architecture, updated).partition(".")
+        if token_names.get(prefix, {}).get(rest) == "tokens":
+            tokens = raw
+        renamed = config_names.get(prefix, {}).get(rest, -1)
+        if renamed is None or renamed == -1:
+            continue
+        value = _python_value(raw)
+        if isinstance(value, str) and architecture in value:
+            value = value.replace(architecture, updated)
+        config[renamed] = value
+    if config.get("model_type") == "gemma3":  # the GGUF holds the text backbone only
+        config["model_type"] = "gemma3_text"
+    if "vocab_size" not in config and tokens is not None:  # from the token list, as transformers does
+        config["vocab_size"] = _length(tokens)
+    return config
+
+
+def _python_value(raw):
+    """A metadata value as ``load_gguf_checkpoint`` parses it: an array as a list, one of one element as that."""
+    if not isinstance(raw, GGUFArray):
+        return raw
+    values = raw.values()
+    return values[0] if len(values) == 1 else values
+
+
+def _length(raw) -> int:
+    """``len()`` of a value as :func:`_python_value` gives it, without reading a long array."""
+    if isinstance(raw, GGUFArray) and raw.count != 1:
+        return raw.count
+    return len(_python_value(raw))
 
 
 def meta_model(config: dict, path: str = "") -> torch.nn.Module:
@@ -173,7 +260,7 @@ class _Plan:
         self.table: GGUFTable = read_gguf_table(path)
         arch = self.table.architecture
         _refuse_packed_path(path, arch)
-        self.raw_config = gguf_config(path, arch)
+        self.raw_config = gguf_config(path, arch, self.table)
         self.processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=self.raw_config)
         self.key_map = get_gguf_hf_weights_map(_Shallow(meta_model(self.raw_config, path)), self.processor)
         # probe: which parameters does each stored tensor feed, with which shape

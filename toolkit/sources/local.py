@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from toolkit.config_keys import normalize_config
 from toolkit.errors import AmbiguousCheckpointError, CheckpointFileError, SourceNotFoundError
-from toolkit.sources._common import normalize_config, read_config
+from toolkit.sources._common import read_config
 from toolkit.sources.base import Source
 
 _SINGLE_SUFFIXES = {".safetensors": "safetensors", ".bin": "pytorch", ".pt": "pytorch", ".pth": "pytorch"}

@@ -21,7 +21,7 @@ import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
 from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names, model_name
-from toolkit.plot.heatmap import auto_figsize, draw_heatmap, prepare_heatmap
+from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
 
 SCALE_OPTIONS = (("diverging (median)", "diverging"), ("sequential", "sequential"), ("log", "log"))
 ROBUST_TOOLTIP = ("On: colour limits at the 2nd and 98th percentiles, so a few outliers do not wash out the "
@@ -48,7 +48,7 @@ def _dim_options(ds, dim):
     for i, v in enumerate(values):
         more = ", ".join(f"{c} {ds[c].values[i]}" for c in extra)
         labels.append(f"{v} ({more})" if more else str(v))
-    return list(zip(labels, values))
+    return list(zip(labels, values, strict=True))
 
 
 def figure_png(prepared, *, annotate=False, dpi=100, figsize=None) -> bytes:

@@ -1,8 +1,8 @@
 """A small ipywidgets panel over a lab result: the layer grid with selectors.
 
 The panel only chooses what to draw; the figure comes from
-:func:`toolkit.plot.layer_grid.prepare_layer_grid` and
-:func:`~toolkit.plot.layer_grid.draw_layer_grid`, drawn on a fresh pyplot-free
+:func:`toolkit.plot.layer_grid_figure.prepare_layer_grid` and
+:func:`~toolkit.plot.layer_grid_figure.draw_layer_grid`, drawn on a fresh pyplot-free
 ``Figure`` and shown as one PNG that replaces the output area's content.
 """
 
@@ -14,7 +14,7 @@ import io
 import ipywidgets as W
 
 from toolkit.errors import ToolkitError
-from toolkit.plot.layer_grid import default_log, draw_layer_grid, grid_variables, prepare_layer_grid
+from toolkit.plot.layer_grid_figure import default_log, draw_layer_grid, grid_variables, prepare_layer_grid
 
 #: Variables offered by the metric selector, in this order, when present.
 LAB_METRICS = ("attention_norm", "attention_norm_max", "train_loss", "test_loss",

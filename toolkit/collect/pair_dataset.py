@@ -7,14 +7,12 @@ import os
 from pathlib import Path
 
 import numpy as np
-import torch
 import xarray as xr
 
-from toolkit.collect._compare_measure import TOTALS
 from toolkit.collect.grid import build_grid_dataset
+from toolkit.collect.pair_cells import TOTALS
 from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import resolve_metrics
-
 
 _MODEL_VARS = {
     "model_relative_change": dict(

@@ -72,8 +72,8 @@ def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]
     """
     b_recs = {r.name: r for r in base.source.tensors()}
     t_recs = {r.name: r for r in target.source.tensors()}
-    b_pieces = {r.name: ps for r, ps in base.records}
-    t_pieces = {r.name: ps for r, ps in target.records}
+    b_pieces = {t.record.name: list(t.pieces) for t in base.tensors}
+    t_pieces = {t.record.name: list(t.pieces) for t in target.tensors}
     tied_b, tied_t = _tied(base, b_recs), _tied(target, t_recs)
     where = f"base is {_describe(base)}; target is {_describe(target)}"
 

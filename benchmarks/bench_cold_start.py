@@ -1,0 +1,85 @@
+"""A fresh kernel's cached call: ``weight_stats()`` on the embedded model in a new process.
+
+Each run is a fresh ``python`` child (as after a kernel restart) that imports
+the toolkit off the clock, then times ``toolkit.weight_stats()`` from call to
+Dataset. The first ``xarray.Dataset`` of any process makes xarray import
+``dask.array`` when dask is installed (0.9 s here, whoever builds that
+Dataset; nothing without dask): the child builds a one-variable Dataset first
+and reports that time in its own column. Three cases, side by side:
+
+- uncached: an empty cache folder (the baseline);
+- cached: the same folder after one full run (plan and every cell cached);
+- cached, results only: the plans deleted, the cell results kept (what the
+  first version did: the checkpoint is opened, transformers' model code
+  imported, the GGUF probed, before the first lookup).
+
+Targets (issue 13): cached under 0.5 s and under a quarter of the uncached call,
+without importing transformers' model code. Run: ``make bench-cold``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import load, machine, median_of, run_child, table, verdict  # noqa: E402
+
+CHILD = """
+import sys, time
+sys.path.insert(0, {bench!r})
+from _harness import emit
+import toolkit
+import xarray as xr
+t0 = time.perf_counter()
+xr.Dataset({{"x": ("a", [1.0])}})
+first = time.perf_counter() - t0
+t0 = time.perf_counter()
+ds = toolkit.weight_stats(progress=False)
+call = time.perf_counter() - t0
+heavy = sorted(m for m in sys.modules if m.startswith(("transformers.models.", "transformers.modeling_gguf")))
+emit(call_s=call, xarray_first_s=first, cells=int(ds.frobenius_norm.notnull().sum()), model_code=len(heavy))
+"""
+
+
+def child(cache: Path) -> dict:
+    code = CHILD.format(bench=str(Path(__file__).resolve().parent))
+    return run_child([sys.executable, "-c", code], env={"TOOLKIT_CACHE_DIR": str(cache)})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args(argv)
+    print(machine())
+    print(load())
+    rows, runs = [], {"uncached": [], "cached": [], "cached, results only": []}
+    for _ in range(args.reps):
+        folder = Path(tempfile.mkdtemp(prefix="toolkit-cold-"))
+        try:
+            runs["uncached"].append(child(folder))
+            runs["cached"].append(child(folder))
+            shutil.rmtree(folder / "plans", ignore_errors=True)
+            runs["cached, results only"].append(child(folder))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    base = median_of(runs["uncached"], "call_s")
+    for name, rs in runs.items():
+        call = median_of(rs, "call_s")
+        rows.append([name, f"{call:.3f} s", f"{call / base:.3f}", str(max(r["model_code"] for r in rs)),
+                     f"{median_of(rs, 'xarray_first_s'):.3f} s", f"{median_of(rs, 'process_s'):.2f} s"])
+    print(table(rows, ["case", "call -> Dataset (median)", "x uncached", "model-code modules",
+                       "xarray's first Dataset", "whole process"]))
+    cached = median_of(runs["cached"], "call_s")
+    ok = cached < 0.5 and cached < base / 4 and max(r["model_code"] for r in runs["cached"]) == 0
+    print(f"cached call {cached:.3f} s (< 0.5 s), {cached / base:.3f} of uncached (< 0.25), "
+          f"no model code: {verdict(ok)}")
+    print(load())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

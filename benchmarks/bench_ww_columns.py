@@ -1,0 +1,272 @@
+"""Benchmark: every WeightWatcher ``analyze()`` column of a weight matrix, toolkit against WeightWatcher 0.7.7.
+
+Each side runs once in its own process, on the same GGUF file:
+
+  toolkit         ``toolkit.weight_stats(<gguf>, metrics=[...], cache=False)`` with the ESD
+                  columns (project venv); the randomized ones once per seed (``--seeds``).
+  weightwatcher   ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)``, then
+                  ``WeightWatcher(model=model).analyze(mp_fit=True, randomize=True)``
+                  (weightwatcher 0.7.7 in ``benchmarks/.ww-venv``, created on first use by
+                  ``bench_weightwatcher.ensure_ww_venv``).
+
+Matrices are matched by parameter name (WeightWatcher's ``longname``). The
+table gives, per column, the share of matched matrices that agree and the
+largest deviation. Deterministic columns agree when
+``|ours - ww| <= 1e-6 |ww|`` or ``<= 1e-9`` (both undefined also agrees:
+NaN here, -1 there); target >= 99 %. The randomized columns
+(``rand_distance``, ``rand_num_spikes``) come from a random shuffle of the
+entries on both sides (WeightWatcher's is unseeded), so they agree *in
+distribution*: a matrix agrees when WeightWatcher's one sample lies within
+3 standard deviations of the mean of the toolkit's ``--seeds`` seeds (plus
+1e-9 for the distance, plus one spike for the count); target >= 95 %. Their
+row also compares the means over all matrices (ratio ours / WeightWatcher).
+
+Usage::
+
+    .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _harness as H  # noqa: E402
+import bench_weightwatcher as BW  # noqa: E402
+
+# toolkit metric -> WeightWatcher column
+DETERMINISTIC = {
+    "alpha": "alpha", "alpha_xmin": "xmin", "alpha_xmax": "xmax", "alpha_ks_distance": "D",
+    "alpha_sigma": "sigma", "num_pl_spikes": "num_pl_spikes", "alpha_weighted": "alpha_weighted",
+    "log_norm": "log_norm", "log_spectral_norm": "log_spectral_norm", "log_alpha_norm": "log_alpha_norm",
+    "matrix_rank": "matrix_rank", "rank_loss": "rank_loss", "spectral_entropy": "entropy",
+    "mp_softrank": "mp_softrank", "mp_num_spikes": "num_spikes", "mp_bulk_max": "bulk_max",
+}
+RANDOMIZED = {"rand_distance": "rand_distance", "rand_num_spikes": "rand_num_spikes"}
+RTOL, ATOL = 1e-6, 1e-9
+TARGET, TARGET_RANDOM = 0.99, 0.95
+SIGMAS = 3.0
+RANDOM_SLACK = {"rand_distance": 1e-9, "rand_num_spikes": 1.0}
+MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path"}
+
+
+# ---------------------------------------------------------------- children
+
+
+def _ensure_registered(seeds: int, random: bool) -> list[str]:
+    """The metric names to compute; registers the opt-in ones (and one randomized metric per extra
+    seed) in this process when the registry did not."""
+    import inspect
+
+    from toolkit.metrics import get_metric, list_metrics, register_metric
+    from toolkit.metrics.correlation_traps import RAND_METRICS
+    from toolkit.metrics.marchenko_pastur import MP_METRICS
+
+    has_opt_in = "opt_in" in inspect.signature(register_metric).parameters
+    known = set(list_metrics(**({"opt_in": True} if has_opt_in else {})))
+    for spec in MP_METRICS + (RAND_METRICS if random else []):
+        if spec["name"] not in known:
+            register_metric(**spec, units="1", needs_singular_values=True)
+    names = list(DETERMINISTIC)
+    if random:
+        for base in RANDOMIZED:
+            m = get_metric(base)
+            for seed in range(seeds):
+                name = base if seed == 0 else f"{base}_seed{seed}"
+                if seed:
+                    register_metric(name, m.func, long_name=m.long_name, description=m.description,
+                                    reference=m.reference, needs_singular_values=True, options={"seed": seed})
+                names.append(name)
+    return names
+
+
+def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None) -> None:
+    import toolkit
+
+    H.set_threads(threads)
+    names = _ensure_registered(seeds, random)
+    t0 = time.perf_counter()
+    ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False)
+    work = time.perf_counter() - t0
+    rows = []
+    pnames = ds.parameter_name.values
+    arrays = {n: ds[n].values for n in names}
+    for i in range(ds.sizes["layer"]):
+        for j in range(ds.sizes["component"]):
+            if pnames[i, j]:
+                rows.append({"name": str(pnames[i, j]).removesuffix(".weight"),
+                             **{n: float(a[i, j]) for n, a in arrays.items()}})
+    Path(out).write_text(json.dumps(rows))
+    H.emit(seconds=work, matrices=len(rows))
+
+
+def child_ww(gguf: str, out: str, random: bool, threads: int | None) -> None:
+    import logging
+
+    import torch
+    import weightwatcher as ww
+    from transformers import AutoModelForCausalLM
+
+    logging.getLogger("weightwatcher").setLevel(logging.ERROR)
+    H.set_threads(threads)
+    path = Path(gguf)
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    details = ww.WeightWatcher(model=model).analyze(mp_fit=True, randomize=random)
+    work = time.perf_counter() - t0
+    cols = list(DETERMINISTIC.values()) + (list(RANDOMIZED.values()) if random else [])
+    rows = []
+    for _, r in details.iterrows():
+        rows.append({"name": str(r.get("longname", r.get("name"))), "M": int(r["M"]), "N": int(r["N"]),
+                     **{c: float(r[c]) if c in r and r[c] is not None else math.nan for c in cols}})
+    Path(out).write_text(json.dumps(rows))
+    H.emit(seconds=work, matrices=len(rows))
+
+
+# ---------------------------------------------------------------- agreement
+
+
+def _undefined(v: float, ww_side: bool) -> bool:
+    return not math.isfinite(v) or (ww_side and v == -1.0)
+
+
+def deterministic_agreement(pairs: list[tuple[dict, dict]]) -> dict:
+    out = {}
+    for ours_key, ww_key in DETERMINISTIC.items():
+        if ours_key not in pairs[0][0]:
+            continue
+        agree, devs, bad = 0, [], []
+        for o, t in pairs:
+            a, b = o[ours_key], t.get(ww_key, math.nan)
+            ua, ub = _undefined(a, False), _undefined(b, True)
+            if ua or ub:
+                ok = ua and ub
+                if not ok:
+                    devs.append(math.inf)
+            else:
+                dev = abs(a - b)
+                rel = dev / abs(b) if b else (0.0 if dev == 0 else math.inf)
+                ok = rel <= RTOL or dev <= ATOL
+                devs.append(min(rel, dev))
+            agree += ok
+            if not ok:
+                bad.append(f"{o['name']} ({a:.9g} vs {b:.9g})")
+        out[ours_key] = {"ww": ww_key, "compared": len(pairs), "agree": agree, "share": agree / len(pairs),
+                         "max_dev": max(devs) if devs else 0.0, "disagree": bad[:4]}
+    return out
+
+
+def random_agreement(pairs: list[tuple[dict, dict]], seeds: int) -> dict:
+    out = {}
+    for ours_key, ww_key in RANDOMIZED.items():
+        if ours_key not in pairs[0][0]:
+            continue
+        names = [ours_key] + [f"{ours_key}_seed{k}" for k in range(1, seeds)]
+        agree, zs, ours_means, theirs, bad = 0, [], [], [], []
+        for o, t in pairs:
+            vals = [o[n] for n in names if math.isfinite(o[n])]
+            b = t.get(ww_key, math.nan)
+            if not vals or _undefined(b, True):
+                agree += (not vals) and _undefined(b, True)
+                continue
+            mean = sum(vals) / len(vals)
+            sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / max(1, len(vals) - 1))
+            ok = abs(b - mean) <= SIGMAS * sd + RANDOM_SLACK[ours_key]
+            agree += ok
+            zs.append(abs(b - mean) / sd if sd > 0 else (0.0 if b == mean else math.inf))
+            ours_means.append(mean)
+            theirs.append(b)
+            if not ok:
+                bad.append(f"{o['name']} (ww {b:.4g}, ours {mean:.4g} +- {sd:.2g})")
+        m_ours = sum(ours_means) / len(ours_means) if ours_means else math.nan
+        m_ww = sum(theirs) / len(theirs) if theirs else math.nan
+        out[ours_key] = {"ww": ww_key, "compared": len(pairs), "agree": agree, "share": agree / len(pairs),
+                         "mean_ours": m_ours, "mean_ww": m_ww, "max_z": max(zs) if zs else math.nan,
+                         "disagree": bad[:4]}
+    return out
+
+
+# ---------------------------------------------------------------- driver
+
+
+def model_path(model: str) -> str:
+    if model in MODELS:
+        code = f"from toolkit.bundled import {MODELS[model]} as p; print(p())"
+        found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        return found.stdout.strip()
+    return model
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="smollm2 (embedded), gemma3 (bundled) or a .gguf path")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds of the toolkit's randomized columns")
+    ap.add_argument("--no-random", action="store_true", help="skip the randomized columns on both sides")
+    ap.add_argument("--threads", type=int, default=None, help="thread budget of both sides")
+    ap.add_argument("--json", type=Path, default=None, help="also write the table and figures to this JSON file")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--gguf", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    random = not args.no_random
+    if args.child == "toolkit":
+        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads)
+        return 0
+    if args.child == "ww":
+        child_ww(args.gguf, args.out, random, args.threads)
+        return 0
+
+    gguf = model_path(args.model)
+    BW.ensure_ww_venv()
+    me = str(Path(__file__).resolve())
+    env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
+    print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
+          f"{'on' if random else 'off'}", flush=True)
+    extra = ["--seeds", str(args.seeds)] + (["--no-random"] if not random else []) + (
+        ["--threads", str(args.threads)] if args.threads else [])
+    with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
+        res = {}
+        for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
+            out = f"{tmp}/{side}.json"
+            r = H.run_child([py, me, "--child", child, "--gguf", gguf, "--out", out] + extra, env=env, cwd=tmp,
+                            timeout=7200)
+            res[side] = (r, json.loads(Path(out).read_text()))
+            print(f"  {side:13s} work {r['seconds']:7.1f} s  process {r['process_s']:7.1f} s  "
+                  f"{r['matrices']} matrices  peak RSS {H.fmt_bytes(r['peak_rss'])}", flush=True)
+    ours, theirs = res["toolkit"][1], res["weightwatcher"][1]
+    by_name = {t["name"]: t for t in theirs}
+    pairs = [(o, by_name[o["name"]]) for o in ours if o["name"] in by_name]
+    if not pairs:
+        print("no matrix matched by name")
+        return 1
+    det = deterministic_agreement(pairs)
+    rnd = random_agreement(pairs, args.seeds) if random else {}
+    rows = [[f"{k} [{m['ww']}]", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %", f"{m['max_dev']:.2g}",
+             f">= 99 % {H.verdict(m['share'] >= TARGET)}"] for k, m in det.items()]
+    rows += [[f"{k} [{m['ww']}] (in distribution)", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %",
+              f"means {m['mean_ours']:.4g} / {m['mean_ww']:.4g}", f">= 95 % {H.verdict(m['share'] >= TARGET_RANDOM)}"]
+             for k, m in rnd.items()]
+    print()
+    print(H.table(rows, ["column [WeightWatcher]", "agree", "share", "max deviation", "target"]))
+    print(f"Matched {len(pairs)} matrices by name (toolkit {len(ours)}, WeightWatcher {len(theirs)}). Deviation: "
+          f"min(relative, absolute); inf = defined on one side only. Agreement: {RTOL:g} relative or {ATOL:g} "
+          f"absolute; randomized: within {SIGMAS:g} sd of the mean of {args.seeds} seeds.")
+    for k, m in {**det, **rnd}.items():
+        if m["disagree"]:
+            print(f"  {k}: {'; '.join(m['disagree'])}")
+    print(f"{H.load()} at end")
+    if args.json:
+        args.json.write_text(json.dumps({"model": gguf, "machine": H.machine(), "deterministic": det, "random": rnd,
+                                         "seconds": {s: res[s][0]["seconds"] for s in res}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The unit of ``compare``: one stored tensor pair, its grid cells and its totals.
+
+:class:`PairMeasurement` implements the three steps every unit goes through
+in :func:`toolkit.collect.pipeline.run_units`:
+
+1. ``lookup`` reads the cache: which cells and totals still need work.
+2. ``measure`` computes them from the two stored tensors (or, for a tensor
+   that is only summed, such as an embedding, from row blocks read here).
+   Every entry-wise quantity comes from one chunked float64 pass per cell
+   (:func:`toolkit.metrics.pair_sums.pair_sums`); an unfused tensor's totals
+   are its cell's sums, so it is touched once. Nothing is stored.
+3. ``finish`` stores the fresh results and gives the cells and the tensor's
+   totals (a row of the ``tensor`` dim).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from toolkit._version import __version__
+from toolkit.collect.cache import ResultCache, digest, metric_key
+from toolkit.collect.cell_ids import record_id
+from toolkit.collect.grid import cell_from
+from toolkit.collect.tensor_pairs import TensorPair
+from toolkit.collect.weight_cells import CellWork, lookup_cells
+from toolkit.metrics import diff as _diff
+from toolkit.metrics.pair_sums import PairSums, count_nonfinite, pair_sums
+from toolkit.metrics.registry import resolve_metrics
+
+#: Sums kept per stored tensor pair (the ``tensor`` dim and the whole-model totals).
+TOTALS = ("sumsq_base", "sumsq_delta", "unchanged", "n")
+#: Entries per row block when a tensor is only summed (embeddings).
+BLOCK_ENTRIES = 1 << 24
+
+
+@dataclass(frozen=True)
+class PairWork:
+    """One tensor pair after the cache lookups.
+
+    Attributes
+    ----------
+    pair : TensorPair
+        With its records, or with None for both in a copy travelling to a
+        Dask worker (:meth:`detached`), which re-opens them by ``names``.
+    names : (str, str)
+        The base's and the target's stored parameter names.
+    tid : str
+        Cache id of the pair.
+    totals : dict or None
+        The cached totals ``{TOTALS name: value}``, None when they must be computed.
+    cells : tuple of CellWork
+    """
+
+    pair: TensorPair
+    names: tuple[str, str]
+    tid: str
+    totals: dict | None
+    cells: tuple[CellWork, ...]
+
+    @property
+    def name(self) -> str:
+        return self.pair.name
+
+    @property
+    def whole(self) -> bool:
+        """Some cell has work left, so both tensors are read whole."""
+        return any(c.todo for c in self.cells) or (self.totals is None and bool(self.cells))
+
+    @property
+    def todo(self) -> bool:
+        """Anything left to compute."""
+        return self.totals is None or self.whole
+
+    def detached(self) -> PairWork:
+        return replace(self, pair=replace(self.pair, base=None, target=None))
+
+    def attached(self, records: tuple) -> PairWork:
+        return replace(self, pair=replace(self.pair, base=records[0], target=records[1]))
+
+
+@dataclass(frozen=True)
+class PairMeasurement:
+    """What every tensor pair of one (base, target) comparison shares.
+
+    ``chosen``: the diff metrics; ``keys``/``total_keys``: their cache keys;
+    ``options``: each metric's options; ``bi``/``ti``: the checkpoints'
+    indices (keys of the subspace memo of a series).
+    """
+
+    chosen: tuple
+    keys: dict
+    options: dict
+    total_keys: dict
+    tolerance: float
+    device: str
+    bi: int = 0
+    ti: int = 1
+    kind = "compare"
+    float32 = False
+
+    @classmethod
+    def make(cls, metrics, tolerance: float, k: int, device: str) -> PairMeasurement:
+        """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive the options and cache keys."""
+        chosen = tuple(resolve_metrics(metrics, kind="diff"))
+        overrides = {"tolerance": float(tolerance), "k": int(k)}
+        options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
+        keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
+        total_keys = {n: f"{n}:{digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
+        return cls(chosen, keys, options, total_keys, float(tolerance), device)
+
+    def at(self, bi: int, ti: int) -> PairMeasurement:
+        """The same measurement for another pair of checkpoints."""
+        return replace(self, bi=bi, ti=ti)
+
+    def lookup(self, store: ResultCache, tp: TensorPair) -> PairWork:
+        """Look up the pair's totals and cells in ``store``."""
+        tid = f"{record_id(tp.base)}|{tp.target.name}|{tp.target.dtype}"
+        cached, _ = store.get(tid + "|tensor")
+        totals = ({n: cached[key][0] for n, key in self.total_keys.items()}
+                  if all(key in cached for key in self.total_keys.values()) else None)
+        cells = lookup_cells(store, tid, tp.pieces, self.chosen, self.keys)
+        return PairWork(tp, (tp.base.name, tp.target.name), tid, totals, cells)
+
+    def reader(self, work: PairWork):
+        """Reads both stored tensors whole; None when only the totals are missing (:meth:`measure`
+        then reads row blocks itself)."""
+        return (lambda: read_pair(work.pair)) if work.whole else None
+
+    def measure(self, work: PairWork, tensors: tuple | None, memo: dict) -> dict:
+        """Compute what ``work`` lacks.
+
+        Parameters
+        ----------
+        work : PairWork
+        tensors : (base, target) stored tensors, or None
+            None when ``work.whole`` is False (only the totals are missing:
+            read here in row blocks).
+        memo : dict
+            ``(checkpoint index, layer, component, k) -> top-k left singular
+            vectors``, read and filled (a series reuses each checkpoint's).
+
+        Returns
+        -------
+        dict
+            ``totals``: ``{TOTALS name: value}`` or None when cached; ``cells``:
+            per cell, ``(shape, {cache key: (value, reason)})`` or None when cached.
+        """
+        cells, sums = [], []
+        for c in work.cells:
+            if not c.todo:
+                cells.append(None)
+                continue
+            wb, wt = c.piece.extract(tensors[0]), c.piece.extract(tensors[1])
+            shape, new, s = self._measure_cell(wb, wt, c.todo, c.piece, memo)
+            cells.append((shape, new))
+            sums.append(s)
+        totals = None
+        if work.totals is None:
+            if tensors is None:
+                s = _blocks_sums(work.pair, self.tolerance)
+            elif len(work.cells) == 1 and sums and sums[0].n == tensors[0].numel():
+                s = sums[0]  # an unfused matrix: its cell's sums are the tensor's
+            else:
+                s = pair_sums(*tensors, self.tolerance)
+            totals = {n: float(getattr(s, n)) for n in TOTALS}
+        return {"totals": totals, "cells": cells}
+
+    def _measure_cell(self, wb, wt, todo, piece, memo: dict):
+        bases = {}
+        for side, i in (("base", self.bi), ("target", self.ti)):
+            for k in {o["k"] for o in self.options.values() if "k" in o}:
+                if (i, piece.layer, piece.component, k) in memo:
+                    bases[(side, k)] = memo[(i, piece.layer, piece.component, k)]
+        ctx = _diff.DiffContext(wb, wt, device=self.device, bases=bases, tolerance=self.tolerance)
+        shape = (int(wb.shape[0]), int(wb.shape[1]))
+        if not ctx.sums.finite:
+            bad = count_nonfinite(wb, wt)
+            return shape, {self.keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}, ctx.sums
+        new = {self.keys[m.name]: tuple(_diff.evaluate_diff(m, ctx, self.options[m.name])) for m in todo}
+        for (side, k), u in ctx.bases.items():
+            memo[(self.bi if side == "base" else self.ti, piece.layer, piece.component, k)] = u
+        return shape, new, ctx.sums
+
+    def finish(self, store: ResultCache, work: PairWork, fresh: dict | None) -> tuple[dict, dict]:
+        """Store ``fresh`` (from :meth:`measure`; None when all was cached) and assemble the pair.
+
+        Returns
+        -------
+        totals : dict
+            ``{TOTALS name: value}`` of the stored tensor pair.
+        cells : dict
+            ``{(layer, component): Cell}``.
+        """
+        totals = work.totals
+        if fresh is not None and fresh["totals"] is not None:
+            totals = fresh["totals"]
+            shape = tuple(work.pair.base.shape)
+            store.put(work.tid + "|tensor", {self.total_keys[n]: (v, "") for n, v in totals.items()},
+                      shape[:2] if len(shape) >= 2 else (0, 0))
+        cells = {}
+        for e, c in enumerate(work.cells):
+            cached, shape = c.cached, c.shape
+            if c.todo:
+                shape, new = fresh["cells"][e]
+                store.put(c.cell_id, new, shape)
+                cached = {**cached, **new}
+            cells[(c.piece.layer, c.piece.component)] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
+        return totals, cells
+
+
+def read_pair(tp: TensorPair) -> tuple:
+    """Both stored tensors of a pair, whole, in their storage dtypes."""
+    return tp.base.read(), tp.target.read()
+
+
+def _blocks_sums(tp: TensorPair, tolerance: float) -> PairSums:
+    """The pair's sums from row blocks, so a large embedding is never held whole (safetensors on both
+    sides; other formats are read whole)."""
+    if tp.base._row_reader is None or tp.target._row_reader is None:
+        return pair_sums(*read_pair(tp), tolerance)
+    total = PairSums()
+    for b, t in zip(tp.base.row_blocks(BLOCK_ENTRIES), tp.target.row_blocks(BLOCK_ENTRIES), strict=True):
+        total = total + pair_sums(b, t, tolerance)
+    return total

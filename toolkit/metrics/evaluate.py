@@ -1,0 +1,106 @@
+"""The one evaluator of weight metrics on a matrix: one spectrum shared by every spectral metric."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class MatrixResult:
+    """Every requested metric of one matrix.
+
+    Attributes
+    ----------
+    shape : (int, int)
+        (out_features, in_features); (0, 0) for an input that is not a matrix.
+    values : dict of str -> float
+        NaN where the metric is undefined for this matrix.
+    reasons : dict of str -> str
+        Why a value is NaN.
+    errors : set of str
+        The metrics whose NaN came from an exception (a failure of the
+        computation, not a property of the matrix): shown, never cached.
+    """
+
+    shape: tuple[int, int]
+    values: dict[str, float] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+    errors: set = field(default_factory=set)
+
+    def fail(self, metrics, reason: str, *, error: bool = False) -> None:
+        for m in metrics:
+            self.values[m.name], self.reasons[m.name] = math.nan, reason
+            if error:
+                self.errors.add(m.name)
+
+
+def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = None, device: str = "cpu",
+                    strict: bool = False) -> MatrixResult:
+    """Compute ``metrics`` on one matrix.
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (out_features, in_features)
+        Any float dtype; converted to float32 here (one tensor at a time)
+        unless every metric declares ``any_dtype``.
+    metrics : list of toolkit.metrics.Metric
+        Weight metrics. Singular values are computed once, only if one of
+        them declares ``needs_singular_values``, and shared by all.
+    s : torch.Tensor, optional
+        Precomputed singular values (descending, float64).
+    device : str
+        Where the singular values are computed (``"cpu"``, ``"cuda"``).
+    strict : bool, default False
+        Re-raise an exception of a metric (or of the factorisation) instead
+        of recording it as a NaN in :attr:`MatrixResult.errors`.
+
+    Returns
+    -------
+    MatrixResult
+        NaN with a recorded reason where a metric is undefined for this
+        matrix (not 2-D or empty, NaN/Inf entries, all zeros, too short a
+        spectrum...) or, unless ``strict``, raised.
+    """
+    from toolkit.metrics.norms import count_nonfinite
+    from toolkit.metrics.registry import DegenerateMatrix
+    from toolkit.metrics.spectral import singular_values
+
+    result = MatrixResult((int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (0, 0))
+    if w.ndim != 2 or w.numel() == 0:
+        result.fail(metrics, f"not a non-empty matrix (shape {tuple(w.shape)})")
+        return result
+    if not all(m.any_dtype for m in metrics):
+        w = w.to(torch.float32)
+    bad = count_nonfinite(w)  # the moment pass, shared with the entry-wise metrics
+    if bad:
+        result.fail(metrics, f"matrix contains NaN/Inf ({bad} entries)")
+        return result
+    s_error = None
+    if s is None and any(m.needs_singular_values for m in metrics):
+        try:
+            s = singular_values(w, device=device)
+        except DegenerateMatrix as e:
+            s_error = e.reason
+        except Exception as e:
+            if strict:
+                raise
+            s_error = f"singular values failed: {type(e).__name__}: {e}"
+            result.errors.update(m.name for m in metrics if m.needs_singular_values)
+    for m in metrics:
+        if m.needs_singular_values and s is None:
+            result.values[m.name], result.reasons[m.name] = math.nan, s_error or "no singular values"
+            continue
+        try:
+            value, reason = m.evaluate(w, s)
+        except Exception as e:
+            if strict:
+                raise
+            value, reason = math.nan, f"{type(e).__name__}: {e}"  # a failing (user) metric is one NaN cell
+            result.errors.add(m.name)
+        result.values[m.name] = value
+        if math.isnan(value):
+            result.reasons[m.name] = reason or "undefined for this matrix"
+    return result

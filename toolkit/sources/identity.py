@@ -1,0 +1,86 @@
+"""What identifies the bytes of a weight file, so no cached number is ever served for other bytes.
+
+A local file is identified at least as strictly as git's index identifies a
+work-tree file: device, inode, size, modification time and status-change
+time, both in nanoseconds. ``cp -p`` or ``touch -r`` can give a file another
+file's size and mtime, but not its ctime (the kernel sets it on every write,
+chmod or rename of the file itself, and no system call sets it back); two
+files in two folders never share (device, inode). A file inside a Hugging
+Face cache snapshot is identified by its blob's sha256, the hash of its
+content that the cache layout gives for free.
+
+What moving a checkpoint does (``mv old new`` on one file system): the files
+keep device, inode and ctime (renaming a parent folder does not touch its
+files), so their cached results are found again under the new path. Copying
+it (``cp -r``, ``cp -a``, unzipping) makes new inodes: a miss, computed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def hub_sha256(path: str | os.PathLike) -> str:
+    """The sha256 a Hugging Face cache gives a file, else ``""``.
+
+    Files of a hub snapshot are links into ``blobs/``; a blob stored with Git
+    LFS is named by the sha256 of its content (small files by a git sha1,
+    which is not returned: those are identified by their stat fields).
+    """
+    target = Path(os.path.realpath(path))
+    if target.parent.name == "blobs" and _HEX64.match(target.name):
+        return target.name
+    return ""
+
+
+def file_identity(path: str | os.PathLike, *, portable: bool = False) -> str:
+    """One file's identity as a string.
+
+    Parameters
+    ----------
+    path : path-like
+        An existing file (links are followed).
+    portable : bool, default False
+        Leave out the device number, which differs between machines that
+        mount one shared file system (the check a Dask worker makes that it
+        sees the driver's file); inode, size and times come from the server.
+
+    Returns
+    -------
+    str
+        ``"blob:<sha256>:<size>"`` for a Hugging Face cache blob, else
+        ``"stat:<dev>:<ino>:<size>:<mtime_ns>:<ctime_ns>"`` (without ``<dev>``
+        when ``portable``).
+
+    Raises
+    ------
+    OSError
+        The file cannot be stat'ed.
+    """
+    st = os.stat(path)
+    blob = hub_sha256(path)
+    if blob:
+        return f"blob:{blob}:{st.st_size}"
+    fields = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    if not portable:
+        fields.insert(0, st.st_dev)
+    return "stat:" + ":".join(map(str, fields))
+
+
+def files_identity(files: Iterable[str | os.PathLike], *, portable: bool = False) -> str:
+    """A sha256 hex digest over the names and :func:`file_identity` of ``files`` (order-free).
+
+    Equal for the same files seen through another path (a link, a moved
+    folder on the same file system); different as soon as one file's bytes
+    may differ.
+    """
+    digest = hashlib.sha256()
+    for f in sorted(map(str, files)):
+        digest.update(f"{Path(f).name}\0{file_identity(f, portable=portable)}\n".encode())
+    return digest.hexdigest()
