@@ -122,19 +122,21 @@ def test_a_moved_folder_hits_its_cached_results(tmp_path, reads):
     np.testing.assert_allclose(first.frobenius_norm.values, third.frobenius_norm.values, rtol=1e-12)
 
 
-def test_a_hub_cache_file_is_identified_by_its_blob_hash(tmp_path, monkeypatch, make_hf_cache, reads):
+def test_a_hub_cache_blob_rewritten_through_its_snapshot_link(tmp_path, monkeypatch, make_hf_cache, reads):
     ckpt = write_tiny_checkpoint(tmp_path / "tiny", "llama", num_layers=2, seed=3)
+    other = write_tiny_checkpoint(tmp_path / "other", "llama", num_layers=2, seed=4)
     hub = tmp_path / "hub"
     snapshot = make_hf_cache(hub, "org/tiny", {p.name: p for p in ckpt.iterdir()})
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     weights = snapshot / "model.safetensors"
-    assert file_identity(weights).startswith("blob:" + os.path.basename(os.path.realpath(weights)))
+    assert file_identity(weights).startswith("blob:" + os.path.basename(os.path.realpath(weights)) + ":stat:")
     first = toolkit.weight_stats("org/tiny", ["frobenius_norm"], progress=False)
-    os.utime(os.path.realpath(weights), ns=(1, 1))  # touching a blob does not change its content
     again = toolkit.weight_stats("org/tiny", ["frobenius_norm"], progress=False)
-    assert len(reads) == 2 * 7
-    assert q_norm(again) == q_norm(first) == pytest.approx(frobenius(ckpt), rel=1e-6)
+    assert len(reads) == 2 * 7 and q_norm(again) == q_norm(first) == pytest.approx(frobenius(ckpt), rel=1e-6)
+    shutil.copyfile(other / "model.safetensors", weights)  # writes through the link: the blob's name now lies
+    rewritten = toolkit.weight_stats("org/tiny", ["frobenius_norm"], progress=False)
+    assert q_norm(rewritten) == pytest.approx(frobenius(other), rel=1e-6)
 
 
 def test_changed_split_sizes_in_the_config_are_new_cells(tmp_path):

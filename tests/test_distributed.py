@@ -231,3 +231,18 @@ def test_workers_read_the_storage_dtype_as_the_serial_path_does(client, run):
         toolkit.metrics.unregister_metric("storage_bits_probe")
     same(serial, ds)
     assert set(ds.storage_bits_probe.values.ravel()) == {16.0}  # bf16 as stored, on both paths
+
+
+def test_a_worker_never_reuses_a_source_opened_on_other_bytes(client, tmp_path):
+    """Re-saved with a longer header (other offsets): a worker that opened the old file opens it again."""
+    from safetensors.torch import load_file, save_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "resaved", "llama", num_layers=2, seed=41)
+    toolkit.weight_stats(ckpt, ["frobenius_norm"], client=client, progress=False, cache=False)
+    g = torch.Generator().manual_seed(5)
+    stored = load_file(str(ckpt / "model.safetensors"))
+    tensors = {k: torch.randn(v.shape, generator=g) * 0.02 for k, v in stored.items()}
+    save_file(tensors, str(ckpt / "model.safetensors"), metadata={"format": "pt", "note": "x" * 1000})
+    ds = toolkit.weight_stats(ckpt, ["frobenius_norm"], client=client, progress=False)
+    serial = toolkit.weight_stats(ckpt, ["frobenius_norm"], progress=False, cache=False)
+    xr.testing.assert_equal(ds.frobenius_norm, serial.frobenius_norm)

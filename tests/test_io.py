@@ -74,7 +74,7 @@ def test_load_missing_file(tmp_path):
 def test_load_not_netcdf(tmp_path):
     p = tmp_path / "bad.nc"
     p.write_text("hello")
-    with pytest.raises(ResultsFileError, match="not a readable NetCDF file") as err:
+    with pytest.raises(ResultsFileError, match="not a NetCDF4 file: it is a text file starting with 'hello'") as err:
         load(p)
     assert str(err.value).startswith(f"bad results file {str(p)!r}: ")
     assert isinstance(err.value, CheckpointFileError)

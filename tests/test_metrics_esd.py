@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from test_metrics_powerlaw import brute_force, pareto
 
 import toolkit.metrics.powerlaw as powerlaw
+from test_metrics_powerlaw import brute_force, pareto
 from toolkit.metrics import compute_weight_metrics, get_metric, list_metrics, singular_values
 from toolkit.metrics.esd_fit import esd_quality
 
@@ -207,3 +207,72 @@ def test_quality_of_real_alphas_matches_weightwatcher_warning_rule():
         a = compute_weight_metrics(w, ["alpha"])["alpha"].value
         expected = "over-trained" if a < 2 else "under-trained" if a > 6 else "ok"
         assert esd_quality(a) == expected
+
+
+def ww_clip_xmax_reference(ev, max_fingers=10, finger_thresh=1.0):
+    """WeightWatcher's fit_clipped_powerlaw with its default pl_package, from the brute-force WWFit."""
+    x = np.sort(ev)
+    x = x[x > 1e-5]
+    first = brute_force(x)
+    best, fingers = first, 0
+    for idx in range(2, max_fingers):
+        fit = brute_force(x[:-idx])
+        if fit[1] + finger_thresh < first[1]:
+            best, fingers = fit, idx - 1
+            break
+        if fit[1] <= 2.0:
+            break
+    return best, fingers, first[1]
+
+
+def test_fix_fingers_clip_xmax_and_xmax_clipping():
+    # 30 bulk values and a "finger" of 16 nearly equal top eigenvalues: the tail fit lands on the finger
+    # (alpha 15); clipping the two largest gives the fit of the whole tail back.
+    ev = np.concatenate([np.linspace(0.1, 1, 30) ** 3 * 10, 50 * (1 + 0.01 * np.arange(16))])
+    plain = powerlaw.fit_power_law(ev)
+    fixed = powerlaw.fit_power_law(ev, fix_fingers="clip_xmax")
+    (d, a, xmin, n), fingers, raw = ww_clip_xmax_reference(ev)
+    assert plain.alpha > 10 and fixed.alpha < 2 and fixed.num_fingers == fingers == 2
+    assert fixed.alpha == pytest.approx(a, rel=1e-9) and fixed.xmin == xmin and fixed.num_tail == n
+    assert fixed.ks_distance == pytest.approx(d, rel=1e-9) and fixed.raw_alpha == pytest.approx(raw, rel=1e-9)
+    assert fixed.xmax == np.sort(ev)[-4]  # the largest eigenvalue of the kept fit (3 clipped)
+    assert fixed.num_pl_spikes == np.count_nonzero(ev >= xmin)  # counted on the whole spectrum
+    assert plain.num_fingers == 0 and plain.raw_alpha == plain.alpha
+    for w_ev in (pareto(2.5, 300, seed=1), np.concatenate([np.full(3, 1e-7), pareto(3.0, 80, seed=2)])):
+        (_, a, _, _), fingers, _ = ww_clip_xmax_reference(w_ev)
+        got = powerlaw.fit_power_law(w_ev, fix_fingers="clip_xmax")
+        assert got.alpha == pytest.approx(a, rel=1e-9) and got.num_fingers == fingers
+    # xmax=-k: the k largest eigenvalues are left out of everything, num_pl_spikes included.
+    clipped = powerlaw.fit_power_law(ev, xmax=-3)
+    assert clipped == powerlaw.fit_power_law(np.sort(ev)[:-3])
+    with pytest.raises(powerlaw.DegenerateMatrix, match="more than half"):
+        powerlaw.fit_power_law(ev, xmax=-30)
+    with pytest.raises(ValueError, match="clip_xmax"):
+        powerlaw.fit_power_law(ev, fix_fingers="xmin_peak")
+
+
+def test_fit_options_reach_every_column_through_one_fit(monkeypatch):
+    calls = []
+    real = powerlaw.fit_power_law
+    monkeypatch.setattr(powerlaw, "fit_power_law", lambda *a, **k: calls.append(k) or real(*a, **k))
+    ev = np.concatenate([np.linspace(0.1, 1, 30) ** 3 * 10, 50 * (1 + 0.01 * np.arange(16))])
+    s = torch.tensor(np.sqrt(np.sort(ev)[::-1]).copy())
+    w = torch.zeros(46, 60)
+    got = {n: get_metric(n).evaluate(w, s, fix_fingers="clip_xmax").value for n in FIT_COLUMNS}
+    assert len(calls) == 1 and calls[0]["fix_fingers"] == "clip_xmax"
+    assert got["alpha"] == pytest.approx(real(ev, fix_fingers="clip_xmax").alpha)
+    assert got["alpha_weighted"] == pytest.approx(got["alpha"] * math.log10(ev.max()))  # all eigenvalues
+    get_metric("alpha").evaluate(w, s, fix_fingers=None, xmax=None)  # the defaults spelled out: the default fit
+    get_metric("alpha_xmin").evaluate(w, s)
+    assert len(calls) == 2
+    with pytest.raises(TypeError, match="unknown power-law fit option"):
+        get_metric("alpha").evaluate(w, s, xmin_max=3.0)
+
+
+def test_ww_skip_reason_follows_its_size_rules():
+    from toolkit.metrics.esd_fit import ww_skip_reason
+
+    assert ww_skip_reason(576, 1536) == "" and ww_skip_reason(8, 100) == ""
+    assert "min_evals" in ww_skip_reason(7, 100) and "max_evals" in ww_skip_reason(20000, 16000)
+    assert "max_N" in ww_skip_reason(49152 * 2, 576) and ww_skip_reason(49152, 576) == ""
+    assert ww_skip_reason(7, 100, min_evals=0) == "" and "max_N" in ww_skip_reason(100, 600, max_n=500)

@@ -1,7 +1,6 @@
 """Opt-in ESD metrics: the Marchenko-Pastur fit (mp_softrank, mp_num_spikes, mp_bulk_max) and the
 element-shuffled spectrum (rand_distance, rand_num_spikes)."""
 
-import inspect
 import math
 
 import numpy as np
@@ -11,13 +10,11 @@ import scipy.stats
 import torch
 from sklearn.neighbors import KernelDensity
 
-from toolkit.metrics import compute_weight_metrics, list_metrics, register_metric, resolve_metrics
+from toolkit.metrics import compute_weight_metrics, get_metric, list_metrics, resolve_metrics
 from toolkit.metrics import correlation_traps as ct
 from toolkit.metrics import marchenko_pastur as mp
 
 OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes"]
-HAS_OPT_IN = "opt_in" in inspect.signature(register_metric).parameters
-needs_opt_in = pytest.mark.skipif(not HAS_OPT_IN, reason="the registry has no opt_in flag yet")
 
 
 def gaussian(m, n, seed=0, scale=1.0):
@@ -60,16 +57,15 @@ def test_planted_spikes_are_counted():
     u = torch.linalg.qr(torch.randn(300, 3, generator=g, dtype=torch.float64))[0]
     v = torch.linalg.qr(torch.randn(800, 3, generator=g, dtype=torch.float64))[0]
     w = noise + u @ torch.diag(torch.tensor([300.0, 200.0, 120.0], dtype=torch.float64)) @ v.T
-    got = {k: x.value for k, x in compute_weight_metrics(w, OPT_IN[:3]).items()} if HAS_OPT_IN else None
+    got = {k: x.value for k, x in compute_weight_metrics(w, OPT_IN[:3]).items()}
     s = torch.tensor(np.sqrt(eig(w)))
     direct = mp.shared_mp_fit(w, s)
     assert direct.num_spikes == 3
     lam_max = float(s[0]) ** 2
     assert direct.softrank == pytest.approx(direct.bulk_max / lam_max, rel=1e-12) and direct.softrank < 0.05
     assert direct.bulk_max == pytest.approx((math.sqrt(800) + math.sqrt(300)) ** 2, rel=0.1)
-    if got is not None:
-        assert got == {"mp_softrank": pytest.approx(direct.softrank, rel=1e-6), "mp_num_spikes": 3,
-                       "mp_bulk_max": pytest.approx(direct.bulk_max, rel=1e-6)}
+    assert got == {"mp_softrank": pytest.approx(direct.softrank, rel=1e-6), "mp_num_spikes": 3,
+                   "mp_bulk_max": pytest.approx(direct.bulk_max, rel=1e-6)}
 
 
 def test_fit_is_the_least_squares_minimum():
@@ -144,7 +140,6 @@ def test_correlation_trap_from_a_few_huge_entries():
     assert ct._SPECTRA.of(small)[("shuffled", 0, 5)][0].shape == (5, 40)
 
 
-@needs_opt_in
 def test_opt_in_not_computed_by_default_but_by_name():
     defaults = list_metrics()
     assert not set(OPT_IN) & set(defaults)
@@ -156,13 +151,10 @@ def test_opt_in_not_computed_by_default_but_by_name():
     got = compute_weight_metrics(w, OPT_IN)
     assert all(not math.isnan(v.value) for v in got.values())
     assert compute_weight_metrics(w, ["rand_distance"])["rand_distance"] == got["rand_distance"]  # seeded
-    from toolkit.metrics import get_metric
-
     assert dict(get_metric("rand_distance").options) == {"seed": 0}
     assert get_metric("rand_distance").evaluate(w, seed=1).value != got["rand_distance"].value
 
 
-@needs_opt_in
 def test_weight_stats_computes_opt_in_only_by_name(tiny_qwen2):
     import toolkit
 

@@ -28,7 +28,21 @@ BUILTINS = [
     "effective_rank",
     "condition_number",
     "alpha",
+    "alpha_xmin",
+    "alpha_xmax",
+    "alpha_ks_distance",
+    "alpha_sigma",
+    "num_pl_spikes",
+    "alpha_weighted",
+    "log_alpha_norm",
+    "log_norm",
+    "log_spectral_norm",
+    "matrix_rank",
+    "rank_loss",
+    "spectral_entropy",
 ]
+#: Registered but computed only when asked for by name.
+OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes"]
 
 
 @pytest.fixture
@@ -41,6 +55,9 @@ def cleanup():
 
 def test_builtins_registered_in_order_with_metadata():
     assert list_metrics() == BUILTINS
+    assert list_metrics(opt_in=True) == BUILTINS + OPT_IN
+    assert [m.name for m in resolve_metrics(None)] == BUILTINS  # metrics=None leaves the opt-in ones out
+    assert all(get_metric(n).opt_in for n in OPT_IN) and not any(get_metric(n).opt_in for n in BUILTINS)
     for name in BUILTINS:
         m = get_metric(name)
         attrs = m.attrs()
@@ -49,7 +66,7 @@ def test_builtins_registered_in_order_with_metadata():
         assert attrs["units"] == "1"
         assert m.kind == "weight"
     spectral = {m.name for m in resolve_metrics(None) if m.needs_singular_values}
-    assert spectral == {"spectral_norm", "stable_rank", "effective_rank", "condition_number", "alpha"}
+    assert spectral == set(BUILTINS[4:])  # all but the four entry-wise statistics read the shared spectrum
     assert "sigma_max^2" in get_metric("spectral_norm").description  # WeightWatcher's convention named
 
 
@@ -134,7 +151,7 @@ def test_unknown_metric_lists_its_kind_and_suggests_close_names():
         resolve_metrics(["stabel_rank"])
     msg = str(exc.value)
     assert msg.startswith("unknown metric 'stabel_rank'. Did you mean 'stable_rank'? Known weight metrics: ")
-    assert exc.value.known == sorted(BUILTINS) and exc.value.kind == "weight"
+    assert exc.value.known == sorted(BUILTINS + OPT_IN) and exc.value.kind == "weight"
     assert exc.value.suggestions == ["stable_rank"] and exc.value.actual_kind is None
     assert not any(name in msg for name in diff)  # only the metrics of the kind asked for
     with pytest.raises(UnknownMetricError) as exc:  # a typo of a metric of the other kind

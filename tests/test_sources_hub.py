@@ -14,8 +14,8 @@ import torch
 
 from toolkit.errors import HubUnreachableError, SourceNotFoundError
 from toolkit.sources import open_source
-from toolkit.sources.identity import hub_sha256
 from toolkit.sources.hub import _wanted_files, looks_like_hub_id
+from toolkit.sources.identity import hub_sha256
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -44,6 +44,7 @@ __all__ = [
     "register_architecture",
     "register_metric",
     "save",
+    "summary",
     "weight_stats",
     "widgets",
 ]
@@ -56,4 +57,6 @@ def __getattr__(name: str):
         return importlib.import_module(f"toolkit.{name}")
     if name == "activation_stats":  # lazily: it loads transformers
         return importlib.import_module("toolkit.activations").activation_stats
+    if name == "summary":  # lazily: it imports pandas
+        return importlib.import_module("toolkit.model_summary").summary
     raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

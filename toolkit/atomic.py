@@ -16,29 +16,120 @@ Temporary names start with a dot and end in ``.tmp``
 (``.stats.nc.3f9a1c2e.tmp``), so globs for the final names (``step-*``,
 ``*.json``) never see them.
 
+A writer killed outright (SIGKILL, a power cut) cannot remove its temporary
+file. The next atomic write into the same folder removes temporaries of this
+naming that nobody has written to for :data:`STALE_AFTER_S` (an hour):
+:func:`remove_stale_temps`. Age, not the writer's pid, decides: a folder may
+be shared by several hosts (NFS, the workers of a cluster) or containers,
+where a pid says nothing (another host's live writer has a pid that is dead
+here, and pids are reused), while a file that a live writer is filling keeps
+a fresh modification time. An hour is far longer than any write of the
+toolkit takes between two chunks, and than the clock skew of hosts sharing a
+file system. A temporary *folder* is kept while its final name is missing:
+it may hold the only copy (:func:`atomic_dir` moves the old folder aside
+just before the final rename).
+
 - :func:`atomic_write` -- a context manager yielding an open file object.
 - :func:`atomic_path` -- yields a temporary path, for writers that take a
   path (``xarray.Dataset.to_netcdf``, ``torch.save``, ``safetensors``).
 - :func:`atomic_dir` -- yields a temporary folder that replaces a folder.
 - :func:`create_temp` -- the temporary file itself (also a write probe).
+- :func:`remove_stale_temps` -- remove what killed writers left in a folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import stat
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_dir", "atomic_path", "atomic_write", "create_temp"]
+__all__ = ["STALE_AFTER_S", "atomic_dir", "atomic_path", "atomic_write", "create_temp", "remove_stale_temps"]
+
+#: Seconds without a write after which a temporary file or folder of ours is a killed writer's leftover.
+STALE_AFTER_S = 3600.0
+#: A folder is swept at most once in this many seconds per process (writes of the cache come in thousands).
+_SWEEP_EVERY_S = 600.0
+_TEMP_RE = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}\.tmp$")
+_swept: dict[str, float] = {}
 
 
 def _temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+
+
+def _newest_mtime(folder: str, mtime: float, recent: float) -> float:
+    """The newest modification time in the tree under ``folder`` (stops at the first newer than ``recent``)."""
+    newest = mtime
+    for root, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            try:
+                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+            except OSError:
+                continue
+            if newest > recent:
+                return newest
+    return newest
+
+
+def remove_stale_temps(folder: str | os.PathLike, *, older_than: float = STALE_AFTER_S) -> list[Path]:
+    """Remove the temporary files and folders of this module's naming (``.NAME.<8 hex>.tmp``)
+    in ``folder`` that nobody has written to for ``older_than`` seconds.
+
+    A temporary folder is kept while its final name is missing (it may hold
+    the only copy, see the module docstring). Symbolic links and other names
+    are never touched; errors (a file removed meanwhile, no permission) are
+    ignored.
+
+    Returns
+    -------
+    list of pathlib.Path
+        What was removed.
+    """
+    removed: list[Path] = []
+    cutoff = time.time() - older_than
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMP_RE.match(entry.name)
+        if match is None:
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                if st.st_mtime > cutoff:
+                    continue
+                os.unlink(entry.path)
+            elif stat.S_ISDIR(st.st_mode):
+                if not os.path.lexists(os.path.join(os.fspath(folder), match["final"])) \
+                        or _newest_mtime(entry.path, st.st_mtime, cutoff) > cutoff:
+                    continue
+                shutil.rmtree(entry.path)
+            else:
+                continue
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _sweep(folder: Path) -> None:
+    """:func:`remove_stale_temps` on ``folder``, at most once per :data:`_SWEEP_EVERY_S` per process."""
+    key = os.path.abspath(folder)
+    now = time.monotonic()
+    last = _swept.get(key)
+    if last is not None and now - last < _SWEEP_EVERY_S:
+        return
+    _swept[key] = now
+    remove_stale_temps(folder)
 
 
 def create_temp(path: str | os.PathLike) -> tuple[int, Path]:
@@ -71,7 +162,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
     The temporary file exists (empty) when the body starts, with the mode
     ``path`` will have; the writer may overwrite or truncate it. The folder
-    of ``path`` must exist.
+    of ``path`` must exist; stale temporaries of killed writers in it are
+    removed first (:func:`remove_stale_temps`).
 
     Raises
     ------
@@ -86,6 +178,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     ...     ds.to_netcdf(tmp)
     """
     path = Path(path)
+    _sweep(path.parent)
     fd, tmp = create_temp(path)
     try:
         os.close(fd)
@@ -151,6 +244,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     ...     save_file(tensors, tmp / "model.safetensors")
     """
     path = Path(path)
+    _sweep(path.parent)
     for _ in range(100):
         tmp = _temp_name(path)
         try:

@@ -1,18 +1,52 @@
 """Command line: ``python -m toolkit weights MODEL -o out.nc --plot out.png``.
 
 A thin argparse front end over :mod:`toolkit.collect` and :mod:`toolkit.plot`.
-Toolkit errors are printed as one message (no traceback) with exit status 2.
-The output paths (``-o``, ``--plot``) and the metric to plot are checked
-before any computing, so a typo there does not cost a whole run.
+Toolkit errors and bad arguments are printed as one line (no traceback, no
+usage block) with exit status 2; an unexpected error (a bug) as one line with
+exit status 1 (``TOOLKIT_TRACEBACK=1`` shows its traceback). The numeric
+options (``--k``, ``--tolerance``, ``--steps``), the output paths (``-o``,
+``--plot``) and the metric to plot are checked before any computing, so a
+typo there does not cost a whole run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+from toolkit import options
 from toolkit.errors import OutputPathError, ToolkitError, UnknownMetricError
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: ``error: PROG: MESSAGE (see PROG --help)``, exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def run_command(func: Callable, args) -> int:
+    """``func(args)`` as a command: a :class:`ToolkitError` is printed on one line with
+    exit status 2, an unexpected exception on one line with status 1 (set
+    ``TOOLKIT_TRACEBACK=1`` to see its traceback), Ctrl-C exits 130."""
+    try:
+        return int(func(args) or 0)
+    except ToolkitError as e:
+        print(f"error: {_cli_message(e)}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if os.environ.get("TOOLKIT_TRACEBACK", "").strip() not in ("", "0"):
+            raise
+        print(f"error: unexpected {type(e).__name__}: {str(e)[:300]} ".replace("\n", " ")
+              + "(a bug of the toolkit, not of your input: please report it with the command line; "
+              "TOOLKIT_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 1
 
 
 def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
@@ -52,16 +86,7 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
     if args.output:
         check_output_path(args.output, "-o/--output", "stats.nc")
     if args.plot:
-        check_output_path(args.plot, "--plot", "heatmap.png")
-        from matplotlib.backend_bases import FigureCanvasBase
-
-        formats = FigureCanvasBase.get_supported_filetypes()
-        suffix = Path(args.plot).suffix.lower().lstrip(".")
-        if suffix and suffix not in formats:
-            raise OutputPathError(
-                args.plot, f"--plot must name an image file; .{suffix} is not a format matplotlib writes "
-                f"(use one of: {', '.join('.' + f for f in sorted(formats))})"
-            )
+        check_plot_path(args.plot, "heatmap.png")
     computed = [m.name for m in resolve_metrics(args.metrics, kind=kind)]
     if not args.plot:
         return None
@@ -69,7 +94,7 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
     wanted = args.plot_metric
     if wanted is None or wanted in computed:
         return wanted or fallback
-    if wanted not in list_metrics(kind):
+    if wanted not in list_metrics(kind, opt_in=True):
         try:
             resolve_metrics([wanted], kind=kind)  # raises: names the kind, the close matches, the known metrics
         except UnknownMetricError as e:
@@ -78,6 +103,41 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
         f"--plot-metric {wanted!r} is not computed: add it to --metrics "
         f"(--metrics {' '.join(computed)} {wanted}), or leave out --plot-metric to plot {fallback!r}"
     )
+
+
+def check_plot_path(path: str, example: str) -> None:
+    """``--plot``: a file that can be written, in an image format matplotlib writes.
+
+    Raises
+    ------
+    OutputPathError
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from toolkit.io import check_output_path
+
+    check_output_path(path, "--plot", example)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix and suffix not in formats:
+        raise OutputPathError(
+            path, f"--plot must name an image file; .{suffix} is not a format matplotlib writes "
+            f"(use one of: {', '.join('.' + f for f in sorted(formats))})"
+        )
+
+
+def save_figure(fig, path: str, **savefig) -> None:
+    """Write ``fig`` to ``--plot`` (folders created) and close it; an ``OSError`` becomes an
+    :class:`OutputPathError`."""
+    import matplotlib.pyplot as plt
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, **savefig)
+    except OSError as e:
+        raise OutputPathError(path, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
+    finally:
+        plt.close(fig)
 
 
 def _cli_message(e: ToolkitError) -> str:
@@ -104,19 +164,10 @@ def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
         from toolkit import plot
 
         ax = plot.heatmap(ds if plot_ds is None else plot_ds, plot_metric)
-        fig = ax.figure
-        try:
-            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(args.plot, dpi=150, bbox_inches="tight")
-        except OSError as e:
-            raise OutputPathError(args.plot, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
-        finally:
-            plt.close(fig)
+        save_figure(ax.figure, args.plot, dpi=150, bbox_inches="tight")
         print(f"wrote {args.plot} ({plot_metric})")
     return 0
 
@@ -170,15 +221,29 @@ def _add_output_args(p: argparse.ArgumentParser, default_plot: str) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
+def _tolerance(value, option, where):
+    return options.diff_options(where, value, 1)[0]
+
+
+def _subspace_k(value, option, where):
+    return options.diff_options(where, 0.0, value)[1]
+
+
+def _step(value, option, where):
+    return options.whole_number(value, option, where, minimum=0, meaning="a training step")
+
+
 def _add_diff_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", nargs="+", default=None, help="diff metric names (default: all)")
-    p.add_argument("--tolerance", type=float, default=0.0, help="|t - b| <= tolerance counts as unchanged")
-    p.add_argument("--k", type=int, default=16, help="subspace dimension for subspace_overlap")
+    p.add_argument("--tolerance", type=options.arg_type(_tolerance, "tolerance", float), default=0.0,
+                   help="|t - b| <= tolerance counts as unchanged (a finite number >= 0)")
+    p.add_argument("--k", type=options.arg_type(_subspace_k, "k"), default=16,
+                   help="subspace dimension for subspace_overlap (a whole number >= 1)")
     _add_output_args(p, "relative_change")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m toolkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("weights", help="statistics of every weight matrix, per layer and component")
@@ -195,7 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("series", help="diff metrics along a series of checkpoints (a training run)")
     s.add_argument("checkpoints", nargs="+", help="checkpoints in training order")
-    s.add_argument("--steps", nargs="+", type=int, default=None, help="training step of each checkpoint")
+    s.add_argument("--steps", nargs="+", type=options.arg_type(_step, "step"), default=None,
+                   help="training step of each checkpoint (distinct whole numbers >= 0)")
     s.add_argument("--reference", choices=["first", "previous"], default="first",
                    help="diff against the first or the previous checkpoint")
     _add_diff_args(s)
@@ -222,14 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m toolkit`` and the ``toolkit`` script."""
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ToolkitError as e:
-        print(f"error: {_cli_message(e)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

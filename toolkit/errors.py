@@ -414,3 +414,132 @@ class CheckpointChangedError(ToolkitError, RuntimeError):
 
     def __reduce__(self):
         return type(self), (self.location, self.expected, self.seen)
+
+
+class SourceTypeError(ToolkitError, TypeError):
+    """A checkpoint source of a type the toolkit cannot open (``42``, bytes, a list...).
+
+    Fields: ``source`` (the ``repr`` of what was passed, shortened), ``reason``
+    (what to pass instead).
+    """
+
+    def __init__(self, source: object, reason: str):
+        text = repr(source)
+        self.source = text if len(text) <= 80 else text[:77] + "..."
+        self.reason = reason
+        super().__init__(f"cannot open checkpoint {self.source}: {reason}")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class UnsupportedDtypeError(CheckpointFileError):
+    """A stored tensor whose dtype the statistics cannot use: complex numbers
+    (whose imaginary part a cast to float would drop), or a storage type torch
+    has no dtype for.
+
+    Fields: ``path`` (the weight file), ``tensor`` (its name), ``dtype``, ``reason``.
+    """
+
+    def __init__(self, path: str, tensor: str, dtype: str, reason: str):
+        self.tensor = str(tensor)
+        self.dtype = str(dtype)
+        super().__init__(path, f"tensor {self.tensor!r} is stored as {self.dtype}: {reason}")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls, args, state):
+    """Unpickle an error without calling its ``__init__`` (for errors sent back by worker processes)."""
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
+
+def _shown(value, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class InvalidOptionError(ToolkitError, ValueError):
+    """An option of a public function (or of the command line) with a value it
+    cannot take: a count below 1, a negative or NaN tolerance, a float where a
+    whole number belongs, a str where a flag belongs.
+
+    Fields: ``option`` (its name), ``value`` (what was passed), ``expected``
+    (what it takes), ``where`` (the function, e.g. ``"toolkit.compare"``; ``""``
+    on the command line).
+    """
+
+    def __init__(self, option: str, value: object, expected: str, where: str = ""):
+        self.option, self.value, self.expected, self.where = option, value, expected, where
+        head = f"{where}: " if where else ""
+        super().__init__(f"{head}{option}={_shown(value)} is not valid: {option} must be {expected}")
+
+    def __reduce__(self):
+        return type(self), (self.option, self.value, self.expected, self.where)
+
+
+class TextInputError(ToolkitError, ValueError):
+    """Texts that cannot go through a model: bytes instead of str, a list that
+    mixes strings and token ids, a lone surrogate, a token id outside the
+    model's vocabulary, a prompts file that is not UTF-8.
+
+    Fields: ``where`` (``"texts"``, ``"text 3"``, ``"prompts file '...'"``), ``reason``.
+    """
+
+    def __init__(self, where: str, reason: str):
+        self.where, self.reason = where, reason
+        super().__init__(f"{where} {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.where, self.reason)
+
+
+class TextFileNotFoundError(TextInputError, FileNotFoundError):
+    """A file of texts (prompts, training text) that does not exist, or a folder.
+
+    Fields: ``path``, ``reason`` (``where`` is the path too).
+    """
+
+    def __init__(self, path: str, reason: str):
+        self.path = str(path)
+        super().__init__(repr(self.path), reason)
+        self.args = (f"no text file {self.path!r}: {reason}",)
+
+    def __str__(self) -> str:  # FileNotFoundError would format errno and filename
+        return self.args[0]
+
+    def __reduce__(self):
+        return type(self), (self.path, self.reason)
+
+
+class UnsavableDatasetError(ToolkitError, TypeError):
+    """What ``toolkit.save`` is given cannot be written as NetCDF: not a Dataset
+    (a DataArray, a dict), or an attr or variable NetCDF cannot hold (a set, an
+    object, a dict with non-str keys).
+
+    Fields: ``what`` (``"ds"``, ``"attr 'x' of the Dataset"``...), ``reason`` (the message).
+    """
+
+    def __init__(self, what: str, reason: str):
+        self.what, self.reason = what, reason
+        super().__init__(reason)
+
+    def __reduce__(self):
+        return type(self), (self.what, self.reason)
+
+
+class PathTypeError(ToolkitError, TypeError):
+    """A file path (of ``toolkit.save`` / ``toolkit.load``) that is not a str or a
+    path-like: an int, bytes, None... Fields: ``path`` (the ``repr`` of what was passed), ``reason``."""
+
+    def __init__(self, path: object, reason: str):
+        self.path, self.reason = _shown(path), reason
+        super().__init__(reason)
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)

@@ -9,17 +9,18 @@ from contextlib import ExitStack
 import torch
 import xarray as xr
 
+from toolkit import options
 from toolkit.activations import definitions as D
 from toolkit.activations.attention import AttentionRecorder, eager_attention
 from toolkit.activations.dataset import add_head_variables
 from toolkit.activations.gradients import gradient_norms, next_token_loss_sum, only_grad_for
 from toolkit.activations.hooks import Batch, ComponentRecorder, Target
-from toolkit.activations.inputs import as_texts, batches, tokenize
+from toolkit.activations.inputs import as_texts, batches, check_token_ids, tokenize
 from toolkit.activations.model import load_model
 from toolkit.architectures import resolve_adapter
 from toolkit.collect.grid import Cell, build_grid_dataset
 from toolkit.collect.progress import Progress
-from toolkit.errors import UnmappedParametersError
+from toolkit.errors import InvalidOptionError, UnmappedParametersError
 
 
 def activation_stats(
@@ -106,6 +107,13 @@ def activation_stats(
         whose rows do not sum to 1 (pass ``attention=False`` to skip).
     TokenizerMissingError, EmptyInputError
         String texts without a tokenizer; no texts, or a text of < 2 tokens.
+    TextInputError
+        Texts that are bytes, neither str nor token ids, a mix of both, a str
+        with a lone surrogate, a token id outside the model's vocabulary, a
+        prompts file that is not UTF-8 (``TextFileNotFoundError``: no such file).
+    InvalidOptionError
+        ``max_tokens`` < 2, ``batch_size`` < 1, a flag that is not a bool...
+        (before the model is loaded).
 
     Notes
     -----
@@ -127,6 +135,16 @@ def activation_stats(
     >>> m = load_model("Qwen/Qwen2.5-0.5B")            # load once, run several text sets
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
+    where = "toolkit.activation_stats"
+    max_tokens = options.whole_number(max_tokens, "max_tokens", where, minimum=2,
+                                      meaning="texts are cut to this many tokens; each needs at least 2")
+    batch_size = options.whole_number(batch_size, "batch_size", where, minimum=1, meaning="texts per forward pass")
+    attention = options.flag(attention, "attention", where)
+    gradients = options.flag(gradients, "gradients", where)
+    progress = options.progress_option(progress, where)
+    mapping = options.mapping_option(mapping, where)
+    if tokenizer is not None and not callable(tokenizer):
+        raise InvalidOptionError("tokenizer", tokenizer, "None or a transformers tokenizer (a callable)", where)
     if texts is None:
         texts_origin = "default (data/prompts.txt of the toolkit)"
     else:
@@ -137,6 +155,9 @@ def activation_stats(
     ids = tokenize(texts, loaded.tokenizer, max_tokens=max_tokens,
                    source=f"{loaded.attrs.get('source')} ({loaded.tokenizer_error})" if loaded.tokenizer_error
                    else loaded.attrs.get("source", ""))
+    embedding = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    if embedding is not None and hasattr(embedding, "num_embeddings"):
+        check_token_ids(ids, int(embedding.num_embeddings), tokenized=isinstance(texts[0], str))
     config = model.config.to_dict()
     params = dict(model.named_parameters())
     adapter = resolve_adapter(config, list(params), mapping=mapping)

@@ -12,13 +12,15 @@ attention, never sees a padding token.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from toolkit.data import data_path
-from toolkit.errors import EmptyInputError, TokenizerMissingError
+from toolkit.errors import EmptyInputError, TextInputError, TokenizerMissingError
+from toolkit.options import read_text_file
 
 #: The default texts (prose, code, math, dialogue, several languages).
 DEFAULT_PROMPTS = data_path("prompts.txt")
@@ -42,12 +44,15 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[str]:
     ------
     EmptyInputError
         The file holds no text.
-    FileNotFoundError
-        No such file.
+    TextFileNotFoundError
+        No such file, or a folder (a ``FileNotFoundError`` too).
+    TextInputError
+        The file is not UTF-8 (the message says where and how to convert it).
     """
     path = Path(path) if path is not None else DEFAULT_PROMPTS
     blocks, current = [], []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    body = read_text_file(path, "prompts file", "or read it with its own encoding and pass the texts as a list of str")
+    for line in body.splitlines():
         if line.strip() == SEPARATOR:
             blocks.append("\n".join(current))
             current = []
@@ -60,22 +65,125 @@ def load_prompts(path: str | os.PathLike | None = None) -> list[str]:
     return texts
 
 
+_BYTES = (bytes, bytearray, memoryview)
+_HOW_TEXTS = ("pass a str, a list of str, token ids as a list of lists of int, or a pathlib.Path of a file "
+              "of texts separated by '---' lines")
+
+
+def _preview(t) -> str:
+    text = repr(t)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _token_ids(t, i: int) -> list[int]:
+    """The token ids of text ``i`` (a sequence or 1-D tensor/array of whole numbers), checked."""
+    import numbers
+
+    if torch.is_tensor(t) or type(t).__module__ == "numpy":
+        if t.ndim != 1:
+            raise TextInputError(f"text {i}", f"is an array of shape {tuple(t.shape)}; token ids of one text are "
+                                 "1-D (pass a 2-D array as the texts, one row per text)")
+        if torch.is_tensor(t):
+            integer = not (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool)
+        else:
+            integer = t.dtype.kind in "iu"
+        if not integer:
+            raise TextInputError(f"text {i}", f"holds {t.dtype} values; token ids are whole numbers (an int dtype)")
+        return [int(x) for x in t.tolist()]
+    ids = []
+    for j, x in enumerate(t):
+        if not isinstance(x, numbers.Integral) or isinstance(x, bool) or type(x).__name__ == "bool_":
+            if torch.is_tensor(x) and x.ndim == 0 and not x.dtype.is_floating_point and x.dtype != torch.bool:
+                x = int(x)
+            else:
+                raise TextInputError(f"text {i}", f"holds {_preview(x)} at position {j}, which is not a token id "
+                                     "(a whole number, an int); token ids are lists of int")
+        ids.append(int(x))
+    return ids
+
+
 def as_texts(texts) -> list:
-    """``None`` -> default prompts; a path -> its prompts; a str -> ``[str]``; else a list."""
+    """``None`` -> default prompts; a path -> its prompts; a str -> ``[str]``; else a list.
+
+    Each text is a str or a sequence of token ids (ints), all of one kind.
+
+    Raises
+    ------
+    TextInputError
+        ``texts`` (or one of them) is bytes (the message says how to decode
+        them), neither str nor token ids, a str holding a lone surrogate (not
+        encodable as UTF-8), or the texts mix strings and token ids.
+    EmptyInputError
+        No texts.
+    """
     if texts is None:
         return load_prompts()
     if isinstance(texts, os.PathLike):
         return load_prompts(texts)
     if isinstance(texts, str):
         texts = [texts]
+    elif isinstance(texts, _BYTES):
+        raise TextInputError("texts", f"is bytes ({_preview(bytes(texts[:30]))}), not text: decode them first, "
+                             "e.g. texts=data.decode('utf-8') (token ids go as a list of int, not bytes)")
+    elif isinstance(texts, (dict, set, frozenset)) or not isinstance(texts, Iterable):
+        raise TextInputError("texts", f"is of type {type(texts).__name__} ({_preview(texts)}); {_HOW_TEXTS}")
+    elif torch.is_tensor(texts) or type(texts).__module__ == "numpy":
+        if texts.ndim not in (1, 2):
+            raise TextInputError("texts", f"is an array of shape {tuple(texts.shape)}; token ids go as a 1-D "
+                                 "array (one text) or a 2-D one (one row per text)")
+        texts = [texts] if texts.ndim == 1 else list(texts)  # one text of token ids, or one per row
     texts = list(texts)
     if not texts:
         raise EmptyInputError("no texts given")
-    return texts
+    out, kinds = [], {}
+    for i, t in enumerate(texts):
+        if isinstance(t, str):
+            try:
+                t.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise TextInputError(
+                    f"text {i} ({_preview(t)})",
+                    f"holds a lone surrogate {t[e.start]!r} at character {e.start}, which is not a Unicode "
+                    "character (text decoded with errors='surrogateescape' gives these): decode the bytes with "
+                    "errors='replace', or remove it, e.g. t.encode('utf-8', 'replace').decode('utf-8')",
+                ) from None
+            kinds.setdefault("str", i)
+            out.append(t)
+        elif isinstance(t, _BYTES):
+            raise TextInputError(f"text {i} ({_preview(bytes(t[:30]))})", "is bytes, not str: decode it first, e.g. "
+                                 "[t.decode('utf-8') for t in texts]")
+        elif isinstance(t, (dict, set, frozenset)) or not (isinstance(t, Iterable) or torch.is_tensor(t)):
+            raise TextInputError(f"text {i} ({_preview(t)})", f"is of type {type(t).__name__}; {_HOW_TEXTS}")
+        else:
+            kinds.setdefault("ids", i)
+            out.append(_token_ids(t, i))
+    if len(kinds) > 1:
+        raise TextInputError("texts", f"mix strings (text {kinds['str']}) and token ids (text {kinds['ids']}): "
+                             "pass all texts as str (tokenised here), or all as lists of int")
+    return out
+
+
+def check_token_ids(ids: list[list[int]], vocab_size: int, *, tokenized: bool) -> None:
+    """Every token id lies in ``[0, vocab_size)``, the rows of the model's input embedding.
+
+    Raises
+    ------
+    TextInputError
+        Names the text, the position and the id; says whether the tokenizer
+        (``tokenized``) or the caller gave it.
+    """
+    for i, row in enumerate(ids):
+        bad = next((j for j, x in enumerate(row) if not 0 <= x < vocab_size), None)
+        if bad is not None:
+            origin = ("the tokenizer gave it: a tokenizer of another model? pass the model's own tokenizer="
+                      if tokenized else "ids run from 0 to the vocabulary size - 1")
+            raise TextInputError(f"text {i}", f"holds token id {row[bad]} at position {bad}, outside the model's "
+                                 f"vocabulary (ids 0 to {vocab_size - 1}; {origin})")
 
 
 def tokenize(texts: list, tokenizer, *, max_tokens: int, source: str = "") -> list[list[int]]:
-    """Token ids of each text (str through ``tokenizer``; lists of int as they are), truncated.
+    """Token ids of each text (str through ``tokenizer``; lists of int, as :func:`as_texts` gives them, as
+    they are), truncated.
 
     Raises
     ------
@@ -92,7 +200,7 @@ def tokenize(texts: list, tokenizer, *, max_tokens: int, source: str = "") -> li
                 raise TokenizerMissingError(source, "texts are strings")
             ids = list(tokenizer(t, add_special_tokens=True, truncation=True, max_length=max_tokens)["input_ids"])
         else:
-            ids = [int(x) for x in (t.tolist() if torch.is_tensor(t) else t)]
+            ids = list(t)
         ids = ids[:max_tokens]
         if len(ids) < 2:
             raise EmptyInputError(f"text {i} ({str(t)[:40]!r}) has {len(ids)} token(s); each text needs at least 2")

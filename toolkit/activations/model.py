@@ -39,10 +39,19 @@ def _locate(source, gguf_file):
 
         source = default_model_path()
     text = os.path.expanduser(os.fspath(source))
+    if not text.strip():
+        raise SourceNotFoundError(text, "an empty path; pass the checkpoint's folder, a .gguf file, a hub id, "
+                                  "or None for the bundled model")
+    if text.strip() != text and not os.path.exists(text):
+        raise SourceNotFoundError(text, "it has leading or trailing whitespace (a newline read from a file?); "
+                                  f"pass it stripped: {text.strip()!r}")
     path = Path(text)
     if path.is_file():
         if path.suffix == ".gguf":
             return str(path.parent), path.name, "gguf", str(path)
+        if path.suffix not in (".json", ".safetensors", ".bin", ".pt", ".pth"):
+            raise SourceNotFoundError(text, "a file that is neither a .gguf model nor a file of a checkpoint "
+                                      "folder; pass the folder that holds config.json and the weights, or a .gguf")
         return str(path.parent), gguf_file, "transformers", str(path)
     if path.is_dir():
         return str(path), gguf_file, "gguf" if gguf_file else "transformers", str(path)
@@ -121,6 +130,9 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
     ------
     SourceNotFoundError
         Nothing to load at ``source``, or ``transformers`` cannot load it.
+    SourceTypeError
+        ``source`` of a type no checkpoint has (an int, bytes, a list...), or
+        ``gguf_file`` / ``revision`` not a str.
 
     Notes
     -----
@@ -141,6 +153,9 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
                       "" if tokenizer is not None else "a loaded model was given without tokenizer=")
     import transformers as tf
 
+    from toolkit.sources import check_source_arguments
+
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision)
     where, gguf, fmt, shown = _locate(source, gguf_file)
     kw = {k: v for k, v in (("gguf_file", gguf), ("revision", revision)) if v}
     local_gguf = Path(where, gguf) if gguf and Path(where, gguf).is_file() else None

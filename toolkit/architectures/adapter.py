@@ -67,17 +67,19 @@ class Split:
             groups = int(self.groups(dims) if callable(self.groups) else self.groups)
         except TypeError as e:  # a None size: the config lacks it
             raise MappingError(key, f"the config lacks a size this split needs ({dims}): {e}") from e
+        except ArithmeticError as e:  # a zero head count (Dims refuses it; a hand-made Dims may not)
+            raise MappingError(key, f"the config's sizes cannot give this split ({dims}): {e}") from e
         if len(sizes) != len(self.components) or min(sizes + [groups]) <= 0:
             raise MappingError(key, f"bad split sizes {sizes} x {groups} groups for {self.components}")
         block = sum(sizes)
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         if groups == 1:
-            out = {c: slice(s, s + n) for c, s, n in zip(self.components, starts, sizes)}
+            out = {c: slice(s, s + n) for c, s, n in zip(self.components, starts, sizes, strict=True)}
         else:
             base = torch.arange(groups).unsqueeze(1) * block
             out = {
                 c: (base + torch.arange(s, s + n)).reshape(-1)
-                for c, s, n in zip(self.components, starts, sizes)
+                for c, s, n in zip(self.components, starts, sizes, strict=True)
             }
         return block * groups, out
 
@@ -232,7 +234,8 @@ def resolve_adapter(config: dict, parameter_names: Sequence[str] = (), mapping=N
         No mapping given and no family registered for ``model_type``; the
         message lists the parameter names and how to pass a mapping.
     MappingError
-        A declared split needs a size the config lacks.
+        A declared split needs a size the config lacks, a size of the config
+        is not a positive integer, or ``config`` is not a dict.
 
     Notes
     -----
@@ -247,15 +250,20 @@ def resolve_adapter(config: dict, parameter_names: Sequence[str] = (), mapping=N
     >>> [(p.component, p.out_index) for p in a.pieces("model.layers.1.self_attn.qkv_proj.weight")]
     [('attn.q', slice(0, 32, None)), ('attn.k', slice(32, 48, None)), ('attn.v', slice(48, 64, None))]
     """
+    from collections.abc import Mapping as AbcMapping
+
     from toolkit.architectures.mapping import Mapping
 
+    if not isinstance(config, AbcMapping):
+        raise MappingError("config", f"the config must be a dict (a config.json's content), not a "
+                           f"{type(config).__name__}; pass {{}} when there is none")
     if mapping is not None:
         if not isinstance(mapping, Mapping):
             mapping = Mapping(dict(mapping))
         adapter = mapping.adapter(config)
     else:
         model_type = config.get("model_type")
-        cls = _REGISTRY.get(model_type)
+        cls = _REGISTRY.get(model_type) if isinstance(model_type, str) else None
         if cls is None:
             raise UnsupportedArchitectureError(model_type, _REGISTRY, list(parameter_names))
         adapter = cls(config)

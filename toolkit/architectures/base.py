@@ -127,8 +127,17 @@ _FIELDS = {
 }
 
 
-def _int(value) -> int | None:
-    return None if value is None else int(value)
+def _size(key: str, value) -> int | None:
+    """A config size as an int (None when absent); anything but a positive integer is refused."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise MappingError(
+            f"config {key}",
+            f"the config declares {key}={value!r}"[:120] + "; sizes, layer and head counts must be positive "
+            "integers. Fix the config (or use the config.json published with these weights)",
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,11 @@ class Dims:
         ``head_dim`` to ``hidden_size // num_attention_heads`` (the
         ``transformers`` default); GPT-2's ``n_inner=None`` means
         ``4 * n_embd``.
+
+    Raises
+    ------
+    MappingError
+        (:meth:`from_config`) a size that is zero, negative or not an integer.
     """
 
     num_layers: int | None = None
@@ -162,7 +176,7 @@ class Dims:
     @classmethod
     def from_config(cls, config: dict) -> Dims:
         cfg = normalize_config(config, use_transformers=False)  # a source's config is normalised already
-        return cls(**{field: _int(cfg.get(key)) for field, key in _FIELDS.items()})
+        return cls(**{field: _size(key, cfg.get(key)) for field, key in _FIELDS.items()})
 
     @property
     def q_rows(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from collections.abc import Mapping as AbcMapping
 
 from toolkit.architectures.adapter import Split, _check_component
 from toolkit.architectures.base import Adapter, Extract
@@ -42,7 +43,9 @@ class Mapping:
     ------
     MappingError
         An unknown component, a pattern that does not compile or captures no
-        layer group, or an entry of ``transpose`` that names no pattern.
+        layer group, an entry of ``transpose`` that names no pattern, or an
+        argument of the wrong type (patterns that are not a dict of strings,
+        a ``num_layers`` that is not a positive integer...).
 
     Examples
     --------
@@ -63,9 +66,31 @@ class Mapping:
         num_layers: int | None = None,
         name: str = "custom",
     ):
+        if not isinstance(patterns, AbcMapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                     for k, v in patterns.items()):
+            raise MappingError(
+                "patterns", f"patterns must be a dict {{component: regex}} of strings, not {_short(patterns)}; e.g. "
+                "Mapping({'attn.q': r'blocks\\.(\\d+)\\.wq\\.weight'})",
+            )
+        if fused is not None and (not isinstance(fused, AbcMapping) or not all(isinstance(k, str) for k in fused)):
+            raise MappingError("fused", f"fused must be a dict {{regex: Split(...)}}, not {_short(fused)}")
+        if isinstance(transpose, str):  # one name, not its characters
+            transpose = (transpose,)
+        try:
+            transpose = frozenset(transpose)
+        except TypeError as exc:
+            raise MappingError("transpose", f"transpose must be a list of components or patterns, not "
+                               f"{_short(transpose)}") from exc
+        if not all(isinstance(t, str) for t in transpose):
+            raise MappingError("transpose", f"transpose must hold strings, not {_short(sorted(map(repr, transpose)))}")
+        if num_layers is not None and (isinstance(num_layers, bool) or not isinstance(num_layers, int)
+                                       or num_layers <= 0):
+            raise MappingError("num_layers", f"num_layers must be a positive integer or None, not {num_layers!r}")
+        if not isinstance(name, str):
+            raise MappingError("name", f"name must be a str, not {_short(name)}")
         self.patterns = dict(patterns)
         self.fused = dict(fused or {})
-        self.transpose = frozenset(transpose)
+        self.transpose = transpose
         self.num_layers = num_layers
         self.name = name
         self._rules = []  # (compiled, target, transpose, key)
@@ -93,6 +118,11 @@ class Mapping:
     def __repr__(self) -> str:
         keys = [*self.patterns, *(f"fused:{k}" for k in self.fused)]
         return f"Mapping({self.name!r}, {keys})"
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return f"a {type(value).__name__} ({text if len(text) <= 60 else text[:57] + '...'})"
 
 
 def _compile(rx: str, key: str) -> re.Pattern:

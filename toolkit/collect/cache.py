@@ -24,6 +24,7 @@ disables caching, as does ``cache=False`` on the public functions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -40,6 +41,8 @@ from toolkit.atomic import atomic_write
 from toolkit.errors import CacheWarning
 
 ENV_VAR = "TOOLKIT_CACHE_DIR"
+#: Version of the stored eigenvalues (the toolkit's: they come from its singular values).
+SPECTRUM_KEY = f"eigenvalues:{__version__}"
 _OFF = {"off", "0", "none", "false", "disabled"}
 
 
@@ -55,19 +58,98 @@ def cache_dir() -> Path | None:
     return Path(platformdirs.user_cache_dir("toolkit"))
 
 
+#: The folders of the cache; :func:`clear_cache` deletes these and nothing else.
+KINDS = ("weights", "compare", "plans")
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def _stable(obj):
+    """A JSON-able stand-in for ``obj`` whose text changes whenever its value does: arrays and
+    tensors by dtype, shape and the sha256 of their bytes (``str`` elides long arrays)."""
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, (list, tuple)):
+        return [_stable(o) for o in obj]
+    if isinstance(obj, dict):
+        return {str(k): _stable(v) for k, v in obj.items()}
+    try:
+        import numpy as np
+
+        if hasattr(obj, "detach"):  # a torch tensor (bf16 widened exactly to float32)
+            dtype, obj = str(obj.dtype), obj.detach().cpu()
+            obj = obj.float() if obj.is_floating_point() and obj.dtype.itemsize < 4 else obj
+            arr = np.ascontiguousarray(obj.numpy())
+        else:
+            arr = np.ascontiguousarray(obj)
+            dtype = str(arr.dtype)
+        if arr.dtype != object:
+            return ["array", dtype, list(arr.shape), hashlib.sha256(arr.tobytes()).hexdigest()]
+    except Exception:  # noqa: BLE001 - not array-like: its repr below
+        pass
+    return repr(obj)
+
+
 def digest(*parts: object) -> str:
-    """A 32-hex-digit sha256 of ``parts`` (JSON, keys sorted; other objects by ``str``)."""
-    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    """A 32-hex-digit sha256 of ``parts`` (JSON, keys sorted; arrays by their bytes, other objects by ``repr``)."""
+    return hashlib.sha256(json.dumps(_stable(parts), sort_keys=True).encode()).hexdigest()[:32]
+
+
+@functools.lru_cache(maxsize=8)
+def code_identity(*subpackages: str) -> str:
+    """Names, sizes and mtimes of the toolkit's modules in ``subpackages`` (a source checkout whose
+    code changes misses, even at the same version), with the toolkit version."""
+    parts = []
+    for sub in subpackages:
+        for p in sorted((_PACKAGE / sub).glob("*.py")):
+            st = p.stat()
+            parts.append((sub, p.name, st.st_size, st.st_mtime_ns))
+    return digest(parts, __version__)
+
+
+def _code_parts(code, depth: int = 0) -> list:
+    """Bytecode, names and constants of a code object, nested code objects by their own parts
+    (not their repr, which holds an address)."""
+    consts = [_code_parts(c, depth + 1) if hasattr(c, "co_code") else _stable(c) for c in code.co_consts]
+    return [code.co_code.hex(), list(code.co_names), consts]
+
+
+def _function_parts(func, depth: int = 0) -> list:
+    """What a function computes with: its code, closure values, defaults and, one level down, the
+    code of the module-level functions it calls (a changed helper misses)."""
+    inner = getattr(func, "__wrapped__", None)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return [repr(func)] if inner is None else _function_parts(inner, depth)
+    cells = [_stable(c.cell_contents) if not callable(c.cell_contents) or depth > 1
+             else _function_parts(c.cell_contents, depth + 1) for c in (func.__closure__ or ())
+             if _has_contents(c)]
+    parts = [_code_parts(code), cells, _stable(func.__defaults__), _stable(func.__kwdefaults__)]
+    if depth < 1:
+        helpers = getattr(func, "__globals__", {})
+        parts.append([_function_parts(helpers[n], depth + 1) for n in code.co_names
+                      if callable(helpers.get(n)) and hasattr(helpers[n], "__code__")])
+    return parts
+
+
+def _has_contents(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+        return True
+    except ValueError:
+        return False
 
 
 def metric_key(metric, **options) -> str:
-    """Key of one metric's result: its name, the bytecode and constants of its
-    function (a re-registered metric with new code misses), its options and
-    the toolkit version."""
-    func = metric.func
-    code = getattr(func, "__code__", None)
-    body = (code.co_code.hex(), repr(code.co_consts)) if code is not None else (repr(func),)
-    return f"{metric.name}:{digest(body, sorted(options.items()), __version__)[:16]}"
+    """Key of one metric's result: its name; the code of its function (bytecode, names,
+    constants, closure values, defaults and the code of the functions it calls); its flags;
+    its options (arrays by their bytes); and the toolkit's metrics code and version.
+
+    Values of other module globals it reads are not covered: re-register the metric
+    (or clear the cache) after changing those.
+    """
+    flags = (metric.kind, metric.needs_singular_values, metric.any_dtype, getattr(metric, "needs_matrices", True))
+    body = _function_parts(metric.func)
+    return f"{metric.name}:{digest(body, flags, sorted(options.items()), code_identity('metrics'))[:16]}"
 
 
 _RUN: ContextVar[set | None] = ContextVar("toolkit_cache_run", default=None)
@@ -109,13 +191,39 @@ def _results(raw) -> dict:
             raise TypeError(f"value of {key!r} is not a number")
         if not isinstance(reason, str):
             raise TypeError(f"reason of {key!r} is not a string")
+        if value is None and not reason:
+            raise ValueError(f"NaN without a reason for {key!r}")  # the toolkit never stores one
         out[str(key)] = (math.nan if value is None else float(value), reason)
     return out
 
 
+def _spectrum(raw) -> tuple[float, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in raw):
+        raise TypeError("spectrum is not a list of numbers")
+    return tuple(float(v) for v in raw)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """What the cache holds for one cell.
+
+    ``results``: ``{metric key: (value, reason)}``; ``shape``: the matrix shape or
+    None; ``spectrum``: the eigenvalues of WᵀW, descending, or None (not stored).
+    """
+
+    results: dict
+    shape: tuple[int, int] | None = None
+    spectrum: tuple[float, ...] | None = None
+
+
+_MISS = CacheEntry({})
+
+
 def _shape(raw) -> tuple[int, int]:
     if (not isinstance(raw, list) or len(raw) != 2
-            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in raw)):
+            or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 40 for n in raw)):
         raise TypeError("shape is not two non-negative integers")
     return int(raw[0]), int(raw[1])
 
@@ -150,34 +258,52 @@ class ResultCache:
         folder = self.folder
         return None if folder is None else folder / f"{digest(cell_id)}.json"
 
-    def get(self, cell_id: str) -> tuple[dict, tuple[int, int] | None]:
-        """Cached ``({metric_key: (value, reason)}, shape)`` of one cell; ``({}, None)``
-        when there is none or it cannot be read (a miss, never a wrong number)."""
+    def read(self, cell_id: str) -> CacheEntry:
+        """The :class:`CacheEntry` of one cell; an empty one when there is none or it cannot
+        be read (a miss, never a wrong number)."""
         path = self._path(cell_id)
         try:
             if path is None or not path.is_file():
-                return {}, None
+                return _MISS
             data = json.loads(path.read_text())
             if not isinstance(data, dict) or data.get("cell") != cell_id:
-                return {}, None
-            return _results(data["results"]), _shape(data["shape"])
-        except (OSError, ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError):
-            return {}, None
+                return _MISS
+            spectrum = data.get("spectrum")
+            if spectrum is not None and (not isinstance(spectrum, dict) or spectrum.get("key") != SPECTRUM_KEY):
+                spectrum = None
+            shape = _shape(data["shape"])
+            values = None if spectrum is None else _spectrum(spectrum["values"])
+            if values is not None and (len(values) != min(shape) or any(not 0 <= v < math.inf for v in values)
+                                       or any(a < b for a, b in zip(values, values[1:], strict=False))):
+                values = None  # not the descending spectrum of this matrix: computed again
+            return CacheEntry(_results(data["results"]), shape, values)
+        except Exception:  # noqa: BLE001 - any unreadable entry (RecursionError, OverflowError...) is a miss
+            return _MISS
 
-    def put(self, cell_id: str, results: dict, shape: tuple[int, int]) -> None:
-        """Merge ``{metric_key: (value, reason)}`` into the cell's file, atomically.
+    def get(self, cell_id: str) -> tuple[dict, tuple[int, int] | None]:
+        """Cached ``({metric_key: (value, reason)}, shape)`` of one cell; ``({}, None)`` on a miss."""
+        entry = self.read(cell_id)
+        return entry.results, entry.shape
+
+    def put(self, cell_id: str, results: dict, shape: tuple[int, int], spectrum=None) -> None:
+        """Merge ``{metric_key: (value, reason)}`` (and the cell's eigenvalues, when given) into
+        the cell's file, atomically.
 
         Never raises for the cache's sake: a write that fails turns this cache
         off (one :class:`~toolkit.errors.CacheWarning`)."""
         path = self._path(cell_id)
         if path is None:
             return
-        merged = {**self.get(cell_id)[0], **results}
+        old = self.read(cell_id)
+        merged = {**old.results, **results}
+        spectrum = old.spectrum if spectrum is None else spectrum
         payload = {
             "cell": cell_id,
             "shape": [int(n) for n in shape],
             "results": {k: [None if math.isnan(v) else v, r] for k, (v, r) in merged.items()},
         }
+        if spectrum is not None:
+            payload["spectrum"] = {"key": SPECTRUM_KEY, "values": [float(v) for v in spectrum]}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_write(path, "w") as f:
@@ -199,22 +325,26 @@ def cache_info() -> dict:
     try:
         if root is None or not root.is_dir():
             return {"path": str(root or ""), "files": 0, "bytes": 0}
-        files = [p for p in root.rglob("*.json") if p.is_file()]
+        files = [p for kind in KINDS if (root / kind).is_dir() for p in (root / kind).rglob("*.json") if p.is_file()]
         return {"path": str(root), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
     except OSError:
         return {"path": str(root), "files": 0, "bytes": 0}
 
 
 def clear_cache() -> int:
-    """Delete the cache folder in force; returns the number of bytes freed.
+    """Delete what the toolkit stored in the cache folder in force (its ``weights``, ``compare``
+    and ``plans`` folders, nothing else: ``$TOOLKIT_CACHE_DIR`` may name a folder that holds
+    other files); returns the number of bytes freed.
 
     Raises
     ------
     OSError
-        The folder cannot be deleted (the error names it).
+        A folder cannot be deleted (the error names it).
     """
     info = cache_info()
     root = cache_dir()
-    if root is not None and root.exists():
-        shutil.rmtree(root)
+    if root is not None and root.is_dir():
+        for kind in KINDS:
+            if (root / kind).is_dir() and not (root / kind).is_symlink():
+                shutil.rmtree(root / kind)
     return info["bytes"]

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
+from toolkit import options
 from toolkit.collect.cache import cache_run, digest, open_cache
 from toolkit.collect.executors import executor_for
 from toolkit.collect.pair_cells import PairMeasurement
@@ -25,7 +26,7 @@ from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.collect.tensor_pairs import pair_tensors
-from toolkit.errors import EmptyInputError, ToolkitError
+from toolkit.errors import EmptyInputError, InvalidOptionError
 
 REFERENCES = ("first", "previous")
 
@@ -85,6 +86,9 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
         mismatching tensor and what each side has.
     UnknownMetricError
         A name in ``metrics`` is not a registered diff metric.
+    InvalidOptionError
+        ``tolerance`` negative or not finite, ``k`` not a whole number >= 1, a
+        flag that is not a bool... (before any work).
     (and whatever :func:`toolkit.open_source` raises for a missing source)
 
     Notes
@@ -102,6 +106,10 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     >>> ds = toolkit.compare("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct")  # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
     """
+    where = "toolkit.compare"
+    tolerance, k = options.diff_options(where, tolerance, k)
+    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
+                                                                mapping=mapping, progress=progress, cache=cache)
     return _run([base, target], [(0, 1)], metrics, tolerance, k, mapping, device, progress, cache, client)[1][0]
 
 
@@ -142,8 +150,10 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         A checkpoint that does not match its reference (before any work).
     EmptyInputError
         No checkpoints, or ``steps`` of another length.
-    ToolkitError
-        ``reference`` not in ``{"first", "previous"}``.
+    InvalidOptionError
+        ``reference`` not in ``{"first", "previous"}``, ``checkpoints`` not a
+        list, ``steps`` not distinct whole numbers >= 0, or an option
+        :func:`compare` refuses.
 
     Examples
     --------
@@ -151,12 +161,21 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     >>> ds = toolkit.compare_series(run.checkpoints, steps=run.steps)    # doctest: +SKIP
     >>> ds.relative_change.sel(step=4)                                   # doctest: +SKIP
     """
+    where = "toolkit.compare_series"
+    if isinstance(checkpoints, (str, bytes, os.PathLike)) or not isinstance(checkpoints, Iterable) \
+            or hasattr(checkpoints, "tensors"):
+        raise InvalidOptionError("checkpoints", checkpoints, "a list of checkpoints in training order, e.g. "
+                                 "compare_series([base, step_10, step_20]); for two checkpoints toolkit.compare("
+                                 "base, target) does the same", where)
     checkpoints = list(checkpoints)
     if not checkpoints:
         raise EmptyInputError("compare_series needs at least one checkpoint")
-    if reference not in REFERENCES:
-        raise ToolkitError(f"reference must be one of {REFERENCES}, got {reference!r}")
-    steps = list(steps) if steps is not None else infer_steps(checkpoints)
+    reference = options.choice(reference, "reference", where, REFERENCES)
+    tolerance, k = options.diff_options(where, tolerance, k)
+    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
+                                                                mapping=mapping, progress=progress, cache=cache)
+    steps = options.training_steps(steps, where)
+    steps = steps if steps is not None else infer_steps(checkpoints)
     if len(steps) != len(checkpoints):
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]

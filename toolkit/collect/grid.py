@@ -19,7 +19,8 @@ class Cell:
     ``values`` maps metric name to float (NaN where undefined); ``reasons``
     maps metric name to why it is NaN; ``errors`` names the metrics whose NaN
     came from an exception (a failure of the computation, not of the matrix),
-    which are never cached.
+    which are never cached; ``eigenvalues`` the stored spectrum (descending
+    eigenvalues of WᵀW) when one was asked for.
     """
 
     parameter_name: str
@@ -27,14 +28,16 @@ class Cell:
     values: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     errors: set = field(default_factory=set)
+    eigenvalues: object = None
 
     @classmethod
     def measured(cls, parameter_name: str, result) -> Cell:
         """The Cell of a fresh :class:`~toolkit.metrics.evaluate.MatrixResult`."""
-        return cls(parameter_name, result.shape, dict(result.values), dict(result.reasons), set(result.errors))
+        return cls(parameter_name, result.shape, dict(result.values), dict(result.reasons), set(result.errors),
+                   result.eigenvalues)
 
 
-def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
+def cell_from(piece, shape, results: dict, metrics, keys: dict, eigenvalues=None) -> Cell:
     """The Cell of ``piece`` from cached results.
 
     Parameters
@@ -47,8 +50,10 @@ def cell_from(piece, shape, results: dict, metrics, keys: dict) -> Cell:
     metrics : list of Metric
     keys : dict
         Metric name -> cache key.
+    eigenvalues : sequence of float, optional
+        The cell's spectrum.
     """
-    cell = Cell(piece.parameter_name, tuple(shape) if shape else (0, 0))
+    cell = Cell(piece.parameter_name, tuple(shape) if shape else (0, 0), eigenvalues=eigenvalues)
     for m in metrics:
         value, reason = results[keys[m.name]]
         cell.values[m.name] = value
@@ -70,6 +75,8 @@ def build_grid_dataset(
     cells: dict[tuple[int, str], Cell],
     metrics: list,
     attrs: dict,
+    *,
+    spectra: bool = False,
 ) -> xr.Dataset:
     """Build the Dataset with dims ``(layer, component)``.
 
@@ -85,13 +92,17 @@ def build_grid_dataset(
     attrs : dict
         Dataset attrs (source description); ``toolkit_version`` and
         ``created`` are added.
+    spectra : bool, default False
+        Add ``eigenvalues`` (layer, component, index) from the cells' spectra.
 
     Returns
     -------
     xarray.Dataset
         Data variables ``metric.name`` (layer, component) float64; coords
         ``parameter_name``, ``nan_reason`` (str) and ``n_rows``, ``n_cols``
-        (int64, 0 where the model has no such matrix).
+        (int64, 0 where the model has no such matrix). With ``spectra``:
+        ``eigenvalues`` (layer, component, index) float64, descending,
+        NaN-padded to the longest spectrum.
     """
     shape = (num_layers, len(COMPONENTS))
     data = {m.name: np.full(shape, np.nan) for m in metrics}
@@ -119,7 +130,27 @@ def build_grid_dataset(
             "n_cols": (dims, n_cols, {"long_name": "in_features"}),
         },
     )
+    if spectra:
+        ds["eigenvalues"] = _eigenvalues(num_layers, cells)
     ds.attrs.update(attrs)
     ds.attrs["toolkit_version"] = __version__
     ds.attrs["created"] = datetime.now(UTC).isoformat(timespec="seconds")
     return ds
+
+
+def _eigenvalues(num_layers: int, cells: dict) -> xr.DataArray:
+    """The ``eigenvalues`` variable: every cell's spectrum, descending, NaN-padded."""
+    width = max((len(c.eigenvalues) for c in cells.values() if c.eigenvalues is not None), default=0)
+    data = np.full((num_layers, len(COMPONENTS), width), np.nan)
+    col = {c: j for j, c in enumerate(COMPONENTS)}
+    for (layer, comp), cell in cells.items():
+        if cell.eigenvalues is not None:
+            data[layer, col[comp], : len(cell.eigenvalues)] = np.asarray(cell.eigenvalues, dtype=np.float64)
+    return xr.DataArray(
+        data, dims=("layer", "component", "index"),
+        coords={"index": ("index", np.arange(width), {"long_name": "position in the spectrum (0 = largest)"})},
+        attrs={"long_name": "eigenvalues of WᵀW (empirical spectral density)", "units": "1",
+               "description": "lambda_i = sigma_i(W)^2, descending; NaN past a matrix's min(out, in) "
+                              "eigenvalues and where no spectrum could be computed",
+               "reference": "Martin & Mahoney 2021, JMLR 22(165)"},
+    )

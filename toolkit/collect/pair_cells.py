@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from toolkit._version import __version__
 from toolkit.collect.cache import ResultCache, digest, metric_key
-from toolkit.collect.cell_ids import record_id
+from toolkit.collect.cell_ids import cut_id, record_id
 from toolkit.collect.grid import cell_from
 from toolkit.collect.tensor_pairs import TensorPair
 from toolkit.collect.weight_cells import CellWork, lookup_cells
@@ -105,7 +105,10 @@ class PairMeasurement:
         chosen = tuple(resolve_metrics(metrics, kind="diff"))
         overrides = {"tolerance": float(tolerance), "k": int(k)}
         options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
-        keys = {m.name: metric_key(m, **options[m.name]) for m in chosen}
+        # tolerance and k in every key (a metric may read ctx.sums, counted with the tolerance), and
+        # the device where a metric factorises the matrices
+        keys = {m.name: metric_key(m, **options[m.name], pair=(float(tolerance), int(k)),
+                                   **({"device": str(device)} if m.needs_matrices else {})) for m in chosen}
         total_keys = {n: f"{n}:{digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
         return cls(chosen, keys, options, total_keys, float(tolerance), device)
 
@@ -119,6 +122,8 @@ class PairMeasurement:
         cached, _ = store.get(tid + "|tensor")
         totals = ({n: cached[key][0] for n, key in self.total_keys.items()}
                   if all(key in cached for key in self.total_keys.values()) else None)
+        if totals is not None and not _valid_totals(totals, tp.base.shape):
+            totals = None  # not this tensor's sums: computed again
         cells = lookup_cells(store, tid, tp.pieces, self.chosen, self.keys)
         return PairWork(tp, (tp.base.name, tp.target.name), tid, totals, cells)
 
@@ -137,8 +142,9 @@ class PairMeasurement:
             None when ``work.whole`` is False (only the totals are missing:
             read here in row blocks).
         memo : dict
-            ``(checkpoint index, layer, component, k) -> top-k left singular
-            vectors``, read and filled (a series reuses each checkpoint's).
+            ``(checkpoint index, cut id, k) -> top-k left singular vectors``
+            (the cut id names layer, component and split), read and filled (a
+            series reuses each checkpoint's).
 
         Returns
         -------
@@ -167,11 +173,11 @@ class PairMeasurement:
         return {"totals": totals, "cells": cells}
 
     def _measure_cell(self, wb, wt, todo, piece, memo: dict):
-        bases = {}
+        bases, cut = {}, cut_id(piece)  # the cut is in the key: a checkpoint's cells are cut by the pair's base
         for side, i in (("base", self.bi), ("target", self.ti)):
             for k in {o["k"] for o in self.options.values() if "k" in o}:
-                if (i, piece.layer, piece.component, k) in memo:
-                    bases[(side, k)] = memo[(i, piece.layer, piece.component, k)]
+                if (i, cut, k) in memo:
+                    bases[(side, k)] = memo[(i, cut, k)]
         ctx = _diff.DiffContext(wb, wt, device=self.device, bases=bases, tolerance=self.tolerance)
         shape = (int(wb.shape[0]), int(wb.shape[1]))
         if not ctx.sums.finite:
@@ -179,7 +185,7 @@ class PairMeasurement:
             return shape, {self.keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}, ctx.sums
         new = {self.keys[m.name]: tuple(_diff.evaluate_diff(m, ctx, self.options[m.name])) for m in todo}
         for (side, k), u in ctx.bases.items():
-            memo[(self.bi if side == "base" else self.ti, piece.layer, piece.component, k)] = u
+            memo[(self.bi if side == "base" else self.ti, cut, k)] = u
         return shape, new, ctx.sums
 
     def finish(self, store: ResultCache, work: PairWork, fresh: dict | None) -> tuple[dict, dict]:
@@ -207,6 +213,16 @@ class PairMeasurement:
                 cached = {**cached, **new}
             cells[(c.piece.layer, c.piece.component)] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
         return totals, cells
+
+
+def _valid_totals(totals: dict, shape) -> bool:
+    """Cached totals that can be this tensor pair's: n its entry count, 0 <= unchanged <= n, finite sums >= 0."""
+    size = 1
+    for d in shape:
+        size *= int(d)
+    n, unchanged = totals["n"], totals["unchanged"]
+    sums_ok = all(0 <= totals[k] < math.inf for k in ("sumsq_base", "sumsq_delta"))
+    return n == size and 0 <= unchanged <= n and float(unchanged).is_integer() and sums_ok
 
 
 def read_pair(tp: TensorPair) -> tuple:

@@ -94,6 +94,24 @@ def dequantizer_versions(fmt: str) -> str:
     return ",".join(found)
 
 
+def check_unchanged(src: Source) -> None:
+    """Raise :class:`~toolkit.errors.CheckpointChangedError` when the weight files of an opened
+    source no longer have the identity it was opened with (an opened Source kept across a re-save
+    would mix old offsets with new bytes, and its numbers would be cached under the old identity)."""
+    from toolkit.errors import CheckpointChangedError
+    from toolkit.sources.identity import files_identity
+
+    files = src.files() if hasattr(src, "files") else []
+    if not files or not src.fingerprint or getattr(src, "opened", None) is not None:
+        return  # nothing to check, or a PlannedSource (it checks when it opens)
+    try:
+        now = files_identity(files)
+    except OSError as exc:
+        raise CheckpointChangedError(src.location, src.fingerprint, f"unreadable ({exc})") from exc
+    if now != src.fingerprint:
+        raise CheckpointChangedError(src.location, src.fingerprint, now)
+
+
 def plan_source(src: Source, mapping=None) -> Plan:
     """Map the tensors of an opened source to (layer, component) pieces.
 
@@ -106,6 +124,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
         No family for the config's ``model_type`` and no ``mapping``; when the
         folder has no ``config.json`` the message says so.
     """
+    check_unchanged(src)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
     try:
@@ -160,11 +179,13 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     from toolkit.collect import plan_cache
 
     request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
+    before = {}
     if request is not None:
         cached = plan_cache.load(request)
         if cached is not None:
             return cached
+        before = request.snapshot()
     plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
     if request is not None:
-        plan_cache.store(request, plan)
+        plan_cache.store(request, plan, before)
     return plan

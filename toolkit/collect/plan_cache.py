@@ -33,7 +33,7 @@ from toolkit.collect.cell_ids import decode_index, encode_index
 from toolkit.collect.plan import Plan, PlannedTensor, dequantizer_versions
 from toolkit.errors import CheckpointChangedError
 from toolkit.sources.base import Source, TensorRecord
-from toolkit.sources.identity import file_identity
+from toolkit.sources.identity import file_identity, files_identity
 
 KIND = "plans"
 #: Files of a checkpoint folder whose identity a cached plan depends on.
@@ -80,9 +80,9 @@ class PlanRequest:
     def key(self) -> str:
         return digest(self.path, self.gguf_file, self.revision, _code_identity())
 
-    def watched(self, plan: Plan) -> list[str]:
-        """Every file (and folder) the plan depends on."""
-        found = {self.path, *plan.source.files()}
+    def watched(self, plan: Plan | None = None) -> list[str]:
+        """Every file (and folder) the plan depends on (``plan``'s weight files included)."""
+        found = {self.path, *(plan.source.files() if plan is not None else ())}
         folder = self.path if os.path.isdir(self.path) else None
         if folder is None and not self.path.endswith(".gguf"):
             folder = os.path.dirname(self.path)  # a weight file's config.json lies beside it
@@ -90,6 +90,17 @@ class PlanRequest:
             found.add(folder)
             found.update(str(p) for p in Path(folder).iterdir() if p.suffix in _WATCHED and p.is_file())
         return sorted(found)
+
+    def snapshot(self, plan: Plan | None = None) -> dict[str, str]:
+        """``{path: identity}`` of :meth:`watched`, taken before opening and compared after planning,
+        so a file replaced while the plan was made is never paired with the old bytes' plan."""
+        out = {}
+        for f in self.watched(plan):
+            try:
+                out[f] = file_identity(f)
+            except OSError:
+                out[f] = "missing"
+        return out
 
 
 def _path(request: PlanRequest) -> Path | None:
@@ -107,11 +118,39 @@ def _encode_piece(p: Piece) -> dict:
                         "index": encode_index(e.index), "rows": e.rows}}
 
 
-def _decode_piece(raw: dict) -> Piece:
+def _int(x, low: int = 0, high: int | None = None) -> int:
+    """``x`` if it is an int (not a bool) in ``[low, high)``; raises ValueError otherwise."""
+    if not isinstance(x, int) or isinstance(x, bool) or x < low or (high is not None and x >= high):
+        raise ValueError(f"not an integer in range: {x!r}")
+    return x
+
+
+def _index(raw, rows: int):
+    """A decoded slice / row index, checked against ``rows`` (the matrix's rows)."""
+    if raw is None:
+        return None
+    if "slice" in raw:
+        start, stop, step = raw["slice"]
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (start, stop, step)):
+            raise ValueError("slice bounds are not integers")
+    elif not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < rows for v in raw["rows"]):
+        raise ValueError("row index out of range")
+    return decode_index(raw)
+
+
+def _decode_piece(raw: dict, num_layers: int, shapes: dict) -> Piece:
+    from toolkit.architectures.vocabulary import COMPONENTS
+
     e = raw["extract"]
-    extract = Extract(e["parameter_name"], bool(e["transpose"]), decode_index(e["index"]), e["rows"])
-    return Piece(int(raw["layer"]), str(raw["component"]), str(raw["parameter_name"]), extract,
-                 module_name=str(raw["module_name"]), out_index=decode_index(raw["out_index"]))
+    if not isinstance(e["transpose"], bool) or raw["component"] not in COMPONENTS:
+        raise ValueError("bad piece")
+    shape = shapes[e["parameter_name"]]
+    rows = shape[1] if e["transpose"] else shape[0]
+    if e["rows"] is not None and _int(e["rows"], 1) != rows:
+        raise ValueError("fused size does not match the tensor")
+    extract = Extract(str(e["parameter_name"]), e["transpose"], _index(e["index"], rows), e["rows"])
+    return Piece(_int(raw["layer"], 0, num_layers), raw["component"], str(raw["parameter_name"]), extract,
+                 module_name=str(raw["module_name"]), out_index=_index(raw["out_index"], rows))
 
 
 def _adapter_name(model_type) -> str:
@@ -121,8 +160,12 @@ def _adapter_name(model_type) -> str:
     return "" if cls is None else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def store(request: PlanRequest, plan: Plan) -> None:
-    """Write ``plan`` for ``request`` (only plans of built-in adapters; never raises for the cache's sake)."""
+def store(request: PlanRequest, plan: Plan, before: dict[str, str]) -> None:
+    """Write ``plan`` for ``request`` (only plans of built-in adapters; never raises for the cache's sake).
+
+    ``before`` is :meth:`PlanRequest.snapshot` taken before the checkpoint was opened: the plan is
+    stored only when no file changed while it was made and its fingerprint is the files' identity now.
+    """
     path = _path(request)
     model_type = plan.source.config.get("model_type")
     adapter = _adapter_name(model_type)
@@ -131,10 +174,14 @@ def store(request: PlanRequest, plan: Plan) -> None:
         return
     try:
         src = plan.source
+        inputs = request.snapshot(plan)
+        if any(before.get(f, ident) != ident for f, ident in inputs.items()) or "missing" in inputs.values() \
+                or files_identity(src.files()) != src.fingerprint:
+            return  # changed while it was planned: plan again next time
         pieces = {t.record.name: [_encode_piece(p) for p in t.pieces] for t in plan.tensors}
         payload = {
             "request": [request.path, request.gguf_file, request.revision],
-            "inputs": {f: file_identity(f) for f in request.watched(plan)},
+            "inputs": inputs,
             "adapter": adapter,
             "source": {"location": src.location, "format": src.format, "config": src.config,
                        "fingerprint": src.fingerprint, "revision": src.revision or "",
@@ -159,7 +206,8 @@ def store(request: PlanRequest, plan: Plan) -> None:
 
 
 def load(request: PlanRequest) -> Plan | None:
-    """The cached plan for ``request``, or None (no entry, a changed file, other code, unreadable)."""
+    """The cached plan for ``request``, or None (no entry, a changed file, other code, an entry
+    that is unreadable or does not describe a valid plan)."""
     path = _path(request)
     try:
         if path is None or not path.is_file():
@@ -167,18 +215,32 @@ def load(request: PlanRequest) -> Plan | None:
         data = json.loads(path.read_text())
         if data["request"] != [request.path, request.gguf_file, request.revision]:
             return None
-        for f, identity in data["inputs"].items():
+        inputs = data["inputs"]
+        if not isinstance(inputs, dict) or request.path not in inputs:
+            return None
+        for f, identity in inputs.items():
             if file_identity(f) != identity:
                 return None
         meta = data["source"]
         if _adapter_name(meta["config"].get("model_type")) != data["adapter"]:
             return None
+        if not meta["files"] or files_identity(meta["files"]) != meta["fingerprint"]:
+            return None  # the weight files are not the bytes this plan was made from
+        num_layers = _int(data["num_layers"], 1)
+        for r in data["records"]:
+            if not isinstance(r["name"], str) or not isinstance(r["rows"], bool):
+                return None
+            [_int(n) for n in r["shape"]]
         source = PlannedSource(request, meta, data["records"])
         records = {r.name: r for r in source.tensors()}
-        tensors = [PlannedTensor(records[name], tuple(_decode_piece(p) for p in ps))
+        shapes = {name: tuple(rec.shape) for name, rec in records.items() if len(rec.shape) == 2}
+        tensors = [PlannedTensor(records[name], tuple(_decode_piece(p, num_layers, shapes) for p in ps))
                    for name, ps in data["pieces"].items()]
-        return Plan(source, tensors, int(data["num_layers"]))
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        cells = [(p.layer, p.component) for t in tensors for p in t.pieces]
+        if not tensors or len(set(cells)) != len(cells) or {layer for layer, _ in cells} != set(range(num_layers)):
+            return None
+        return Plan(source, tensors, num_layers)
+    except Exception:  # noqa: BLE001 - any unreadable entry (RecursionError, OverflowError...) is a miss
         return None
 
 

@@ -81,11 +81,15 @@ class SourceSpec:
         """The spec of an opened :class:`~toolkit.sources.Source`."""
         hub = not os.path.isabs(source.location)
         gguf = Path(source.files()[0]).name if hub and source.format == "gguf" else None
+        if not hub and files_identity(source.files()) != source.fingerprint:
+            from toolkit.errors import CheckpointChangedError
+
+            raise CheckpointChangedError(source.location, source.fingerprint, files_identity(source.files()))
         ident = "" if hub else files_identity(source.files(), portable=True)
         return cls(source.location, gguf, (source.revision or None) if hub else None, ident, hub)
 
     def open(self):
-        """``(source, {name: TensorRecord})`` as this process sees it, memoised per process.
+        """``(source, {name: TensorRecord}, identity)`` as this process sees it, memoised per process.
 
         Raises
         ------
@@ -97,10 +101,14 @@ class SourceSpec:
         key = (self.location, self.gguf_file, self.revision)
         with _LOCK:
             hit = _SOURCES.get(key)
-        if hit is not None and (self.hub or files_identity(hit[0].files(), portable=True) == self.fingerprint):
+        # reuse a source opened earlier only if it was opened on these bytes and they are still there
+        if hit is not None and (self.hub or (hit[2] == self.fingerprint
+                                             and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
             return hit
         src = open_source(self.location, gguf_file=self.gguf_file, revision=self.revision)
         seen = (src.revision or None) if self.hub else files_identity(src.files(), portable=True)
+        if not self.hub and files_identity(src.files()) != src.fingerprint:
+            seen = "changed while it was opened"
         wanted = self.revision if self.hub else self.fingerprint
         if seen != wanted:
             what = "commit" if self.hub else "identity (file names, inodes, sizes, modification times)"
@@ -108,7 +116,7 @@ class SourceSpec:
                 f"the worker sees another version of {self.location!r} than the driver planned: {what} "
                 f"{seen!r} here, {wanted!r} on the driver; was the checkpoint rewritten during the run?"
             )
-        hit = (src, {r.name: r for r in src.tensors()})
+        hit = (src, {r.name: r for r in src.tensors()}, seen)
         with _LOCK:
             _SOURCES[key] = hit
             _SOURCES.move_to_end(key)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from toolkit.collect.cell_ids import cut_id
 from toolkit.collect.plan import Plan
 from toolkit.errors import CheckpointMismatchError
 from toolkit.sources.base import TensorRecord
@@ -51,6 +52,10 @@ def _tied(plan: Plan, names) -> bool:
 def _describe(plan: Plan) -> str:
     cfg = plan.source.config
     return f"{cfg.get('model_type', '?')}, {plan.num_layers} layers ({plan.source.location})"
+
+
+def _cuts(pieces) -> list:
+    return [(p.layer, p.component, getattr(p.extract, "index", None)) for p in pieces]
 
 
 def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]:
@@ -110,6 +115,9 @@ def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]
         if [(p.layer, p.component) for p in bp] != [(p.layer, p.component) for p in tp]:
             mismatch(name, [(p.layer, p.component) for p in bp], [(p.layer, p.component) for p in tp],
                      "it holds different components on each side")
+        if [cut_id(p) for p in bp] != [cut_id(p) for p in tp]:
+            mismatch(name, _cuts(bp), _cuts(tp), "its fused components are split differently on each side (the "
+                     "configs declare other head counts or sizes); fix the config that does not belong to its weights")
         pairs.append(TensorPair(name, b, t, list(bp)))
     for name, t in t_recs.items():
         if name in b_recs:

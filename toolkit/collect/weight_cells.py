@@ -35,6 +35,10 @@ class CellWork:
         The cached matrix shape (None when nothing is cached).
     todo : tuple of Metric
         The metrics still to compute.
+    spectrum : tuple of float or None
+        The cached eigenvalues of WᵀW (descending), when stored.
+    need_spectrum : bool
+        The spectrum is asked for and not cached.
     """
 
     piece: Piece
@@ -42,16 +46,25 @@ class CellWork:
     cached: dict
     shape: tuple[int, int] | None
     todo: tuple
+    spectrum: tuple | None = None
+    need_spectrum: bool = False
+
+    @property
+    def work_left(self) -> bool:
+        return bool(self.todo) or self.need_spectrum
 
 
-def lookup_cells(store: ResultCache, tensor_id: str, pieces, chosen, keys: dict) -> tuple[CellWork, ...]:
+def lookup_cells(store: ResultCache, tensor_id: str, pieces, chosen, keys: dict,
+                 spectra: bool = False) -> tuple[CellWork, ...]:
     """Each piece's :class:`CellWork`: its cache id (``tensor_id`` and how it is cut), what the cache
-    holds and which of ``chosen`` are still missing."""
+    holds and which of ``chosen`` (and, with ``spectra``, whether its spectrum) are still missing."""
     cells = []
     for piece in pieces:
         cell_id = f"{tensor_id}|{cut_id(piece)}"
-        cached, shape = store.get(cell_id)
-        cells.append(CellWork(piece, cell_id, cached, shape, tuple(m for m in chosen if keys[m.name] not in cached)))
+        entry = store.read(cell_id)
+        cells.append(CellWork(piece, cell_id, entry.results, entry.shape,
+                              tuple(m for m in chosen if keys[m.name] not in entry.results),
+                              entry.spectrum, spectra and entry.spectrum is None))
     return tuple(cells)
 
 
@@ -71,8 +84,8 @@ class TensorWork:
 
     @property
     def todo(self) -> bool:
-        """Some cell has a metric left to compute."""
-        return any(c.todo for c in self.cells)
+        """Some cell has a metric (or a spectrum) left to compute."""
+        return any(c.work_left for c in self.cells)
 
     def detached(self) -> TensorWork:
         return replace(self, records=None)
@@ -92,28 +105,33 @@ class WeightMeasurement:
         Metric name -> cache key.
     device : str
         Where the singular values are computed.
+    spectra : bool
+        Also keep each cell's eigenvalues (``keep_spectra``).
     """
 
     chosen: tuple
     keys: dict
     device: str = "cpu"
+    spectra: bool = False
     kind = "weights"
 
     @classmethod
-    def make(cls, metrics, device: str = "cpu") -> WeightMeasurement:
+    def make(cls, metrics, device: str = "cpu", spectra: bool = False) -> WeightMeasurement:
         """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive their cache keys."""
         chosen = tuple(resolve_metrics(metrics, kind="weight"))
-        return cls(chosen, {m.name: metric_key(m, **dict(m.options)) for m in chosen}, device)
+        keys = {m.name: metric_key(m, **dict(m.options), **({"device": str(device)} if m.needs_singular_values else {}))
+                for m in chosen}
+        return cls(chosen, keys, device, bool(spectra))
 
     @property
     def float32(self) -> bool:
         """Convert each tensor to float32 as it is read (False when every metric reads the
         storage dtype: the entry-wise ones convert in their own chunked pass)."""
-        return not all(m.any_dtype for m in self.chosen)
+        return self.spectra or not all(m.any_dtype for m in self.chosen)
 
     def lookup(self, store: ResultCache, planned: PlannedTensor) -> TensorWork:
         """The tensor's cells and what the cache already holds for them."""
-        cells = lookup_cells(store, record_id(planned.record), planned.pieces, self.chosen, self.keys)
+        cells = lookup_cells(store, record_id(planned.record), planned.pieces, self.chosen, self.keys, self.spectra)
         return TensorWork(planned.record.name, (planned.record,), (planned.record.name,), cells)
 
     def reader(self, work: TensorWork):
@@ -123,17 +141,21 @@ class WeightMeasurement:
     def measure(self, work: TensorWork, tensor, memo: dict) -> list[Cell | None]:
         """Fresh :class:`~toolkit.collect.grid.Cell` of each cell with work left (None for the others)."""
         return [Cell.measured(c.piece.parameter_name,
-                              evaluate_matrix(c.piece.extract(tensor), list(c.todo), device=self.device))
-                if c.todo else None for c in work.cells]
+                              evaluate_matrix(c.piece.extract(tensor), list(c.todo), device=self.device,
+                                              keep_spectrum=c.need_spectrum))
+                if c.work_left else None for c in work.cells]
 
     def finish(self, store: ResultCache, work: TensorWork, fresh: list | None) -> dict:
         """Store ``fresh`` (None: all cached) and give ``{(layer, component): Cell}``."""
         out = {}
         for c, got in zip(work.cells, fresh or [None] * len(work.cells), strict=True):
-            cached, shape = c.cached, c.shape
+            cached, shape, spectrum = c.cached, c.shape, c.spectrum
             if got is not None:
                 new, keep = cell_results(got, c.todo, self.keys)
-                store.put(c.cell_id, keep, got.shape)
+                if got.eigenvalues is not None:
+                    spectrum = tuple(float(v) for v in got.eigenvalues)
+                store.put(c.cell_id, keep, got.shape, spectrum if got.eigenvalues is not None else None)
                 cached, shape = {**cached, **new}, got.shape
-            out[(c.piece.layer, c.piece.component)] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
+            out[(c.piece.layer, c.piece.component)] = cell_from(
+                c.piece, shape, cached, self.chosen, self.keys, spectrum if self.spectra else None)
         return out

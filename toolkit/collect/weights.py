@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import xarray as xr
 
+from toolkit import options
 from toolkit.collect.cache import cache_run, open_cache
 from toolkit.collect.executors import executor_for
 from toolkit.collect.grid import build_grid_dataset
@@ -26,6 +27,8 @@ def weight_stats(
     progress: bool | Callable[[int, int, str], None] = True,
     cache: bool = True,
     client=None,
+    keep_spectra: bool = False,
+    quality_thresholds: tuple[float, float] = (2.0, 6.0),
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
@@ -64,6 +67,16 @@ def weight_stats(
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor, read by the
         workers themselves; the same Dataset (:mod:`toolkit.collect.executors`).
+    keep_spectra : bool, default False
+        Add every matrix's eigenvalues of WᵀW as ``eigenvalues`` (layer,
+        component, index), descending, NaN-padded. They are kept with the
+        cell in the cache, so a later call (or a cell's ESD figure) needs no
+        recomputation.
+    quality_thresholds : (float, float), default (2.0, 6.0)
+        ``(over, under)``: with ``alpha`` among the metrics, the string
+        coordinate ``quality`` labels each cell ``over-trained`` (α < over),
+        ``under-trained`` (α > under), ``ok``, or ``not fitted: <reason>``
+        (WeightWatcher's warnings; the thresholds are recorded in its attrs).
 
     Returns
     -------
@@ -87,13 +100,20 @@ def weight_stats(
         the config.
     UnknownMetricError
         A name in ``metrics`` is not registered.
+    InvalidOptionError
+        An empty ``metrics`` list, a flag that is not a bool, a ``progress``
+        that is neither a bool nor a callable... (before any work).
 
     Examples
     --------
     >>> ds = toolkit.weight_stats()                      # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "stable_rank")          # doctest: +SKIP
     """
-    measurement = WeightMeasurement.make(metrics, device)
+    where = "toolkit.weight_stats"
+    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="weight",
+                                                                mapping=mapping, progress=progress, cache=cache)
+    bounds = quality_bounds(quality_thresholds)  # before any work
+    measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra)
     with cache_run(), executor_for(client, device) as executor:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
@@ -103,4 +123,99 @@ def weight_stats(
         finally:
             report.close()
     cells = {key: cell for got in results for key, cell in got.items()}
-    return build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), plan.attrs())
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), plan.attrs(), spectra=keep_spectra)
+    return with_quality(ds, bounds)
+
+
+def quality_bounds(thresholds) -> tuple[float, float]:
+    """``(over, under)`` as floats.
+
+    Raises
+    ------
+    ToolkitError
+        ``thresholds`` is not two finite numbers with over <= under.
+    """
+    import math
+
+    from toolkit.errors import ToolkitError
+
+    try:
+        over, under = (float(t) for t in thresholds)
+    except (TypeError, ValueError):
+        raise ToolkitError(f"quality_thresholds must be two numbers (over, under), got {thresholds!r}") from None
+    if not (math.isfinite(over) and math.isfinite(under) and over <= under):
+        raise ToolkitError(f"quality_thresholds must be finite with over <= under, got {thresholds!r}")
+    return over, under
+
+
+def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
+    """``ds`` with the string coordinate ``quality`` (layer, component) from its ``alpha``
+    (:func:`toolkit.metrics.esd_fit.esd_quality`); ``ds`` unchanged without ``alpha``.
+
+    Raises
+    ------
+    ToolkitError
+        As :func:`quality_bounds`.
+    """
+    import numpy as np
+
+    from toolkit.metrics.esd_fit import esd_quality
+
+    over, under = quality_bounds(thresholds)
+    if "alpha" not in ds:
+        return ds
+    reasons = np.where(ds.n_rows.values > 0, ds.nan_reason.values, "no such matrix in this model")
+    labels = np.asarray(esd_quality(ds.alpha.values, over=over, under=under, reason=reasons), dtype=str)
+    return ds.assign_coords(quality=(("layer", "component"), labels, {
+        "long_name": "ESD quality from alpha",
+        "description": f"over-trained: alpha < {over:g}; under-trained: alpha > {under:g}; ok between; "
+                       "else why alpha could not be fitted",
+        "over_trained_below": over, "under_trained_above": under,
+        "reference": "Martin & Mahoney 2021; WeightWatcher's warning column"}))
+
+
+def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
+                  gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
+                  cache: bool = True) -> xr.Dataset:
+    """The Dataset of one cell with its spectrum, computing only that matrix.
+
+    The same pipeline and cache as :func:`weight_stats` (``keep_spectra=True``),
+    for one (layer, component): a later ``weight_stats`` finds the cell cached,
+    and a cell already cached with its spectrum is not read again.
+
+    Parameters
+    ----------
+    source, gguf_file, revision, mapping, device, cache
+        As :func:`weight_stats`.
+    layer : int
+    component : str
+    metrics : sequence of str
+        Weight metrics to compute with it (default: the power-law fit).
+
+    Returns
+    -------
+    xarray.Dataset
+        As :func:`weight_stats` with ``eigenvalues``; every other cell NaN.
+
+    Raises
+    ------
+    ToolkitError
+        The checkpoint has no matrix at (layer, component); as :func:`weight_stats` otherwise.
+    """
+    from toolkit.collect.executors import SerialExecutor
+    from toolkit.collect.plan import PlannedTensor
+    from toolkit.errors import ToolkitError
+
+    measurement = WeightMeasurement.make(list(metrics), device, spectra=True)
+    with cache_run(), executor_for(None, device):
+        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        found = [PlannedTensor(t.record, tuple(p for p in t.pieces if (p.layer, p.component) == (layer, component)))
+                 for t in plan.tensors]
+        found = [t for t in found if t.pieces]
+        if not found:
+            raise ToolkitError(f"{plan.source.location!r} has no matrix at layer {layer} {component!r} "
+                               f"(layers 0..{plan.num_layers - 1}; components: "
+                               f"{sorted({p.component for t in plan.tensors for p in t.pieces})})")
+        store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
+        results = run_units(measurement, found, store, SerialExecutor(), lambda name: None, [plan.source])
+    return build_grid_dataset(plan.num_layers, results[0], list(measurement.chosen), plan.attrs(), spectra=True)

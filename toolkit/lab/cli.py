@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from toolkit.options import arg_type, seed, whole_number
 
 #: Default ``--out`` per preset, relative to the current directory.
 DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc"}
@@ -26,43 +28,79 @@ DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc"}
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The lab's arguments, added to ``parser`` (a subcommand's) or a new one."""
+    from toolkit.cli import Parser
     from toolkit.lab.train import PAPER_ACTIVATIONS, PRESETS
 
-    p = parser or argparse.ArgumentParser(
+    p = parser or Parser(
         prog="python -m toolkit.lab",
         description="Train a 12-layer ViT on the 8x8 digits once per attention activation "
                     "and record each layer's attention norm per epoch (NetCDF, resumable).")
     p.add_argument("--activations", default=",".join(PAPER_ACTIVATIONS),
                    help="comma-separated activations: softmax, x/1, x^3/16, x²/4, x^3/sqrt_n "
                         "(default: the paper's five)")
-    p.add_argument("--epochs", type=int, default=None, help="epochs per activation (default: the preset's)")
+    p.add_argument("--epochs", type=arg_type(_epochs, "epochs"), default=None,
+                   help="epochs per activation, >= 0 (default: the preset's)")
     p.add_argument("--out", default=None,
                    help="NetCDF to write after every epoch and resume from "
                         "(default: ./attention_lab.nc for --preset full, else ./lab_fast.nc; "
                         "the committed result shipped in the package is never the default)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=arg_type(_seed, "seed"), default=0, help="0 to 2**64 - 1")
     p.add_argument("--preset", choices=sorted(PRESETS), default="full")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    p.add_argument("--threads", type=arg_type(_threads, "threads"), default=1,
+                   help="torch CPU threads, >= 1 (default 1)")
     p.add_argument("--checkpoint-dir", default=None, help="default: <out>.tmp-checkpoints")
     p.add_argument("--no-resume", action="store_true", help="start over even if --out exists")
     p.add_argument("--plot", default=None, metavar="PNG", help="also save the layer grid figure")
     return p
 
 
+def _epochs(value, option, where):
+    return whole_number(value, option, where, minimum=0, meaning="0 records the untrained model only")
+
+
+def _threads(value, option, where):
+    return whole_number(value, option, where, minimum=1)
+
+
+def _seed(value, option, where):
+    return seed(value, where, option)
+
+
+def _check_arguments(args: argparse.Namespace, out: str) -> list[str]:
+    """The activations (parsed) and the output paths, before any training; returns the activations.
+
+    Raises
+    ------
+    UnknownActivationError, InvalidOptionError, OutputPathError
+    """
+    from toolkit.cli import check_plot_path
+    from toolkit.errors import InvalidOptionError, OutputPathError
+    from toolkit.io import check_output_path
+    from toolkit.lab.attention import parse_activation
+
+    acts = [a.strip() for a in args.activations.split(",") if a.strip()]
+    if not acts:
+        raise InvalidOptionError("--activations", args.activations, "a comma-separated list of at least one "
+                                 "activation, e.g. 'softmax,x^3/16'")
+    for a in acts:
+        parse_activation(a)
+    check_output_path(out, "--out", "attention_lab.nc")
+    if args.checkpoint_dir and Path(args.checkpoint_dir).exists() and not Path(args.checkpoint_dir).is_dir():
+        raise OutputPathError(args.checkpoint_dir, "--checkpoint-dir is a file; give a folder")
+    if args.plot:
+        check_plot_path(args.plot, "lab.png")
+    return acts
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the experiment the parsed ``args`` describe; print a summary."""
-    from toolkit.errors import ToolkitError
     from toolkit.lab.train import run_experiment
 
     out = args.out or DEFAULT_OUT.get(args.preset, f"lab_{args.preset}.nc")
-    acts = [a.strip() for a in args.activations.split(",") if a.strip()]
-    try:
-        ds = run_experiment(acts, args.epochs, out, args.seed, args.preset,
-                            resume=not args.no_resume, checkpoint_dir=args.checkpoint_dir,
-                            threads=args.threads, progress=True)
-    except ToolkitError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    acts = _check_arguments(args, out)
+    ds = run_experiment(acts, args.epochs, out, args.seed, args.preset,
+                        resume=not args.no_resume, checkpoint_dir=args.checkpoint_dir,
+                        threads=args.threads, progress=True)
     last = ds.sizes["epoch"] - 1
     print(f"wrote {out}: {ds.sizes['activation']} activations x {last} epochs, "
           f"N = {ds.attrs['num_tokens']} tokens, sqrt(N) = {math.sqrt(ds.attrs['num_tokens']):.2f}")
@@ -76,17 +114,17 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        from toolkit.cli import save_figure
         from toolkit.plot import layer_grid
 
-        fig = layer_grid(ds, "attention_norm")
-        fig.savefig(args.plot, dpi=110)
-        plt.close(fig)
+        save_figure(layer_grid(ds, "attention_norm"), args.plot, dpi=110)
         print(f"wrote {args.plot}")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point: parse ``argv`` (default ``sys.argv[1:]``) and run; returns the exit code."""
-    return run(build_parser().parse_args(argv))
+    """Entry point: parse ``argv`` (default ``sys.argv[1:]``) and run; returns the exit code
+    (2 with a one-line message for a toolkit error or a bad argument)."""
+    from toolkit.cli import run_command
+
+    return run_command(run, build_parser().parse_args(argv))

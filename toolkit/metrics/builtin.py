@@ -6,8 +6,8 @@ entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 (:mod:`~toolkit.metrics.powerlaw`), the rest of WeightWatcher's columns
 (:mod:`~toolkit.metrics.esd_fit`: fit, norms, rank, entropy), the opt-in
 Marchenko-Pastur and shuffled-matrix ones (:mod:`~toolkit.metrics.marchenko_pastur`,
-:mod:`~toolkit.metrics.correlation_traps`; registered only where the registry
-has ``opt_in``); then the diff metrics
+:mod:`~toolkit.metrics.correlation_traps`; ``opt_in=True``: computed only when
+named); then the diff metrics
 (:mod:`~toolkit.metrics.diff`, ``kind="diff"``).
 """
 

@@ -151,7 +151,7 @@ RAND_METRICS = [
          description="rand_num_spikes = eigenvalues of the entry-shuffled W beyond the MP bulk edge + Tracy-Widom "
                      "margin (Marchenko-Pastur fit as mp_num_spikes; 5 shuffles pooled when min(m, n) < 100; "
                      "seeded permutation, option seed = 0)",
-         reference=_REF + "rand_num_spikes", options={"seed": 0}),
+         reference=_REF + "rand_num_spikes", options={"seed": 0}, needs_singular_values=False),
 ]
 
 register_opt_in(RAND_METRICS)

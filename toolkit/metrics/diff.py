@@ -252,6 +252,22 @@ def delta_effective_rank(base, target, ctx: DiffContext) -> float:
     return _delta_spectral(ctx, effective_rank, "delta_effective_rank")
 
 
+def delta_alpha(base, target, ctx: DiffContext) -> float:
+    r"""Power-law exponent :math:`\alpha` of the ESD of :math:`\Delta W` (the ``alpha`` fit,
+    :func:`toolkit.metrics.powerlaw.alpha`, on the eigenvalues of :math:`\Delta W^\top \Delta W`)."""
+    from toolkit.metrics.powerlaw import alpha
+
+    return _delta_spectral(ctx, alpha, "delta_alpha")
+
+
+def delta_matrix_rank(base, target, ctx: DiffContext) -> float:
+    r"""Numerical rank of :math:`\Delta W` (``matrix_rank``'s tolerance,
+    :func:`toolkit.metrics.esd_fit.matrix_rank`)."""
+    from toolkit.metrics.esd_fit import matrix_rank
+
+    return _delta_spectral(ctx, matrix_rank, "delta_matrix_rank")
+
+
 def cosine_similarity(base, target, ctx: DiffContext) -> float:
     r"""Cosine of the flattened matrices, :math:`\langle W_b, W_t\rangle_F / (\|W_b\|_F \|W_t\|_F)`,
     from the pair's float64 sums."""
@@ -298,6 +314,12 @@ _METRICS = (  # name, function, long_name, description, reference, options, read
     ("delta_effective_rank", delta_effective_rank, "effective rank of the update",
      "exp(-sum_i p_i ln p_i), p_i = sigma_i(dW) / sum_j sigma_j(dW), dW = W_t - W_b",
      "Roy & Vetterli (2007), EUSIPCO, Definition 1", None, True),
+    ("delta_alpha", delta_alpha, "power-law exponent of the update's ESD",
+     "alpha of the eigenvalues of dW^T dW, dW = W_t - W_b (MLE, xmin by minimum KS distance, as alpha)",
+     "Martin & Mahoney (2021), JMLR 22(165); Clauset et al. (2009), SIAM Rev. 51(4)", None, True),
+    ("delta_matrix_rank", delta_matrix_rank, "numerical rank of the update",
+     "#{i: sigma_i(dW) > max(m, n) eps sigma_max(dW)}, dW = W_t - W_b (NumPy's matrix_rank tolerance)",
+     REFERENCE_MUKHERJEE, None, True),
     ("cosine_similarity", cosine_similarity, "cosine similarity",
      "<W_b, W_t>_F / (||W_b||_F ||W_t||_F), matrices flattened", "cosine of the Frobenius inner product", None,
      False),

@@ -24,7 +24,10 @@ spectral_entropy     [entropy]           :math:`-\sum_i p_i \ln p_i / \ln r`,
 ==================== =================== =====================================================
 
 The fit columns and ``alpha`` share one fit per matrix
-(:func:`~toolkit.metrics.powerlaw.spectrum_fit`). :func:`esd_quality` turns
+(:func:`~toolkit.metrics.powerlaw.spectrum_fit`) and take its options as
+keywords (``threshold``, ``min_eigenvalues``, ``xmax``, ``fix_fingers``,
+``max_fingers``, ``finger_thresh``; WeightWatcher's defaults), which must be
+the same for every column of a Dataset to describe one fit. :func:`esd_quality` turns
 ``alpha`` into WeightWatcher's ``warning`` label.
 
 Where WeightWatcher writes -1 (a failed fit) or -inf (the log of zero),
@@ -39,7 +42,7 @@ import math
 import numpy as np
 import torch
 
-from toolkit.metrics.powerlaw import EVALS_THRESHOLD, MIN_EIGENVALUES, PowerLawFit, spectrum_fit
+from toolkit.metrics.powerlaw import PowerLawFit, spectrum_fit
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
 OVER_TRAINED = "over-trained"  # WeightWatcher constants.OVER_TRAINED
@@ -66,9 +69,9 @@ def _eigenvalues(s: torch.Tensor | None, name: str) -> np.ndarray:
     return lam
 
 
-def _fit(s, name: str, threshold: float, min_eigenvalues: int) -> PowerLawFit:
+def _fit(s, name: str, fit_options: dict) -> PowerLawFit:
     try:
-        return spectrum_fit(s, threshold=threshold, min_eigenvalues=min_eigenvalues)
+        return spectrum_fit(s, **fit_options)
     except DegenerateMatrix as e:
         raise DegenerateMatrix(e.reason, name) from None  # alpha's reason, word for word
 
@@ -76,7 +79,7 @@ def _fit(s, name: str, threshold: float, min_eigenvalues: int) -> PowerLawFit:
 # ---------------------------------------------------------------- the fit columns
 
 
-def alpha_xmin(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def alpha_xmin(w, s, **fit_options) -> float:
     r"""Start :math:`x_{min}` of the power-law tail (an eigenvalue of :math:`W^\top W`), WeightWatcher's ``xmin``.
 
     Raises
@@ -84,22 +87,23 @@ def alpha_xmin(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int
     DegenerateMatrix
         Where ``alpha`` is undefined (too short a spectrum, an all-equal tail, zeros).
     """
-    return _fit(s, "alpha_xmin", threshold, min_eigenvalues).xmin
+    return _fit(s, "alpha_xmin", fit_options).xmin
 
 
-def alpha_xmax(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
-    r"""Upper end of the fitted range, WeightWatcher's ``xmax``: with its default ``xmax=None``
-    nothing is clipped, so this is :math:`\lambda_{max}`.
+def alpha_xmax(w, s, **fit_options) -> float:
+    r"""Upper end of the fitted range, WeightWatcher's ``xmax``: the largest eigenvalue fitted,
+    :math:`\lambda_{max}` by default (nothing clipped), less with the ``xmax`` or
+    ``fix_fingers="clip_xmax"`` options.
 
     Raises
     ------
     DegenerateMatrix
         Where ``alpha`` is undefined.
     """
-    return _fit(s, "alpha_xmax", threshold, min_eigenvalues).xmax
+    return _fit(s, "alpha_xmax", fit_options).xmax
 
 
-def alpha_ks_distance(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def alpha_ks_distance(w, s, **fit_options) -> float:
     r"""Kolmogorov-Smirnov distance :math:`D` between the tail's empirical CDF and the fitted
     power law at the chosen :math:`x_{min}` (the minimum over candidates), WeightWatcher's ``D``.
 
@@ -113,10 +117,10 @@ def alpha_ks_distance(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalu
     DegenerateMatrix
         Where ``alpha`` is undefined.
     """
-    return _fit(s, "alpha_ks_distance", threshold, min_eigenvalues).ks_distance
+    return _fit(s, "alpha_ks_distance", fit_options).ks_distance
 
 
-def alpha_sigma(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def alpha_sigma(w, s, **fit_options) -> float:
     r"""Standard error of the exponent, :math:`(\alpha - 1)/\sqrt{n}`, :math:`n` the tail size
     (WeightWatcher's ``sigma``; Clauset et al. 2009, eq. 3.2).
 
@@ -125,10 +129,10 @@ def alpha_sigma(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: in
     DegenerateMatrix
         Where ``alpha`` is undefined.
     """
-    return _fit(s, "alpha_sigma", threshold, min_eigenvalues).sigma
+    return _fit(s, "alpha_sigma", fit_options).sigma
 
 
-def num_pl_spikes(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def num_pl_spikes(w, s, **fit_options) -> float:
     r"""Number of eigenvalues in the power-law tail, :math:`\#\{i: \lambda_i \ge x_{min}\}`
     (WeightWatcher's ``num_pl_spikes``).
 
@@ -137,10 +141,10 @@ def num_pl_spikes(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: 
     DegenerateMatrix
         Where ``alpha`` is undefined.
     """
-    return float(_fit(s, "num_pl_spikes", threshold, min_eigenvalues).num_pl_spikes)
+    return float(_fit(s, "num_pl_spikes", fit_options).num_pl_spikes)
 
 
-def alpha_weighted(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def alpha_weighted(w, s, **fit_options) -> float:
     r"""Weighted alpha :math:`\hat\alpha = \alpha \log_{10} \lambda_{max}` (WeightWatcher's ``alpha_weighted``).
 
     Raises
@@ -152,11 +156,11 @@ def alpha_weighted(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues:
     ----------
     Martin, C. H. & Mahoney, M. W. (2021), *JMLR* 22(165), sec. 7 ("weighted alpha").
     """
-    fit = _fit(s, "alpha_weighted", threshold, min_eigenvalues)
+    fit = _fit(s, "alpha_weighted", fit_options)
     return fit.alpha * math.log10(float(_eigenvalues(s, "alpha_weighted").max()))
 
 
-def log_alpha_norm(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def log_alpha_norm(w, s, **fit_options) -> float:
     r"""Log of the Schatten :math:`\alpha`-norm raised to :math:`\alpha`:
     :math:`\log_{10} \sum_i \lambda_i^{\alpha}` over all eigenvalues (WeightWatcher's ``log_alpha_norm``).
 
@@ -174,7 +178,7 @@ def log_alpha_norm(w, s, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues:
     ----------
     Martin, Peng & Mahoney (2021), *Nat. Commun.* 12:4122 (the "alpha-norm" metric).
     """
-    a = _fit(s, "log_alpha_norm", threshold, min_eigenvalues).alpha
+    a = _fit(s, "log_alpha_norm", fit_options).alpha
     lam = _eigenvalues(s, "log_alpha_norm")
     top = float(lam.max())
     return a * math.log10(top) + math.log10(float(np.sum((lam / top) ** a)))
@@ -382,3 +386,30 @@ register_metric(
     reference="Martin & Mahoney (2021) JMLR 22(165), eq. 9; WeightWatcher 0.7.7 analyze() column entropy",
     needs_singular_values=True,
 )
+
+
+def ww_skip_reason(n_rows: int, n_cols: int, *, min_evals: int = 8, max_evals: int = 15000,
+                   max_n: int = 50000) -> str:
+    r"""Why WeightWatcher 0.7.7's ``analyze()`` would skip a dense matrix of this shape ("" if it would not).
+
+    Its ``min_evals`` / ``max_evals`` / ``max_N`` rules for a dense layer:
+    :math:`M = \min(m, n) <` ``min_evals``, :math:`M >` ``max_evals``, or
+    :math:`N = \max(m, n) >` ``max_N`` (0 or None turns the first two off).
+    The toolkit computes every matrix; this lets a caller blank the cells
+    WeightWatcher leaves out, to compare like with like.
+
+    Examples
+    --------
+    >>> ww_skip_reason(576, 1536), ww_skip_reason(262144, 640)
+    ('', 'N = 262144 > max_N = 50000 (WeightWatcher skips it)')
+    """
+    small, big = min(n_rows, n_cols), max(n_rows, n_cols)
+    if min_evals and small < min_evals:
+        why = f"M = {small} < min_evals = {min_evals}"
+    elif max_evals and small > max_evals:
+        why = f"M = {small} > max_evals = {max_evals}"
+    elif big > max_n:
+        why = f"N = {big} > max_N = {max_n}"
+    else:
+        return ""
+    return f"{why} (WeightWatcher skips it)"

@@ -23,12 +23,16 @@ class MatrixResult:
     errors : set of str
         The metrics whose NaN came from an exception (a failure of the
         computation, not a property of the matrix): shown, never cached.
+    eigenvalues : numpy.ndarray or None
+        With ``keep_spectrum``: the eigenvalues λ_i = σ_i² of WᵀW, float64,
+        descending (None where the spectrum could not be computed).
     """
 
     shape: tuple[int, int]
     values: dict[str, float] = field(default_factory=dict)
     reasons: dict[str, str] = field(default_factory=dict)
     errors: set = field(default_factory=set)
+    eigenvalues: object = None
 
     def fail(self, metrics, reason: str, *, error: bool = False) -> None:
         for m in metrics:
@@ -38,7 +42,7 @@ class MatrixResult:
 
 
 def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = None, device: str = "cpu",
-                    strict: bool = False) -> MatrixResult:
+                    strict: bool = False, keep_spectrum: bool = False) -> MatrixResult:
     """Compute ``metrics`` on one matrix.
 
     Parameters
@@ -56,6 +60,9 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     strict : bool, default False
         Re-raise an exception of a metric (or of the factorisation) instead
         of recording it as a NaN in :attr:`MatrixResult.errors`.
+    keep_spectrum : bool, default False
+        Also return the eigenvalues of WᵀW (:attr:`MatrixResult.eigenvalues`),
+        from the same singular values the spectral metrics use.
 
     Returns
     -------
@@ -72,14 +79,14 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     if w.ndim != 2 or w.numel() == 0:
         result.fail(metrics, f"not a non-empty matrix (shape {tuple(w.shape)})")
         return result
-    if not all(m.any_dtype for m in metrics):
+    if keep_spectrum or not all(m.any_dtype for m in metrics):
         w = w.to(torch.float32)
     bad = count_nonfinite(w)  # the moment pass, shared with the entry-wise metrics
     if bad:
         result.fail(metrics, f"matrix contains NaN/Inf ({bad} entries)")
         return result
     s_error = None
-    if s is None and any(m.needs_singular_values for m in metrics):
+    if s is None and (keep_spectrum or any(m.needs_singular_values for m in metrics)):
         try:
             s = singular_values(w, device=device)
         except DegenerateMatrix as e:
@@ -89,6 +96,8 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
                 raise
             s_error = f"singular values failed: {type(e).__name__}: {e}"
             result.errors.update(m.name for m in metrics if m.needs_singular_values)
+    if keep_spectrum and s is not None:
+        result.eigenvalues = (s.detach().to("cpu", torch.float64) ** 2).numpy()
     for m in metrics:
         if m.needs_singular_values and s is None:
             result.values[m.name], result.reasons[m.name] = math.nan, s_error or "no singular values"

@@ -33,6 +33,12 @@ alpha of the two pipelines matched to 1e-12.
 
 WeightWatcher evaluates :math:`D_i` for every candidate with an O(N) inner
 loop (O(N²) in Python). Here it is exact but pruned (:func:`fit_power_law`).
+
+The whole fit (:class:`PowerLawFit`: xmin, D, sigma, xmax, tail counts) feeds
+the other fit columns of :mod:`toolkit.metrics.esd_fit`; :func:`spectrum_fit`
+computes it once per matrix and options. Options beyond the default follow
+WeightWatcher's ``xmax=-k`` (clip the top eigenvalues) and
+``fix_fingers="clip_xmax"``.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ from toolkit.metrics.tensor_memo import TensorMemo
 EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
 MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
 SMALL_N = 20  # WeightWatcher WW_powerlaw.SMALL_N_CUTOFF
+MAX_FINGERS = 10  # WeightWatcher DEFAULT_MAX_FINGERS
+FINGER_THRESH = 1.0  # WeightWatcher DEFAULT_FINGER_THRESH
 _SAMPLES = 64  # sample points per tail for the D bounds
 _BLOCK = 1 << 22  # elements per block of exact D evaluation
 
@@ -74,6 +82,11 @@ class PowerLawFit(NamedTuple):
     num_pl_spikes : int
         Number of eigenvalues :math:`\ge x_{min}` [num_pl_spikes]; equals
         ``num_tail`` unless ``xmin`` is tied with smaller-index eigenvalues.
+    num_fingers : int
+        ``fix_fingers="clip_xmax"``: WeightWatcher's count of the clipped
+        largest eigenvalues (one less than clipped); 0 otherwise [num_fingers].
+    raw_alpha : float
+        The alpha before the finger fix (= ``alpha`` without it) [raw_alpha].
     """
 
     alpha: float
@@ -83,10 +96,13 @@ class PowerLawFit(NamedTuple):
     sigma: float = math.nan
     xmax: float = math.nan
     num_pl_spikes: int = 0
+    num_fingers: int = 0
+    raw_alpha: float = math.nan
 
 
-def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
-                  min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
+def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES,
+                  xmax: int | None = None, fix_fingers: str | None = None, max_fingers: int = MAX_FINGERS,
+                  finger_thresh: float = FINGER_THRESH) -> PowerLawFit:
     r"""Continuous power-law fit of an eigenvalue tail, xmin by minimum KS distance.
 
     Parameters
@@ -100,6 +116,25 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
         matrices whose smaller side is below 8 (``min_evals``) but would still
         fit a larger one with fewer than 8 eigenvalues above the threshold
         (a nearly rank-deficient matrix); here that is degenerate too.
+    xmax : int or None, default None
+        WeightWatcher's ``xmax=-k`` (or ``k``): leave the ``|k|`` largest
+        eigenvalues out of the spectrum before anything else (its
+        ``num_pl_spikes`` is then counted without them too). None: no clipping.
+    fix_fingers : {None, "clip_xmax"}
+        ``"clip_xmax"``: WeightWatcher's finger fix. After the fit of the
+        whole tail, refit without the ``idx`` largest eigenvalues for
+        ``idx = 2 .. max_fingers - 1`` and keep the first refit whose alpha is
+        more than ``finger_thresh`` below the first one (``num_fingers =
+        idx - 1``, WeightWatcher's count); stop without one at a refit with
+        alpha <= 2. ``xmin``, ``xmax``, D, sigma come from the kept fit,
+        ``num_pl_spikes`` counts every eigenvalue >= its xmin, ``raw_alpha``
+        is the first fit's. (WeightWatcher's ``"xmin_peak"`` is not offered:
+        with its default power-law package it fails on every matrix.)
+    max_fingers : int, default 10
+        WeightWatcher's ``max_fingers`` (it replaces any value below half the
+        spectrum's size by 10; here the value is used as given).
+    finger_thresh : float, default 1.0
+        WeightWatcher's ``finger_thresh``.
 
     Returns
     -------
@@ -109,7 +144,10 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
     ------
     DegenerateMatrix
         Too few eigenvalues above the threshold, or a tail whose eigenvalues
-        are all equal (alpha infinite), e.g. an identity matrix.
+        are all equal (alpha infinite), e.g. an identity matrix; an ``xmax``
+        clipping more than half the spectrum.
+    ValueError
+        An unknown ``fix_fingers``.
 
     Notes
     -----
@@ -138,8 +176,35 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
     the quality of state-of-the-art neural networks without access to
     training or testing data. *Nature Communications* 12, 4122.
     """
-    lam = np.asarray(eigenvalues, dtype=np.float64).ravel()
-    x = np.sort(lam[lam > threshold])
+    if fix_fingers not in (None, False, "clip_xmax"):
+        raise ValueError(f"fix_fingers must be None or 'clip_xmax', got {fix_fingers!r}")
+    lam = np.sort(np.asarray(eigenvalues, dtype=np.float64).ravel())
+    if xmax:
+        k = abs(int(xmax))
+        if k > lam.size / 2:
+            raise DegenerateMatrix(f"xmax={xmax} clips more than half of the {lam.size} eigenvalues", "alpha")
+        lam = lam[:-k]
+    x = lam[lam > threshold]
+    first = _fit_kept(x, threshold, min_eigenvalues)
+    if not fix_fingers:
+        return first
+    best, fingers = first, 0
+    for idx in range(2, max_fingers):
+        try:
+            fit = _fit_kept(x[:-idx], threshold, min_eigenvalues)
+        except DegenerateMatrix:
+            break  # too little left to refit
+        if fit.alpha + finger_thresh < first.alpha:
+            best, fingers = fit, idx - 1
+            break
+        if fit.alpha <= 2.0:
+            break
+    spikes = int(x.size - np.searchsorted(x, best.xmin, side="left"))
+    return best._replace(num_pl_spikes=spikes, num_fingers=fingers, raw_alpha=first.alpha)
+
+
+def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int) -> PowerLawFit:
+    """The fit of ``x``: the eigenvalues above the threshold, ascending."""
     N = x.size
     if N < min_eigenvalues:
         raise DegenerateMatrix(
@@ -154,11 +219,11 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD,
         fit = _fit_standard(x, logx)
     if not math.isfinite(fit.alpha):
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
-    # WWFit: sigmas = (alphas - 1) / sqrt(N - i); xmax = the largest datum (no xmax clipping);
+    # WWFit: sigmas = (alphas - 1) / sqrt(N - i); xmax = the largest datum fitted;
     # fit_powerlaw: num_pl_spikes = len(evals[evals >= fit.xmin]).
     num_pl_spikes = int(N - np.searchsorted(x, fit.xmin, side="left"))
     return fit._replace(sigma=(fit.alpha - 1.0) / math.sqrt(fit.num_tail), xmax=float(x[-1]),
-                        num_pl_spikes=num_pl_spikes)
+                        num_pl_spikes=num_pl_spikes, raw_alpha=fit.alpha)
 
 
 def _tail_alphas(logx: np.ndarray, bias_corrected: bool = False):
@@ -258,9 +323,12 @@ def _fit_small_n(x: np.ndarray, logx: np.ndarray, k_min: int = 8) -> PowerLawFit
 _FITS = TensorMemo()
 
 
-def spectrum_fit(s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD,
-                 min_eigenvalues: int = MIN_EIGENVALUES) -> PowerLawFit:
-    r"""The power-law fit of :math:`\lambda_i = \sigma_i^2`, once per singular-value tensor.
+FIT_DEFAULTS = {"threshold": EVALS_THRESHOLD, "min_eigenvalues": MIN_EIGENVALUES, "xmax": None, "fix_fingers": None,
+                "max_fingers": MAX_FINGERS, "finger_thresh": FINGER_THRESH}
+
+
+def spectrum_fit(s: torch.Tensor, **fit_options) -> PowerLawFit:
+    r"""The power-law fit of :math:`\lambda_i = \sigma_i^2`, once per singular-value tensor and options.
 
     Every fit column (``alpha``, ``alpha_xmin``, ``alpha_ks_distance``, ...)
     reads this one fit: it is memoised on ``s`` (its identity and version,
@@ -271,28 +339,39 @@ def spectrum_fit(s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD,
     ----------
     s : torch.Tensor, shape (k,)
         Singular values (any order), e.g. the shared ones of a cell.
-    threshold, min_eigenvalues
-        As in :func:`fit_power_law`.
+    **fit_options
+        ``threshold``, ``min_eigenvalues``, ``xmax``, ``fix_fingers``,
+        ``max_fingers``, ``finger_thresh`` of :func:`fit_power_law`
+        (defaults: :data:`FIT_DEFAULTS`, WeightWatcher's).
 
     Raises
     ------
     DegenerateMatrix
         No singular values, an all-zero matrix, or what :func:`fit_power_law` raises.
+    TypeError
+        An unknown option.
     """
+    unknown = set(fit_options) - set(FIT_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown power-law fit option(s) {sorted(unknown)}; known: {sorted(FIT_DEFAULTS)}")
+    opts = {**FIT_DEFAULTS, **fit_options}
+    opts["xmax"] = int(opts["xmax"]) if opts["xmax"] else None
+    opts["fix_fingers"] = opts["fix_fingers"] or None
+
     def compute() -> PowerLawFit:
         if s is None or s.numel() == 0:
             raise DegenerateMatrix("no singular values", "alpha")
         sv = s.detach().to("cpu", torch.float64).numpy()
         if float(np.max(sv)) == 0.0:
             raise DegenerateMatrix("all-zero matrix", "alpha")
-        return fit_power_law(sv * sv, threshold=threshold, min_eigenvalues=min_eigenvalues)
+        return fit_power_law(sv * sv, **opts)
 
     if s is None:
         return compute()
-    return _FITS.get(s, ("power_law", float(threshold), int(min_eigenvalues)), compute)
+    return _FITS.get(s, ("power_law", *sorted(opts.items())), compute)
 
 
-def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES) -> float:
+def alpha(w, s: torch.Tensor, **fit_options) -> float:
     r"""Power-law exponent of the empirical spectral density of :math:`W^\top W`.
 
     Parameters
@@ -301,6 +380,10 @@ def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenva
         Unused (the spectrum comes from ``s``).
     s : torch.Tensor, shape (min(m, n),)
         Singular values; :math:`\lambda_i = \sigma_i^2`.
+    **fit_options
+        ``threshold`` (1e-5), ``min_eigenvalues`` (8), ``xmax`` (None),
+        ``fix_fingers`` (None or ``"clip_xmax"``), ``max_fingers`` (10),
+        ``finger_thresh`` (1.0): see :func:`fit_power_law`.
 
     Returns
     -------
@@ -316,7 +399,7 @@ def alpha(w, s: torch.Tensor, *, threshold: float = EVALS_THRESHOLD, min_eigenva
         Fewer than ``min_eigenvalues`` eigenvalues above ``threshold``
         (one-row, rank-1 and all-zero matrices included), or an all-equal tail.
     """
-    return spectrum_fit(s, threshold=threshold, min_eigenvalues=min_eigenvalues).alpha
+    return spectrum_fit(s, **fit_options).alpha
 
 
 register_metric(

@@ -79,6 +79,9 @@ class Metric:
         (bf16, fp16); when every requested metric does, no float32 copy is made.
     options : tuple of (str, value) pairs
         Default keyword options passed to ``func`` (part of the cache key).
+    opt_in : bool
+        Computed only when asked for by name (it costs more than the others):
+        ``metrics=None`` leaves it out; :func:`list_metrics` lists it.
     """
 
     name: str
@@ -92,6 +95,7 @@ class Metric:
     options: tuple = ()
     needs_matrices: bool = True
     any_dtype: bool = False
+    opt_in: bool = False
 
     def attrs(self) -> dict[str, str]:
         """NetCDF-safe attrs for the Dataset variable holding this metric."""
@@ -147,6 +151,7 @@ def register_metric(
     overwrite: bool = False,
     needs_matrices: bool = True,
     any_dtype: bool = False,
+    opt_in: bool = False,
 ):
     """Register a statistic so ``weight_stats`` (or ``compare``) computes it.
 
@@ -177,6 +182,9 @@ def register_metric(
         requested metric does, ``weight_stats`` skips the float32 conversion.
     options : dict, optional
         Default keyword options passed to ``func``.
+    opt_in : bool, default False
+        Compute it only when asked for by name (``metrics=None`` leaves it
+        out): for costly metrics such as a Marchenko-Pastur fit.
     overwrite : bool
         Replace an existing metric of that name. Re-registering the same
         module-level function (same module and qualified name, e.g. after
@@ -217,6 +225,7 @@ def register_metric(
             options=tuple(sorted((options or {}).items())),
             needs_matrices=bool(needs_matrices),
             any_dtype=bool(any_dtype),
+            opt_in=bool(opt_in),
         )
         _REGISTRY[name] = m
         return m
@@ -260,14 +269,22 @@ def get_metric(name: str) -> Metric:
         raise UnknownMetricError(name, _REGISTRY) from None
 
 
-def list_metrics(kind: str = "weight") -> list[str]:
-    """Names of the registered metrics of ``kind``, in registration order."""
+def list_metrics(kind: str = "weight", *, opt_in: bool = False) -> list[str]:
+    """Names of the registered metrics of ``kind``, in registration order.
+
+    Parameters
+    ----------
+    kind : {"weight", "diff"}
+    opt_in : bool, default False
+        Also list the opt-in metrics (computed only when asked for by name);
+        without it the list is what ``metrics=None`` computes.
+    """
     _ensure_builtins()
-    return [n for n, m in _REGISTRY.items() if m.kind == kind]
+    return [n for n, m in _REGISTRY.items() if m.kind == kind and (opt_in or not m.opt_in)]
 
 
 def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
-    """Metric records for ``names`` (None: every metric of ``kind``).
+    """Metric records for ``names`` (None: every metric of ``kind`` but the ``opt_in`` ones).
 
     Raises
     ------
@@ -278,7 +295,7 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
     """
     _ensure_builtins()
     if names is None:
-        return [m for m in _REGISTRY.values() if m.kind == kind]
+        return [m for m in _REGISTRY.values() if m.kind == kind and not m.opt_in]
     if isinstance(names, str):
         names = [names]
     out = []
@@ -286,7 +303,7 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
         m = _REGISTRY.get(n) if isinstance(n, str) else None
         if m is None or m.kind != kind:
             others = {name: o.kind for name, o in _REGISTRY.items() if o.kind != kind}
-            raise UnknownMetricError(n, list_metrics(kind), kind=kind, others=others)
+            raise UnknownMetricError(n, list_metrics(kind, opt_in=True), kind=kind, others=others)
         out.append(m)
     return out
 

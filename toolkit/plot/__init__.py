@@ -10,6 +10,8 @@ matplotlib until a figure is drawn.
 - :func:`layer_grid` -- one panel per layer, a line per series (the lab's figure 2);
   :func:`training_curves` -- loss/accuracy over training.
 - :func:`component_lines` -- a metric per component along the layers.
+- :func:`esd` -- one cell's empirical spectral density with its power-law fit
+  (:func:`prepare_esd`, :func:`draw_esd`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ _LAZY = {
     "prepare_component_lines": "toolkit.plot.lines",
     "draw_component_lines": "toolkit.plot.lines",
     "ComponentLinesData": "toolkit.plot.lines",
+    "esd": "toolkit.plot.esd_figure",
+    "prepare_esd": "toolkit.plot.esd_figure",
+    "draw_esd": "toolkit.plot.esd_figure",
+    "ESDData": "toolkit.plot.esd_figure",
 }
 
 __all__ = sorted(_LAZY)

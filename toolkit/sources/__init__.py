@@ -22,10 +22,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.errors import SourceNotFoundError
+from toolkit.errors import SourceNotFoundError, SourceTypeError
 from toolkit.sources.base import Source, TensorRecord
 
-__all__ = ["Source", "TensorRecord", "open_source"]
+__all__ = ["Source", "TensorRecord", "check_source_arguments", "open_source"]
 
 
 def open_source(
@@ -58,8 +58,12 @@ def open_source(
 
     Raises
     ------
+    SourceTypeError
+        ``source`` is not a str, path, Source or None (an int, bytes, a
+        list...), or ``gguf_file`` / ``revision`` is not a str.
     SourceNotFoundError
-        A path that does not exist, a folder without weight files, a
+        A path that does not exist (or one with a stray newline), a hub id
+        the hub would refuse (over 96 characters...), a folder without weight files, a
         ``gguf_file`` not in the folder, a hub repo/revision/file that does not
         exist. :class:`~toolkit.errors.HubUnreachableError` (a subclass) when
         the hub is offline or unreachable and the id is not cached.
@@ -80,6 +84,7 @@ def open_source(
     >>> rec.shape, rec.dtype, rec.read().dtype                # doctest: +SKIP
     ((576, 576), 'Q4_1', torch.float32)
     """
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision)
     if isinstance(source, Source):
         return source
     if source is None:
@@ -91,10 +96,65 @@ def open_source(
 
     if os.path.exists(os.path.expanduser(text)):
         return open_local(text, gguf_file=gguf_file, revision=revision or "")
-    from toolkit.sources.hub import looks_like_hub_id, open_hub
+    from toolkit.sources.hub import hub_id_problem, looks_like_hub_id, open_hub
 
-    if not isinstance(source, Path) and looks_like_hub_id(text):
-        return open_hub(text, revision=revision, gguf_file=gguf_file)
+    if not isinstance(source, Path):
+        stripped = text.strip()
+        if stripped != text and (os.path.exists(os.path.expanduser(stripped)) or looks_like_hub_id(stripped)):
+            raise SourceNotFoundError(
+                text, "it has leading or trailing whitespace (a newline read from a file or input()?); "
+                f"pass it stripped: open_source({stripped!r})"
+            )
+        if looks_like_hub_id(text):
+            problem = hub_id_problem(text)
+            if problem:
+                raise SourceNotFoundError(text, f"no such file or directory, and not a valid hub id: {problem}")
+            return open_hub(text, revision=revision, gguf_file=gguf_file)
     raise SourceNotFoundError(
         text, "no such file or directory (and not a hub id of the form 'org/name'); check the path"
     )
+
+
+def check_source_arguments(source, *, gguf_file=None, revision=None) -> None:
+    """Refuse, with a typed error, a ``source`` / ``gguf_file`` / ``revision`` of the wrong type.
+
+    Called by :func:`open_source`; entry points that look at ``source`` before
+    opening it (the plan cache) call it first too.
+
+    Raises
+    ------
+    SourceTypeError
+        ``source`` is not None, a str, a path-like or a :class:`Source` (an int,
+        bytes, a list...), or ``gguf_file`` / ``revision`` is not None or a str.
+    """
+    if source is not None and not isinstance(source, Source):
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            raise SourceTypeError(
+                source, "bytes are not a path or a hub id; decode them first: open_source(os.fsdecode(data))"
+            )
+        if isinstance(source, (list, tuple, set, frozenset, dict)) or (
+            not isinstance(source, (str, os.PathLike)) and hasattr(source, "__iter__")
+        ):
+            raise SourceTypeError(
+                source, f"a {type(source).__name__} is not one checkpoint: open one at a time "
+                "(a hub id, a path or a Source), or compare several with toolkit.compare_series([...])"
+            )
+        if not isinstance(source, (str, os.PathLike)):
+            raise SourceTypeError(
+                source, f"a {type(source).__name__} is not a checkpoint: pass a hub id ('org/name'), a local "
+                "path (str or pathlib.Path), a toolkit.sources.Source, or None for the bundled model"
+            )
+        if isinstance(source, os.PathLike):
+            try:
+                text = os.fspath(source)
+            except TypeError as exc:
+                raise SourceTypeError(source, f"its __fspath__ fails ({exc}); pass the path as a str") from exc
+            if not isinstance(text, str):
+                raise SourceTypeError(source, "its path is bytes; pass it as a str: os.fsdecode(path)")
+    for name, value in (("gguf_file", gguf_file), ("revision", revision)):
+        if value is not None and not isinstance(value, str):
+            raise SourceTypeError(
+                value, f"{name} must be a str or None, not a {type(value).__name__}"
+                + (" (the name of a .gguf file in the folder or repo)" if name == "gguf_file" else
+                   " (a branch, tag or commit of the hub repo)")
+            )

@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import re
+import reprlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -50,6 +51,75 @@ def fingerprint(files: Iterable[str | os.PathLike], *, portable: bool = False) -
     return files_identity(files, portable=portable)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = 8
+_REPR.maxlevel = 3
+
+
+def shown(value) -> str:
+    """``repr(value)`` shortened (long strings, lists and dicts cut with ``...``), for messages about file contents:
+    a hostile file's name or value of 90 MB is never copied into an error message whole."""
+    return _REPR.repr(value)
+
+
+def open_failure(path: str | os.PathLike, exc: OSError) -> CheckpointFileError:
+    """The error for a weight file that exists but cannot be opened or read (permissions, I/O error...)."""
+    hint = (
+        "check its permissions (or run as a user that may read it)" if isinstance(exc, PermissionError)
+        else "check the file and the disk, or re-download it"
+    )
+    return CheckpointFileError(path, f"cannot read the file ({type(exc).__name__}: {exc.strerror or exc}); {hint}")
+
+
+#: Config keys of sizes (after :func:`toolkit.config_keys.normalize_config`) that must be positive integers.
+SIZE_KEYS = (
+    "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "vocab_size",
+)
+
+
+def size_problems(config: dict, keys=SIZE_KEYS) -> list[str]:
+    """``"key=value"`` for each size of ``config`` (and of its ``text_config``) that is not a positive integer.
+
+    A size may be absent or None (unknown); a per-layer list of counts
+    (``num_key_value_heads`` of some GGUF files) is accepted when every entry
+    is a non-negative integer.
+    """
+    from toolkit.config_keys import text_config
+
+    problems = []
+    for cfg in {id(c): c for c in (config, text_config(config))}.values():
+        for key in keys:
+            value = cfg.get(key)
+            if value is None:
+                continue
+            if isinstance(value, list) and value and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value
+            ):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                problems.append(f"{key}={shown(value)}")
+    return list(dict.fromkeys(problems))
+
+
+def check_config_sizes(config: dict, path: str | os.PathLike) -> dict:
+    """``config``, after checking that its sizes are positive integers (``path`` names it in the error).
+
+    Raises
+    ------
+    CheckpointFileError
+        A head count, width or layer count of zero, negative, or not an integer.
+    """
+    problems = size_problems(config)
+    if problems:
+        raise CheckpointFileError(
+            path, f"the config declares {', '.join(problems)}: sizes, layer and head counts must be positive "
+            "integers. Fix the config (or use the config.json published with these weights)",
+        )
+    return config
+
+
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object or raise :class:`CheckpointFileError` naming the file."""
     try:
@@ -76,7 +146,29 @@ def read_index(index_path: Path) -> dict[str, str]:
         raise CheckpointFileError(
             index_path, "the index has no 'weight_map' (tensor name -> shard file); re-download or re-save it"
         )
-    return {str(k): str(v) for k, v in weight_map.items()}
+    for name, shard in weight_map.items():
+        problem = _shard_name_problem(shard)
+        if problem:
+            raise CheckpointFileError(
+                index_path, f"the weight_map puts tensor {name!r} in {shard!r}, {problem}. The index must name "
+                "shard files next to it: re-download or re-save the checkpoint (and do not open an index of "
+                "unknown origin)",
+            )
+    return dict(weight_map)
+
+
+def _shard_name_problem(shard) -> str:
+    """Why ``shard`` is no file name inside the index's folder (``""`` when it is one)."""
+    if not isinstance(shard, str) or not shard:
+        return "which is not a file name"
+    if "\0" in shard:
+        return "a name with a NUL character"
+    if os.path.isabs(shard) or shard.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", shard):
+        return "an absolute path: shards must lie in the checkpoint's folder"
+    parts = re.split(r"[/\\]", shard)
+    if ".." in parts:
+        return "a path that leads out of the checkpoint's folder"
+    return ""
 
 
 def shards_of(index_path: Path, weight_map: dict[str, str]) -> list[Path]:
@@ -89,6 +181,9 @@ def shards_of(index_path: Path, weight_map: dict[str, str]) -> list[Path]:
     """
     folder = index_path.parent
     shards = sorted(set(weight_map.values()))
+    for s in shards:  # read_index refuses them; an index built by hand must not lead elsewhere either
+        if _shard_name_problem(s):
+            raise CheckpointFileError(index_path, f"the index names shard {s!r}, {_shard_name_problem(s)}")
     missing = [s for s in shards if not (folder / s).is_file()]
     if missing:
         n = sum(1 for v in weight_map.values() if v in missing)
@@ -123,8 +218,10 @@ def transformers_renamer(config: dict) -> Callable[[str], str]:
     except ImportError:
         return lambda name: name
     renamings = []
-    for key in [*(config.get("architectures") or []), config.get("model_type")]:
-        found = get_checkpoint_conversion_mapping(key) if key else None
+    architectures = config.get("architectures")
+    keys = [*(architectures if isinstance(architectures, list) else []), config.get("model_type")]
+    for key in keys:
+        found = get_checkpoint_conversion_mapping(key) if key and isinstance(key, str) else None
         if found is not None:
             renamings += [copy.deepcopy(t) for t in found if isinstance(t, WeightRenaming)]
             break

@@ -51,8 +51,28 @@ class TensorRecord:
         (bf16 stays bf16, so diffs can be judged bit for bit); quantised GGUF
         tensors are dequantised to float32. Values and row order equal what
         ``transformers`` loads from the same file.
+
+        Raises
+        ------
+        UnsupportedDtypeError
+            The tensor holds complex numbers: every statistic here is of
+            real matrices, and a cast to float would drop the imaginary part.
+        CheckpointFileError
+            The file cannot be read.
         """
-        return self._reader()
+        return self._checked(self._reader())
+
+    def _checked(self, tensor: torch.Tensor) -> torch.Tensor:
+        if isinstance(tensor, torch.Tensor) and tensor.is_complex():
+            from toolkit.errors import UnsupportedDtypeError
+
+            raise UnsupportedDtypeError(
+                self.file or "?", self.stored_name or self.name, str(tensor.dtype).removeprefix("torch."),
+                "complex weights are not measured (casting them to float would silently drop the imaginary "
+                "part); measure torch.view_as_real(tensor) or its real and imaginary parts yourself, or leave "
+                "this tensor out of the checkpoint",
+            )
+        return tensor
 
     def row_blocks(self, max_entries: int = 1 << 24) -> Iterator[torch.Tensor]:
         """Read the tensor in consecutive blocks of rows (first dimension), each
@@ -83,7 +103,7 @@ class TensorRecord:
             return
         step = max(1, max_entries // max(1, size // rows))
         for start in range(0, rows, step):
-            yield self._row_reader(start, min(rows, start + step))
+            yield self._checked(self._row_reader(start, min(rows, start + step)))
 
 
 class Source:

@@ -15,8 +15,10 @@ zero-stride placeholder array (no file data).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,7 @@ import torch
 
 from toolkit.config_keys import normalize_config
 from toolkit.errors import CheckpointFileError
-from toolkit.sources._common import FileSource
+from toolkit.sources._common import FileSource, shown, size_problems
 from toolkit.sources._gguf_table import GGUFArray, GGUFTable, read_gguf_table, tensor_data
 from toolkit.sources.base import TensorRecord
 
@@ -74,14 +76,14 @@ def gguf_config(path: str, architecture: str, table: GGUFTable | None = None) ->
 
             config = load_gguf_checkpoint(path, return_tensors=False)["config"]
         return config
-    except (ValueError, KeyError, NotImplementedError) as exc:
-        if isinstance(exc, CheckpointFileError):
+    except _MODEL_CODE_ERRORS as exc:
+        if isinstance(exc, _LET_THROUGH):
             raise
         import transformers
 
         raise CheckpointFileError(
-            path, f"transformers {transformers.__version__} cannot read GGUF architecture {architecture!r} ({exc}); "
-            "use the model's safetensors checkpoint instead, or upgrade transformers"
+            path, f"transformers {transformers.__version__} cannot read GGUF architecture {shown(architecture)} "
+            f"({_one_line(exc)}); use the model's safetensors checkpoint instead, or upgrade transformers"
         ) from exc
 
 
@@ -112,8 +114,10 @@ def _config_from_header(table: GGUFTable) -> dict | None:
     if "general.architecture" not in meta:
         raise CheckpointFileError(table.path, "the GGUF metadata has no general.architecture; re-download the file")
     architecture = _python_value(meta["general.architecture"])
-    if not isinstance(architecture, str) or not architecture:
-        raise CheckpointFileError(table.path, f"general.architecture is {architecture!r}, not a name")
+    if not isinstance(architecture, str) or not architecture or len(architecture) > 256:
+        raise CheckpointFileError(
+            table.path, f"general.architecture is {shown(architecture)}, not an architecture name; re-download the file"
+        )
     if any(part in architecture for part in _REPLAYED_BY_TRANSFORMERS):
         return None
     updated = architecture
@@ -186,7 +190,8 @@ def meta_model(config: dict, path: str = "") -> torch.nn.Module:
     import transformers
     from transformers import AutoConfig
 
-    cfg = AutoConfig.for_model(**config)
+    with _model_code(path, "transformers refuses the config its metadata gives"):
+        cfg = AutoConfig.for_model(**config)
     named = [getattr(transformers, a, None) for a in (cfg.architectures or [])]
     autos = [transformers.AutoModelForCausalLM, transformers.AutoModelForSeq2SeqLM, transformers.AutoModel]
     errors = []
@@ -194,8 +199,10 @@ def meta_model(config: dict, path: str = "") -> torch.nn.Module:
         for cls in [c for c in named if c is not None] + autos:
             try:
                 return cls.from_config(cfg) if cls in autos else cls(cfg)
-            except (ValueError, KeyError, TypeError) as exc:
-                errors.append(f"{cls.__name__}: {exc}")
+            except _MODEL_CODE_ERRORS as exc:
+                if isinstance(exc, _LET_THROUGH):
+                    raise
+                errors.append(f"{cls.__name__}: {type(exc).__name__}: {_one_line(exc, 200)}")
     raise CheckpointFileError(path, "no transformers model class builds its config: " + "; ".join(errors))
 
 
@@ -261,8 +268,12 @@ class _Plan:
         arch = self.table.architecture
         _refuse_packed_path(path, arch)
         self.raw_config = gguf_config(path, arch, self.table)
-        self.processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=self.raw_config)
-        self.key_map = get_gguf_hf_weights_map(_Shallow(meta_model(self.raw_config, path)), self.processor)
+        check_declared_sizes(self.table, self.raw_config)  # before anything is built from them
+        with _model_code(path, "cannot build the model its metadata describes"):
+            self.processor = TENSOR_PROCESSORS.get(arch, TensorProcessor)(config=self.raw_config)
+            model = meta_model(self.raw_config, path)
+            self.key_map = get_gguf_hf_weights_map(_Shallow(model), self.processor)
+            del model
         # probe: which parameters does each stored tensor feed, with which shape
         outputs: dict[str, tuple[list[int], tuple[int, ...]]] = {}
         parent = list(range(len(self.table.tensors)))
@@ -276,7 +287,9 @@ class _Plan:
         self.dropped: list[str] = []
         for i, info in enumerate(self.table.tensors):
             placeholder = np.broadcast_to(np.zeros((), np.float32), info.shape)
-            fed = self._process(placeholder, info.name, {"tensors": {}}, copy=False)
+            with _model_code(path, f"tensor {info.name!r} (shape {info.shape}) does not fit the model its metadata "
+                             "describes"):
+                fed = self._process(placeholder, info.name, {"tensors": {}}, copy=False)
             if not fed:
                 self.dropped.append(info.name)
             for name, shape in fed.items():
@@ -323,8 +336,113 @@ class _Plan:
                 weights = dequantize(tensor_data(info, self.table.path), info.ggml_type)
             except NotImplementedError as exc:
                 raise CheckpointFileError(self.table.path, f"tensor {info.name!r}: {exc}") from exc
-            self._process(weights, info.name, parsed)
+            except _MODEL_CODE_ERRORS as exc:
+                if isinstance(exc, _LET_THROUGH):
+                    raise
+                raise CheckpointFileError(
+                    self.table.path, f"tensor {info.name!r} (shape {info.shape}, {info.type_name}) cannot be "
+                    f"dequantised ({type(exc).__name__}: {_one_line(exc, 200)}); re-download or re-convert the file",
+                ) from exc
+            with _model_code(self.table.path, f"tensor {info.name!r} cannot be processed"):
+                self._process(weights, info.name, parsed)
         return parsed["tensors"]
+
+
+#: What ``transformers``' model code, processors and config classes raise on sizes that cannot work.
+#: (``ValueError``, ``ZeroDivisionError``, ``huggingface_hub``'s ``StrictDataclassClassValidationError`` of a
+#: config class...: too many kinds to list; a ``MemoryError`` is let through, see :data:`_LET_THROUGH`.)
+_MODEL_CODE_ERRORS = (Exception,)
+#: Never turned into a :class:`CheckpointFileError`: ours already, or no statement about the file.
+_LET_THROUGH = (CheckpointFileError, MemoryError)
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line, shortened (messages are printed on one line)."""
+    return " ".join(str(exc).split())[:limit]
+
+
+@contextlib.contextmanager
+def _model_code(path: str, what: str):
+    """Turn an error of ``transformers``' code run on this file's metadata into a :class:`CheckpointFileError`."""
+    try:
+        yield
+    except _LET_THROUGH:
+        raise
+    except _MODEL_CODE_ERRORS as exc:
+        raise CheckpointFileError(
+            path, f"{what} ({type(exc).__name__}: {_one_line(exc)}); the metadata or the tensor table is "
+            "corrupted or from another model: re-download or re-convert the file",
+        ) from exc
+
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+#: Sizes no tensor dimension can be smaller than (the embedding has the hidden size, heads fit in it...).
+_DIM_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim")
+
+
+def _gguf_key(table: GGUFTable, key: str) -> str:
+    """The metadata key a config key comes from (``llama.block_count`` for ``num_hidden_layers``), else ``key``."""
+    try:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+
+        tables = GGUF_TO_TRANSFORMERS_MAPPING["config"].values()
+    except (ImportError, KeyError):
+        return key
+    arch = table.architecture
+    for gguf_key in table.metadata:
+        prefix, _, rest = gguf_key.partition(".")
+        if prefix == arch and any(names.get(rest) == key for names in tables):
+            return f"{gguf_key} ({key})"
+    return key
+
+
+def check_declared_sizes(table: GGUFTable, config: dict) -> None:
+    """Check the sizes a GGUF file's metadata declares against its tensor table, before anything is built.
+
+    A model is built (on the meta device) from these sizes, and name maps for
+    each declared layer: a ``block_count`` of 100000 over a table of 30
+    blocks would cost minutes and gigabytes. So the sizes must be positive
+    integers, the layer count must be the number of ``blk.N`` blocks the
+    table holds (or at most the number of tensors when it has no such
+    names), and no width or head count may exceed the largest tensor
+    dimension. The cost of the check is proportional to the table.
+
+    Raises
+    ------
+    CheckpointFileError
+        Naming the metadata key, its value and what the table holds.
+    """
+    path = table.path
+    problems = size_problems(config)
+    if problems:
+        named = [_gguf_key(table, p.split("=", 1)[0]) + "=" + p.split("=", 1)[1] for p in problems]
+        raise CheckpointFileError(
+            path, f"the GGUF metadata declares {', '.join(named)}: sizes, layer and head counts must be positive "
+            "integers; the header is corrupted, re-download or re-convert the file",
+        )
+    layers = config.get("num_hidden_layers")
+    if isinstance(layers, int):
+        blocks = sorted({int(m[1]) for t in table.tensors if (m := _BLOCK.match(t.name))})
+        if blocks and (len(blocks) != layers or blocks[-1] != layers - 1):
+            raise CheckpointFileError(
+                path, f"the GGUF metadata declares {_gguf_key(table, 'num_hidden_layers')}={layers} layers, but "
+                f"the tensor table holds {len(blocks)} blocks (blk.{blocks[0]} to blk.{blocks[-1]}); the header is "
+                "corrupted or the file is incomplete: re-download or re-convert it",
+            )
+        if not blocks and layers > len(table.tensors):
+            raise CheckpointFileError(
+                path, f"the GGUF metadata declares {_gguf_key(table, 'num_hidden_layers')}={layers} layers, more "
+                f"than the {len(table.tensors)} tensors the file holds; the header is corrupted, re-download it",
+            )
+    largest = max((d for t in table.tensors for d in t.shape), default=0)
+    for key in _DIM_KEYS:
+        value = config.get(key)
+        top = max(value) if isinstance(value, list) and value else value
+        if isinstance(top, int) and top > largest:
+            raise CheckpointFileError(
+                path, f"the GGUF metadata declares {_gguf_key(table, key)}={shown(value)}, larger than every tensor "
+                f"dimension of the file (the largest is {largest}); the header is corrupted, re-download it",
+            )
 
 
 def _refuse_packed_path(path: str, arch: str) -> None:
@@ -334,13 +452,14 @@ def _refuse_packed_path(path: str, arch: str) -> None:
         return
     if is_gguf_arch_supported(arch):
         raise CheckpointFileError(
-            path, f"GGUF architecture {arch!r} is loaded by transformers' packed-GGUF converter, which this "
+            path, f"GGUF architecture {shown(arch)} is loaded by transformers' packed-GGUF converter, which this "
             "toolkit does not replay yet; open the model's safetensors checkpoint instead"
         )
 
 
 @functools.lru_cache(maxsize=8)
-def _plan(path: str, size: int, mtime_ns: int) -> _Plan:
+def _plan(path: str, *identity: int) -> _Plan:
+    """The plan of a file, kept for the same path and stat identity (size, times, inode: a rewrite misses)."""
     return _Plan(path)
 
 
@@ -370,7 +489,7 @@ class GGUFSource(FileSource):
 
     def __init__(self, path: Path, *, location: str | None = None, revision: str = ""):
         st = os.stat(path)
-        self._plan = _plan(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+        self._plan = _plan(str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         super().__init__(
             location=location or str(path), format="gguf", config=normalize_config(self._plan.raw_config),
             files=[path], revision=revision,

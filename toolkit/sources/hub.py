@@ -29,7 +29,35 @@ _WEIGHT_SETS = (
 
 def looks_like_hub_id(text: str) -> bool:
     """``"org/name"`` or ``"name"``, not a path-looking string (``./x``, ``a/b/c``, ``x.gguf``)."""
-    return bool(_HUB_ID.match(text)) and ".." not in text and not text.endswith(_FILE_SUFFIXES)
+    return bool(_HUB_ID.fullmatch(text)) and ".." not in text and not text.endswith(_FILE_SUFFIXES)
+
+
+#: The longest repo (and namespace) name the hub accepts (``huggingface_hub.utils.validate_repo_id``).
+MAX_NAME = 96
+
+
+def hub_id_problem(text: str) -> str:
+    """Why the hub would refuse ``text`` as a repo id (``huggingface_hub``'s rules), ``""`` when it would not.
+
+    Checked before any hub call, so the answer is a :class:`SourceNotFoundError`
+    naming the id, not the hub client's own validation error.
+    """
+    parts = text.split("/")
+    if len(parts) > 2:
+        return "a hub id is 'name' or 'org/name', with at most one '/'"
+    for part in parts:
+        if not part:
+            return "an empty name before or after '/'"
+        if len(part) > MAX_NAME:
+            return f"a hub name is at most {MAX_NAME} characters, this one has {len(part)} ({part[:24]!r}...)"
+        if not _HUB_ID.fullmatch(part) or part[-1] in "-.":
+            return (f"{part!r}: a hub name is made of letters, digits, '-', '_' and '.', and does not start or "
+                    "end with '-' or '.'")
+    if "--" in text or ".." in text:
+        return "a hub id cannot contain '--' or '..'"
+    if text.endswith(".git"):
+        return "a hub id cannot end with '.git'"
+    return ""
 
 
 def _truthy(value: str | None) -> bool:
@@ -155,6 +183,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     """
     from huggingface_hub.errors import (
         GatedRepoError,
+        HFValidationError,
         RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
@@ -183,13 +212,20 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
             raise SourceNotFoundError(repo_id, f"the repo has no revision {revision!r}") from exc
         except RemoteEntryNotFoundError as exc:
             raise SourceNotFoundError(repo_id, f"a file is missing on the hub ({exc})") from exc
+        except HFValidationError as exc:
+            raise SourceNotFoundError(
+                repo_id, f"the hub client refuses the id, revision or a file name ({exc}); check them"
+            ) from exc
         except _network_errors() as exc:
             why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"
             advice = ("check the network connection (and HF_ENDPOINT) to download it; set HF_HUB_OFFLINE=1 to use "
                       "only the local cache without trying the hub")
     if folder is not None:
         return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
-    folder = _from_cache(repo_id, revision, cache, why, advice)
+    try:
+        folder = _from_cache(repo_id, revision, cache, why, advice)
+    except HFValidationError as exc:
+        raise SourceNotFoundError(repo_id, f"the hub client refuses the id or revision ({exc}); check them") from exc
     try:
         return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
     except (SourceNotFoundError, CheckpointFileError) as exc:  # a partial download in the cache

@@ -6,8 +6,10 @@ time, both in nanoseconds. ``cp -p`` or ``touch -r`` can give a file another
 file's size and mtime, but not its ctime (the kernel sets it on every write,
 chmod or rename of the file itself, and no system call sets it back); two
 files in two folders never share (device, inode). A file inside a Hugging
-Face cache snapshot is identified by its blob's sha256, the hash of its
-content that the cache layout gives for free.
+Face cache snapshot is identified by its blob's sha256 (the hash of its
+content the cache layout gives for free) together with the same stat fields:
+the name alone would trust a blob rewritten in place (``cp`` onto the
+snapshot link writes through it).
 
 What moving a checkpoint does (``mv old new`` on one file system): the files
 keep device, inode and ctime (renaming a parent folder does not touch its
@@ -54,9 +56,9 @@ def file_identity(path: str | os.PathLike, *, portable: bool = False) -> str:
     Returns
     -------
     str
-        ``"blob:<sha256>:<size>"`` for a Hugging Face cache blob, else
         ``"stat:<dev>:<ino>:<size>:<mtime_ns>:<ctime_ns>"`` (without ``<dev>``
-        when ``portable``).
+        when ``portable``), prefixed ``"blob:<sha256>:"`` for a Hugging Face
+        cache blob.
 
     Raises
     ------
@@ -65,12 +67,10 @@ def file_identity(path: str | os.PathLike, *, portable: bool = False) -> str:
     """
     st = os.stat(path)
     blob = hub_sha256(path)
-    if blob:
-        return f"blob:{blob}:{st.st_size}"
     fields = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
     if not portable:
         fields.insert(0, st.st_dev)
-    return "stat:" + ":".join(map(str, fields))
+    return (f"blob:{blob}:" if blob else "") + "stat:" + ":".join(map(str, fields))
 
 
 def files_identity(files: Iterable[str | os.PathLike], *, portable: bool = False) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from toolkit.config_keys import normalize_config
 from toolkit.errors import AmbiguousCheckpointError, CheckpointFileError, SourceNotFoundError
-from toolkit.sources._common import read_config
+from toolkit.sources._common import check_config_sizes, read_config
 from toolkit.sources.base import Source
 
 _SINGLE_SUFFIXES = {".safetensors": "safetensors", ".bin": "pytorch", ".pt": "pytorch", ".pth": "pytorch"}
@@ -41,6 +41,11 @@ def _open_gguf(path: Path, location: str | None, revision: str) -> Source:
     return GGUFSource(path, location=location, revision=revision)
 
 
+def _folder_config(folder: Path) -> dict:
+    """The folder's ``config.json``, normalised, its sizes checked (``{}`` when there is none)."""
+    return check_config_sizes(normalize_config(read_config(folder)), folder / "config.json")
+
+
 def _note_missing_config(src: Source, folder: Path) -> Source:
     """Record on ``src`` the ``config.json`` that is not next to its weights.
 
@@ -62,7 +67,7 @@ def _open_file(path: Path, gguf_file: str | None, location: str | None, revision
                 "with gguf_file=..., or the .gguf path alone"
             )
         return _open_gguf(path, location, revision)
-    config = normalize_config(read_config(path.parent))
+    config = _folder_config(path.parent)
     kwargs = dict(config=config, location=location or str(path), revision=revision)
     for suffix, kind in _INDEX_SUFFIXES.items():
         if name.endswith(suffix):
@@ -97,7 +102,7 @@ def _open_dir(folder: Path, gguf_file: str | None, location: str | None, revisio
                 f"open_source({str(folder / index)!r}) or open_source({str(folder / single)!r})",
             )
         if has_index or has_single:
-            config = normalize_config(read_config(folder))
+            config = _folder_config(folder)
             kwargs = dict(config=config, location=location or str(folder), revision=revision)
             cls = _source_class(kind)
             src = cls.from_index(folder / index, **kwargs) if has_index else cls.from_file(folder / single, **kwargs)

@@ -1,9 +1,15 @@
 """Safetensors checkpoints: one ``model.safetensors`` or shards with an index.
 
-The header of each file is parsed here (8-byte length + JSON), which lists
-every tensor's dtype, shape and byte range without reading data and lets a
-truncated file be named at open time. Tensor bytes are read one tensor at a
-time with ``safetensors.safe_open(...).get_tensor(name)``.
+The header of each file is parsed once, when the source is opened (8-byte
+length + JSON), and checked by the ``safetensors`` library itself (its Rust
+parser, the format's reference); a header it refuses is explained here
+(a JSON list or string, a dtype that is no dtype name, byte ranges that
+disagree with the shapes, a truncated file...). That lists every tensor's
+dtype, shape and byte range without reading data. A tensor's bytes are then
+read straight from its checked byte range, so a pass over a shard never
+parses its header again (a header of a million entries is parsed once, not
+once per tensor); the values are those ``safe_open(...).get_tensor(name)``
+returns.
 """
 
 from __future__ import annotations
@@ -14,18 +20,29 @@ import struct
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
-from toolkit.errors import CheckpointFileError
-from toolkit.sources._common import FileSource, read_index, shards_of, transformers_renamer
+from toolkit.errors import CheckpointFileError, UnsupportedDtypeError
+from toolkit.sources._common import FileSource, open_failure, read_index, shards_of, shown, transformers_renamer
 from toolkit.sources.base import TensorRecord
 
 #: safetensors dtype codes -> torch dtype names.
 DTYPES = {
     "BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E4M3FNUZ": "float8_e4m3fnuz",
+    "F8_E5M2FNUZ": "float8_e5m2fnuz", "F8_E8M0": "float8_e8m0fnu",
+    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8",
+    "U64": "uint64", "U32": "uint32", "U16": "uint16", "U8": "uint8", "BOOL": "bool",
+    "C64": "complex64", "F4": "float4_e2m1fn_x2", "F6_E2M3": "float6_e2m3", "F6_E3M2": "float6_e3m2",
+}
+
+#: Bits per element of each dtype code (the ``safetensors`` format's ``Dtype::bitsize``).
+BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64,
+    "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
 
@@ -53,8 +70,22 @@ def _not_safetensors(start: bytes, n: int, size: int) -> str:
     )
 
 
-def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
-    """Tensors of one safetensors file, in storage order.
+class Entry(NamedTuple):
+    """One tensor of a safetensors header, checked: where its bytes lie and what they hold."""
+
+    dtype: str  #: torch dtype name (``"bfloat16"``)
+    shape: tuple[int, ...]
+    offset: int  #: absolute byte offset in the file
+    nbytes: int
+    code: str  #: the format's dtype code (``"BF16"``)
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def read_header(path: Path) -> dict[str, Entry]:
+    """The tensors of one safetensors file, in storage order, with their checked byte ranges.
 
     Parameters
     ----------
@@ -64,18 +95,27 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
     Returns
     -------
     dict
-        ``name -> (dtype name, shape, data start offset)``, ordered by offset.
+        ``name -> Entry(dtype, shape, offset, nbytes, code)``, ordered by offset.
 
     Raises
     ------
     CheckpointFileError
         Not a safetensors file (its first 8 bytes are no plausible header
-        length: random bytes, a Git LFS pointer, an HTML page...), the header
-        is unreadable, or the file is shorter than its header says
-        (truncated download or copy).
+        length: random bytes, a Git LFS pointer, an HTML page...), the file
+        cannot be read, the header is not a JSON object of tensor entries
+        as the format defines them (a list or a string, a dtype that is not
+        a dtype name of the format, a shape that is not a list of counts,
+        byte ranges that disagree with the shape, overlap or leave gaps), or
+        the file is shorter (truncated download or copy) or longer than its
+        header says. A header is accepted exactly when the ``safetensors``
+        library accepts it.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as fh:
+    try:
+        size = os.path.getsize(path)
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise open_failure(path, exc) from exc
+    with fh:
         head = fh.read(8)
         if len(head) < 8:
             raise CheckpointFileError(path, f"only {size} bytes, not a safetensors file; re-download it")
@@ -87,38 +127,175 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...], int]]:
                     path, f"truncated: the header alone needs {n + 8} bytes, the file has {size}; re-download it"
                 )
             raise CheckpointFileError(path, _not_safetensors(head + first + fh.read(64), n, size))
-        try:
-            header = json.loads(fh.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointFileError(path, f"corrupted safetensors header ({exc}); re-download it") from exc
-    header.pop("__metadata__", None)
-    tensors = {}
-    end = 0
+        if n > MAX_HEADER_SIZE:
+            raise CheckpointFileError(
+                path, f"its header declares {n} bytes, more than the {MAX_HEADER_SIZE} bytes the safetensors "
+                "format allows (the safetensors library refuses it too); re-download or re-save the file",
+            )
+        raw = fh.read(n)
+    refused = _refused_by_safetensors(path)
     try:
-        for name, info in header.items():
-            start, stop = info["data_offsets"]
-            end = max(end, stop)
-            tensors[name] = (DTYPES.get(info["dtype"], info["dtype"].lower()), tuple(info["shape"]), start)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CheckpointFileError(path, f"corrupted safetensors header ({exc!r}); re-download it") from exc
-    if 8 + n + end > size:
-        raise CheckpointFileError(
-            path,
-            f"truncated: its header says the tensor data runs to byte {8 + n + end}, "
-            f"the file has {size} bytes; re-download or re-save it",
-        )
-    return dict(sorted(tensors.items(), key=lambda kv: kv[1][2]))
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointFileError(path, f"corrupted safetensors header ({exc}); re-download it") from exc
+    del raw
+    if not refused:
+        return _trusted_entries(header, 8 + n)
+    _entries(path, header, 8 + n, size)  # raises, naming what is wrong
+    raise CheckpointFileError(path, f"the safetensors library refuses it ({refused}); re-download or re-save it")
 
 
-def _read_tensor(path: str, name: str, start: int | None = None, stop: int | None = None) -> torch.Tensor:
-    """A stored tensor in its stored dtype; only rows ``start:stop`` (``get_slice``) when given."""
+def _refused_by_safetensors(path: Path) -> str:
+    """Why the ``safetensors`` library refuses the file's header (``""`` when it accepts it).
+
+    Its (Rust) parser is the format's reference and parses a large header
+    many times faster than Python; a header it accepts is read with
+    :func:`_trusted_entries`, one it refuses is explained by :func:`_entries`.
+    """
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(path, framework="pt") as fh:
-            return fh.get_tensor(name) if start is None else fh.get_slice(name)[start:stop]
-    except (SafetensorError, OSError) as exc:
-        raise CheckpointFileError(path, f"cannot read tensor {name!r} ({exc}); re-download the file") from exc
+        with safe_open(str(path), framework="pt"):
+            return ""
+    except (SafetensorError, OSError, ValueError) as exc:
+        return str(exc) or type(exc).__name__
+
+
+def _trusted_entries(header: dict, data_start: int) -> dict[str, Entry]:
+    """The entries of a header the ``safetensors`` library has checked, in storage order."""
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        code = info["dtype"]
+        start, stop = info["data_offsets"]
+        tensors[name] = Entry(DTYPES.get(code) or code.lower(), tuple(info["shape"]), data_start + start,
+                              stop - start, code)
+    return dict(sorted(tensors.items(), key=lambda kv: (kv[1].offset, kv[1].nbytes)))
+
+
+def _corrupted(path, what: str) -> CheckpointFileError:
+    return CheckpointFileError(path, f"corrupted safetensors header: {what}; re-download or re-save the file")
+
+
+def _bits(shape: list[int], bits: int, limit: int) -> int:
+    """``prod(shape) * bits``, or ``limit + 1`` as soon as it exceeds ``limit`` (a hostile shape of a million huge
+    dims never makes a huge integer)."""
+    if 0 in shape:
+        return 0
+    total = bits
+    for d in shape:
+        total *= d
+        if total > limit:
+            return limit + 1
+    return total
+
+
+def _entries(path: Path, header, data_start: int, size: int) -> dict[str, Entry]:
+    """The checked entries of a parsed header, as the ``safetensors`` library checks them."""
+    if not isinstance(header, dict):
+        raise _corrupted(path, f"the header is a JSON {type(header).__name__}, not an object of tensor entries")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise _corrupted(path, "'__metadata__' is not an object of strings")
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(info, dict):
+            raise _corrupted(path, f"the entry of tensor {shown(name)} is a JSON {type(info).__name__}, not an object")
+        code, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+        if not isinstance(code, str) or code not in BITS:
+            raise _corrupted(
+                path, f"tensor {shown(name)} has dtype {shown(code)}, not a dtype of the format ({', '.join(BITS)})"
+            )
+        if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+            raise _corrupted(
+                path, f"tensor {shown(name)} has shape {shown(shape)}, not a list of non-negative integers"
+            )
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)
+                and offsets[0] <= offsets[1]):
+            raise _corrupted(
+                path, f"tensor {shown(name)} has data_offsets {shown(offsets)}, not [begin, end] with begin <= end"
+            )
+        bits = _bits(shape, BITS[code], 8 * size)
+        if bits % 8 or bits // 8 != offsets[1] - offsets[0]:
+            needs = f"{bits / 8:g} bytes" if bits <= 8 * size else "more bytes than the file has"
+            raise _corrupted(
+                path, f"tensor {shown(name)} ({code}, shape {shown(shape)}) needs {needs}, its data_offsets "
+                f"{shown(offsets)} hold {offsets[1] - offsets[0]}",
+            )
+        tensors[name] = Entry(DTYPES[code], tuple(shape), data_start + offsets[0], offsets[1] - offsets[0], code)
+    ordered = dict(sorted(tensors.items(), key=lambda kv: (kv[1].offset, kv[1].nbytes)))
+    end, previous = data_start, None
+    for name, entry in ordered.items():
+        if entry.offset != end:
+            if previous is None:
+                what = f"the first tensor, {shown(name)}, starts at byte {entry.offset - data_start} of the data, not 0"
+            elif entry.offset < end:
+                what = f"the byte ranges of tensors {shown(previous)} and {shown(name)} overlap"
+            else:
+                what = (f"{entry.offset - end} bytes between tensors {shown(previous)} and {shown(name)} belong to "
+                        "no tensor")
+            raise _corrupted(path, what)
+        end, previous = entry.offset + entry.nbytes, name
+    if end > size:
+        raise CheckpointFileError(
+            path, f"truncated: its header says the tensor data runs to byte {end}, the file has {size} bytes; "
+            "re-download or re-save it",
+        )
+    if end < size:
+        raise CheckpointFileError(
+            path, f"{size - end} bytes follow the last tensor's data, which no safetensors writer leaves "
+            "(two files joined, or a corrupted header); re-download or re-save it",
+        )
+    return ordered
+
+
+def _read_tensor(path: str, name: str, entry: Entry, start: int | None = None, stop: int | None = None,
+                 ) -> torch.Tensor:
+    """A stored tensor in its stored dtype, read from its checked byte range; only rows ``start:stop`` when given."""
+    dtype = getattr(torch, entry.dtype, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnsupportedDtypeError(
+            path, name, entry.code, f"torch {torch.__version__} has no dtype for it; upgrade torch, or convert "
+            "the tensor to another dtype and save the checkpoint again",
+        )
+    if BITS.get(entry.code, 8) < 8:
+        raise UnsupportedDtypeError(
+            path, name, entry.code, "a packed dtype of fewer than 8 bits per value, which this toolkit does not "
+            "unpack yet; convert the tensor to float16 or bfloat16 and save the checkpoint again",
+        )
+    offset, nbytes, shape = entry.offset, entry.nbytes, entry.shape
+    if start is not None:
+        rows = shape[0]
+        start = max(0, min(start, rows))
+        stop = max(start, min(rows if stop is None else stop, rows))
+        row_bytes = nbytes // rows if rows else 0
+        offset, nbytes, shape = offset + start * row_bytes, (stop - start) * row_bytes, (stop - start, *shape[1:])
+    buf = bytearray(nbytes)
+    got = 0
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            fh.seek(offset)
+            view = memoryview(buf)
+            while got < nbytes:
+                n = fh.readinto(view[got:])
+                if not n:
+                    break
+                got += n
+    except OSError as exc:
+        raise CheckpointFileError(
+            path, f"cannot read tensor {name!r} ({type(exc).__name__}: {exc}); check the file, or re-download it"
+        ) from exc
+    if got != nbytes:
+        raise CheckpointFileError(
+            path, f"tensor {name!r} is cut short ({got} of {nbytes} bytes): the file changed or was truncated "
+            "after it was opened; open it again, or re-download it",
+        )
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
 class SafetensorsSource(FileSource):
@@ -126,13 +303,15 @@ class SafetensorsSource(FileSource):
 
     Build with :meth:`from_file` or :meth:`from_index`. Names are the stored
     names with ``transformers``' load-time renamings applied (see
-    :func:`toolkit.sources._common.transformers_renamer`).
+    :func:`toolkit.sources._common.transformers_renamer`). Each file's header
+    is parsed once, here; reading a tensor reads only its bytes.
     """
 
-    def __init__(self, entries: list[tuple[str, str, tuple[int, ...], str]], **kwargs):
+    def __init__(self, entries: list[tuple[str, Entry, str]], **kwargs):
         super().__init__(format="safetensors", **kwargs)
-        self._entries = entries  # (stored name, dtype, shape, file)
+        self._entries = entries  # (stored name, entry, file)
         self._rename = transformers_renamer(self.config)
+        self._names: list[str] | None = None  # the renamed names, found on the first pass
 
     @classmethod
     def from_file(cls, path: Path, *, config: dict, location: str, revision: str = "") -> SafetensorsSource:
@@ -141,9 +320,9 @@ class SafetensorsSource(FileSource):
         Raises
         ------
         CheckpointFileError
-            Truncated or corrupted file.
+            Unreadable, truncated or corrupted file.
         """
-        entries = [(name, dt, shape, str(path)) for name, (dt, shape, _) in read_header(path).items()]
+        entries = [(name, entry, str(path)) for name, entry in read_header(path).items()]
         return cls(entries, config=config, location=location, files=[path], revision=revision)
 
     @classmethod
@@ -153,23 +332,24 @@ class SafetensorsSource(FileSource):
         Raises
         ------
         CheckpointFileError
-            The index names a shard that is missing, or a tensor its shard does
-            not hold; a shard is truncated or corrupted.
+            The index names a shard that is missing or outside the index's
+            folder, or a tensor its shard does not hold; a shard is
+            unreadable, truncated or corrupted.
         """
         weight_map = read_index(index_path)
         shards = shards_of(index_path, weight_map)
         entries = []
-        for shard in shards:
+        for shard_name, shard in zip(sorted(set(weight_map.values())), shards, strict=True):
             header = read_header(shard)
-            absent = [k for k, v in weight_map.items() if v == shard.name and k not in header]
+            absent = [k for k, v in weight_map.items() if v == shard_name and k not in header]
             if absent:
                 raise CheckpointFileError(
                     index_path,
-                    f"the index puts {len(absent)} tensor(s) in {shard.name} that it does not hold "
+                    f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
                     f"(first: {absent[0]!r}); the shard and the index come from different saves. "
                     "Download both again, or re-save the checkpoint.",
                 )
-            entries += [(name, dt, shape, str(shard)) for name, (dt, shape, _) in header.items()]
+            entries += [(name, entry, str(shard)) for name, entry in header.items()]
         return cls(entries, config=config, location=location, files=shards, revision=revision)
 
     def tensors(self) -> Iterator[TensorRecord]:
@@ -180,10 +360,11 @@ class SafetensorsSource(FileSource):
         TensorRecord
             ``read()`` returns the tensor in its stored dtype and shape.
         """
-        for stored, dt, shape, file in self._entries:
-            name = self._rename(stored)
+        if self._names is None:
+            self._names = [self._rename(stored) for stored, _, _ in self._entries]
+        for name, (stored, entry, file) in zip(self._names, self._entries, strict=True):
+            reader = partial(_read_tensor, file, stored, entry)
             yield TensorRecord(
-                name, shape, dt, partial(_read_tensor, file, stored),
-                file=file, stored_name=stored if name != stored else "",
-                _row_reader=partial(_read_tensor, file, stored),
+                name, entry.shape, entry.dtype, reader,
+                file=file, stored_name=stored if name != stored else "", _row_reader=reader,
             )

@@ -15,7 +15,14 @@ from pathlib import Path
 import torch
 
 from toolkit.errors import CheckpointFileError
-from toolkit.sources._common import FileSource, dtype_name, read_index, shards_of, transformers_renamer
+from toolkit.sources._common import (
+    FileSource,
+    dtype_name,
+    open_failure,
+    read_index,
+    shards_of,
+    transformers_renamer,
+)
 from toolkit.sources.base import TensorRecord
 
 
@@ -28,6 +35,11 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
         Truncated, corrupted, or holding pickled objects other than tensors
         (``weights_only`` refuses those).
     """
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise open_failure(path, exc) from exc
     try:
         try:
             data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -44,7 +56,14 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
         data = data["state_dict"]
     if not isinstance(data, dict):
         raise CheckpointFileError(path, f"holds a {type(data).__name__}, not a state dict of tensors")
-    return {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+    tensors = {k: v for k, v in data.items() if isinstance(v, torch.Tensor)}
+    odd = [k for k in tensors if not isinstance(k, str)]
+    if odd:
+        raise CheckpointFileError(
+            path, f"its state dict has keys that are not parameter names ({odd[0]!r}, a {type(odd[0]).__name__}); "
+            "re-save it with model.state_dict() (safetensors preferred)",
+        )
+    return tensors
 
 
 class TorchBinSource(FileSource):
@@ -83,14 +102,14 @@ class TorchBinSource(FileSource):
         weight_map = read_index(index_path)
         shards = shards_of(index_path, weight_map)
         entries = []
-        for shard in shards:
+        for shard_name, shard in zip(sorted(set(weight_map.values())), shards, strict=True):
             listed = cls._list(shard)
             held = {e[0] for e in listed}
-            absent = [k for k, v in weight_map.items() if v == shard.name and k not in held]
+            absent = [k for k, v in weight_map.items() if v == shard_name and k not in held]
             if absent:
                 raise CheckpointFileError(
                     index_path,
-                    f"the index puts {len(absent)} tensor(s) in {shard.name} that it does not hold "
+                    f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
                     f"(first: {absent[0]!r}); the shard and the index come from different saves. "
                     "Download both again, or re-save the checkpoint.",
                 )

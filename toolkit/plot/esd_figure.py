@@ -1,0 +1,196 @@
+"""The ESD figure: one matrix's empirical spectral density with its power-law fit.
+
+WeightWatcher's main picture (Martin & Mahoney 2021): a histogram of the
+eigenvalues λ_i = σ_i² of WᵀW on log-log axes (log-spaced bins, density
+normalised over all eigenvalues) with the fitted power law
+p(λ) ∝ λ^(−α) drawn from ``xmin`` to the largest eigenvalue, scaled to the
+fraction of eigenvalues in the tail, and ``xmin`` / ``xmax`` marked.
+
+Drawn from a Dataset's stored ``eigenvalues`` (``weight_stats(...,
+keep_spectra=True)``); the fit's numbers come from the Dataset when it holds
+them (``alpha``, ``alpha_xmin``) and are otherwise fitted here from the stored
+spectrum with :func:`toolkit.metrics.powerlaw.fit_power_law`, the same fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("loglog", "linear", "logx", "singular_values")
+
+
+@dataclass
+class ESDData:
+    """Everything :func:`draw_esd` draws.
+
+    Attributes
+    ----------
+    eigenvalues : numpy.ndarray
+        λ_i, descending, float64 (NaN padding removed).
+    alpha, xmin, xmax : float
+        The power-law fit (NaN when it could not be made).
+    quality : str
+        ``over-trained`` / ``under-trained`` / ``ok`` or why there is no fit.
+    title : str
+    kind : str
+    """
+
+    eigenvalues: np.ndarray
+    alpha: float
+    xmin: float
+    xmax: float
+    quality: str
+    title: str
+    kind: str = "loglog"
+
+    @property
+    def tail_fraction(self) -> float:
+        if not math.isfinite(self.xmin):
+            return math.nan
+        return float(np.mean(self.eigenvalues >= self.xmin))
+
+
+def _stored(ds, name: str, layer, component) -> float:
+    if name not in ds:
+        return math.nan
+    return float(ds[name].sel(layer=layer, component=component))
+
+
+def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog") -> ESDData:
+    """The numbers of one cell's ESD figure, from the Dataset's stored spectrum.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        With ``eigenvalues`` (layer, component, index): ``weight_stats(...,
+        keep_spectra=True)``.
+    layer : int
+    component : str
+    kind : {"loglog", "linear", "logx", "singular_values"}
+
+    Raises
+    ------
+    ToolkitError
+        No stored spectrum (the message says how to get one), an unknown
+        ``kind``, or a cell without eigenvalues (the model has no such matrix).
+    """
+    from toolkit.errors import ToolkitError
+    from toolkit.metrics.esd_fit import esd_quality
+    from toolkit.metrics.powerlaw import fit_power_law
+    from toolkit.metrics.registry import DegenerateMatrix
+    from toolkit.plot._select import model_name
+
+    if kind not in KINDS:
+        raise ToolkitError(f"kind must be one of {KINDS}, got {kind!r}")
+    if "eigenvalues" not in ds:
+        raise ToolkitError("the Dataset holds no spectra: compute it with toolkit.weight_stats(..., "
+                           "keep_spectra=True), or pass the checkpoint itself to toolkit.plot.esd")
+    lam = np.asarray(ds.eigenvalues.sel(layer=layer, component=component).values, dtype=np.float64)
+    lam = lam[~np.isnan(lam)]
+    if lam.size == 0:
+        raise ToolkitError(f"no eigenvalues for layer {layer} {component}: the model has no such matrix, or its "
+                           "spectrum could not be computed (see the nan_reason coordinate)")
+    alpha, xmin = _stored(ds, "alpha", layer, component), _stored(ds, "alpha_xmin", layer, component)
+    reason = ""
+    if not (math.isfinite(alpha) and math.isfinite(xmin)):
+        try:
+            fit = fit_power_law(lam)
+            alpha, xmin = float(fit.alpha), float(fit.xmin)
+        except DegenerateMatrix as e:
+            alpha, xmin, reason = math.nan, math.nan, e.reason
+    quality = esd_quality(alpha, reason=reason)
+    head = model_name(ds.attrs)
+    title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {alpha:.3g} ({quality})"
+    return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind)
+
+
+def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
+    """Draw a prepared :class:`ESDData`; returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4.2))
+    lam = p.eigenvalues
+    if p.kind == "singular_values":
+        s = np.sqrt(np.clip(lam, 0, None))
+        ax.plot(np.arange(1, s.size + 1), s, ".-", ms=3, lw=0.8, color="#1f5fa8")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("rank i")
+        ax.set_ylabel("singular value σ_i")
+        ax.set_title(p.title)
+        return ax
+    positive = lam[lam > 0]
+    if p.kind == "linear":
+        edges = np.linspace(0, positive.max(), bins + 1)
+    else:
+        lo, hi = np.log10(positive.min()), np.log10(positive.max())
+        edges = np.logspace(lo, hi if hi > lo else lo + 1e-9, bins + 1)
+    ax.hist(positive, bins=edges, density=True, color="#9ec3e6", edgecolor="#1f5fa8", linewidth=0.4,
+            label="ESD")
+    if math.isfinite(p.alpha) and math.isfinite(p.xmin) and p.xmin > 0:
+        x = np.logspace(np.log10(p.xmin), np.log10(p.xmax), 200)
+        density = p.tail_fraction * (p.alpha - 1) / p.xmin * (x / p.xmin) ** (-p.alpha)
+        ax.plot(x, density, color="#c45a00", lw=1.8, label=f"power law, α = {p.alpha:.3g}")
+        ax.axvline(p.xmin, color="#c45a00", ls="--", lw=1, label=f"xmin = {p.xmin:.3g}")
+    ax.axvline(p.xmax, color="#555555", ls=":", lw=1, label=f"xmax = λ_max = {p.xmax:.3g}")
+    if p.kind in ("loglog", "logx"):
+        ax.set_xscale("log")
+    if p.kind == "loglog":
+        ax.set_yscale("log")
+    ax.set_xlabel("eigenvalue λ of WᵀW")
+    ax.set_ylabel("density")
+    ax.set_title(p.title)
+    ax.legend(fontsize="small", frameon=False)
+    return ax
+
+
+def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100, **source_options):
+    """WeightWatcher's ESD figure of one cell: log-log histogram of λ with the fitted power law.
+
+    Parameters
+    ----------
+    data : xarray.Dataset, or a checkpoint (anything ``toolkit.weight_stats`` takes)
+        A Dataset with stored spectra (``weight_stats(..., keep_spectra=True)``);
+        a checkpoint computes only this matrix
+        (:func:`toolkit.collect.weights.cell_spectrum`).
+    layer : int
+    component : str
+    ax : matplotlib.axes.Axes, optional
+    kind : {"loglog", "linear", "logx", "singular_values"}
+        ``loglog``: the histogram on log-log axes (log-spaced bins) with the
+        fit; ``linear`` / ``logx``: the same on linear or log-x axes;
+        ``singular_values``: the rank plot of σ_i.
+    bins : int, default 100
+    **source_options
+        With a checkpoint: ``gguf_file``, ``revision``, ``mapping``, ``cache``.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Raises
+    ------
+    ToolkitError
+        No stored spectrum, an unknown ``kind`` or a cell the model lacks.
+
+    References
+    ----------
+    Martin, C. H. & Mahoney, M. W. (2021). Implicit self-regularization in
+    deep neural networks. JMLR 22(165).
+
+    Examples
+    --------
+    >>> ds = toolkit.weight_stats(keep_spectra=True)                   # doctest: +SKIP
+    >>> toolkit.plot.esd(ds, layer=3, component="mlp.down")            # doctest: +SKIP
+    """
+    import xarray as xr
+
+    if not isinstance(data, xr.Dataset):
+        from toolkit.collect.weights import cell_spectrum
+
+        data = cell_spectrum(data, layer=layer, component=component, **source_options)
+    return draw_esd(prepare_esd(data, layer=layer, component=component, kind=kind), ax=ax, bins=bins)
