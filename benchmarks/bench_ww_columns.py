@@ -172,11 +172,11 @@ def random_agreement(pairs: list[tuple[dict, dict]], seeds: int) -> dict:
             vals = [o[n] for n in names if math.isfinite(o[n])]
             b = t.get(ww_key, math.nan)
             if not vals or _undefined(b, True):
-                agree += (not vals) and _undefined(b, True)
+                agree += bool((not vals) and _undefined(b, True))
                 continue
             mean = sum(vals) / len(vals)
             sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / max(1, len(vals) - 1))
-            ok = abs(b - mean) <= half * sd + RANDOM_SLACK[ours_key]
+            ok = bool(abs(b - mean) <= half * sd + RANDOM_SLACK[ours_key])
             agree += ok
             zs.append(abs(b - mean) / sd if sd > 0 else (0.0 if b == mean else math.inf))
             ours_means.append(mean)
@@ -269,7 +269,7 @@ def main(argv=None) -> int:
     print(f"{H.load()} at end")
     if args.json:
         args.json.write_text(json.dumps({"model": gguf, "machine": H.machine(), "deterministic": det, "random": rnd,
-                                         "seconds": {s: res[s][0]["seconds"] for s in res}}, indent=2))
+                                         "seconds": {s: res[s][0]["seconds"] for s in res}}, indent=2, default=float))
     return 0
 
 

@@ -13,7 +13,6 @@ from _compare_data import UP1, bump_ulps, tiny, variant
 from toolkit.collect.compare import compare, compare_series, infer_steps
 from toolkit.metrics import list_metrics
 
-
 DIFF_METRICS = ["relative_change", "update_sparsity", "update_density", "delta_stable_rank",
                 "delta_effective_rank", "delta_alpha", "delta_matrix_rank", "cosine_similarity", "subspace_overlap"]
 

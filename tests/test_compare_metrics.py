@@ -9,11 +9,11 @@ import torch
 
 from toolkit.metrics.diff import (
     DiffContext,
-    comparison_dtype,
     compute_diff_metrics,
     count_unchanged,
     top_left_singular_vectors,
 )
+from toolkit.metrics.pair_sums import comparison_dtype
 
 
 def values(base, target, **kw):

@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 
+from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
 from toolkit.plot import heatmap, heatmaps, metric_names, prepare_heatmap  # noqa: E402
 from toolkit.plot._style import cmap  # noqa: E402
@@ -75,7 +75,8 @@ def test_narrow_band_uses_the_full_colour_range():
     assert p.center == pytest.approx(np.median(values))
     assert p.vmin == pytest.approx(np.percentile(values, 2)) and p.vmax == pytest.approx(np.percentile(values, 98))
     norm = p.norm()
-    assert norm(p.vmin) == pytest.approx(0) and norm(p.vmax) == pytest.approx(1) and norm(p.center) == pytest.approx(0.5)
+    assert norm(p.vmin) == pytest.approx(0) and norm(p.vmax) == pytest.approx(1)
+    assert norm(p.center) == pytest.approx(0.5)
     assert p.extend == "both"
     full = prepare_heatmap(ds, "stable_rank", robust=False)
     assert (full.vmin, full.vmax) == (values.min(), values.max()) and full.extend == "neither"

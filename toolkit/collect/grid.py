@@ -62,6 +62,14 @@ def cell_from(piece, shape, results: dict, metrics, keys: dict, eigenvalues=None
     return cell
 
 
+def join_reasons(reasons: dict) -> str:
+    """``"a, b: why; c: other"``: the metrics that share a reason named once with it, in order."""
+    grouped: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        grouped.setdefault(why, []).append(name)
+    return "; ".join(f"{', '.join(names)}: {why}" for why, names in grouped.items())
+
+
 def cell_results(cell: Cell, metrics, keys: dict) -> tuple[dict, dict]:
     """``(results, cacheable)``: ``{cache key: (value, reason)}`` of ``metrics`` in a fresh
     ``cell``, and the same without the metrics that raised (``cell.errors``), which are
@@ -117,7 +125,7 @@ def build_grid_dataset(
         n_rows[i, j], n_cols[i, j] = cell.shape
         for m in metrics:
             data[m.name][i, j] = cell.values.get(m.name, np.nan)
-        reason[i, j] = "; ".join(f"{k}: {v}" for k, v in cell.reasons.items())
+        reason[i, j] = join_reasons(cell.reasons)
     dims = ("layer", "component")
     ds = xr.Dataset(
         {m.name: (dims, data[m.name], m.attrs()) for m in metrics},

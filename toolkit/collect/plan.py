@@ -16,7 +16,7 @@ from functools import cached_property
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
-from toolkit.sources import open_source
+from toolkit.sources import check_source_arguments, open_source
 from toolkit.sources.base import Source, TensorRecord
 
 
@@ -178,6 +178,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     """
     from toolkit.collect import plan_cache
 
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision)  # before the plan cache looks at it
     request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
     before = {}
     if request is not None:

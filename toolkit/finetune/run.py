@@ -132,17 +132,32 @@ def finetune(out_dir: str | os.PathLike, *, base=None, text: str | os.PathLike |
     ToolkitError
         Unknown preset, or ``out_dir`` holds a run with other settings and
         ``overwrite`` is False.
+    InvalidOptionError
+        ``steps``, ``save_every``, ``batch_size`` < 1, ``seq_len`` < 2, ``lr`` <= 0,
+        a seed outside 0 .. 2**64 - 1, or any of them not a number (before any work).
+    TextInputError
+        The training text is missing or not UTF-8.
     EmptyInputError
         The text has fewer than ``seq_len + 1`` tokens.
     CheckpointFileError
         The base lacks a parameter the model needs.
     """
+    from toolkit import options
+
     if preset not in PRESETS:
         raise ToolkitError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
-    given = dict(steps=steps, save_every=save_every, seq_len=seq_len, batch_size=batch_size, lr=lr)
+    where = "finetune"
+    given = dict(steps=None if steps is None else options.whole_number(steps, "steps", where, minimum=1),
+                 save_every=None if save_every is None else options.whole_number(save_every, "save_every", where,
+                                                                                   minimum=1),
+                 seq_len=None if seq_len is None else options.whole_number(seq_len, "seq_len", where, minimum=2),
+                 batch_size=None if batch_size is None else options.whole_number(batch_size, "batch_size", where,
+                                                                                   minimum=1),
+                 lr=None if lr is None else options.real_number(lr, "lr", where, above=0.0))
+    seed = options.seed(seed, where)
     cfg = {**PRESETS[preset], **{k: v for k, v in given.items() if v is not None}}
     out_dir, text_path = Path(out_dir), Path(text) if text is not None else DEFAULT_TEXT
-    body = text_path.read_text(encoding="utf-8")
+    body = options.read_text_file(text_path, "training text")
     settings = {**cfg, "seed": seed, "text": str(text_path), "text_sha256": hashlib.sha256(body.encode()).hexdigest(),
                 "base": _describe_base(base)}
     done = _previous_run(out_dir, settings, overwrite)

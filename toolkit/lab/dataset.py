@@ -8,7 +8,7 @@ any update. Rows an unfinished run has not reached yet are NaN, and
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +140,7 @@ def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: 
                                   description="softmax, or φ(x) = x^p / c elementwise on Q Kᵀ/√d_head")
     ds.attrs.update(attrs)
     ds.attrs.update(toolkit_version=__version__,
-                    created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                    created=datetime.now(UTC).isoformat(timespec="seconds"))
     return ds
 
 

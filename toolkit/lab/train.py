@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import xarray as xr
 
 from toolkit.atomic import atomic_path
-from toolkit.errors import LabConfigMismatchError
+from toolkit.errors import InvalidOptionError, LabConfigMismatchError
 from toolkit.lab import dataset as lab_ds
 from toolkit.lab.attention import REFERENCE, parse_activation
 from toolkit.lab.data import DATASET_NAME, Split, load_digits_split
@@ -209,11 +209,16 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
     >>> ds = run_experiment(["softmax", "x²/4"], preset="fast", out="lab.nc")  # doctest: +SKIP
     >>> toolkit.plot.layer_grid(ds, "attention_norm")  # doctest: +SKIP
     """
+    from toolkit import options
+
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+        raise InvalidOptionError("preset", preset, f"one of {', '.join(PRESETS)}", "run_experiment")
+    seed = options.seed(seed, "run_experiment")
+    if threads is not None:
+        threads = options.whole_number(threads, "threads", "run_experiment", minimum=1)
     cfg = replace(PRESETS[preset], seed=seed, **overrides)
     if epochs is not None:
-        cfg = replace(cfg, epochs=int(epochs))
+        cfg = replace(cfg, epochs=options.whole_number(epochs, "epochs", "run_experiment", minimum=0))
     acts = list({a.label: a for a in map(parse_activation, activations)}.values())
     labels = [a.label for a in acts]
     out = Path(out) if out is not None else None

@@ -7,6 +7,9 @@
 """
 
 from toolkit.errors import DegenerateMatrix, DuplicateMetricError, DuplicateRegistrationError
+from toolkit.metrics import builtin  # noqa: F401  (registers the built-ins, in order)
+from toolkit.metrics.esd_fit import esd_quality, ww_skip_reason
+from toolkit.metrics.powerlaw import PowerLawFit, fit_power_law, spectrum_fit
 from toolkit.metrics.registry import (
     Metric,
     MetricValue,
@@ -17,8 +20,6 @@ from toolkit.metrics.registry import (
     resolve_metrics,
     unregister_metric,
 )
-from toolkit.metrics import builtin  # noqa: F401  (registers the built-ins, in order)
-from toolkit.metrics.powerlaw import PowerLawFit, fit_power_law
 from toolkit.metrics.spectral import singular_values
 
 __all__ = [
@@ -29,11 +30,14 @@ __all__ = [
     "MetricValue",
     "PowerLawFit",
     "compute_weight_metrics",
+    "esd_quality",
     "fit_power_law",
     "get_metric",
     "list_metrics",
     "register_metric",
     "resolve_metrics",
     "singular_values",
+    "spectrum_fit",
     "unregister_metric",
+    "ww_skip_reason",
 ]

@@ -39,7 +39,7 @@ from functools import cached_property
 
 import torch
 
-from toolkit.metrics.pair_sums import PairSums, comparison_dtype, pair_sums
+from toolkit.metrics.pair_sums import PairSums, pair_sums
 from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics
 
 _BLOCK = 1 << 22  # entries of W converted to float64 at a time

@@ -6,8 +6,8 @@ undefined cases raise :class:`~toolkit.metrics.registry.DegenerateMatrix`.
 
 All of them read the same few reductions of the entries, accumulated in
 float64: the sum and the central second and fourth moments (one chunked
-pass, :func:`central_moments`) and the largest magnitude. Like the singular values, these are computed once per matrix and
-shared: they are memoised on the last tensor object seen (checked by
+pass, :func:`central_moments`) and the largest magnitude. Like the singular
+values, these are computed once per matrix and shared: they are memoised on the last tensor object seen (checked by
 identity and ``Tensor._version``, so an in-place change recomputes), which
 is how :func:`~toolkit.metrics.evaluate.evaluate_matrix` and every metric
 of one cell read them in a single pass over the data.

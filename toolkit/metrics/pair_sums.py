@@ -93,7 +93,7 @@ class PairSums:
     unchanged: int = 0
     n: int = 0
 
-    def __add__(self, other: "PairSums") -> "PairSums":
+    def __add__(self, other: PairSums) -> PairSums:
         return PairSums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     @property

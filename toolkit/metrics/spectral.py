@@ -8,8 +8,8 @@ matrix; every spectral metric (``spectral_norm``, ``stable_rank``,
 
 from __future__ import annotations
 
-import math
 import contextlib
+import math
 import threading
 
 import numpy as np

@@ -99,7 +99,7 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         figsize = (w * ncols - (0.9 * (ncols - 1) if share_scale else 0), h * nrows)
     fig, axes = plt.subplots(nrows, ncols, figsize=figsize, squeeze=False, layout="constrained")
     flat = axes.ravel()
-    for p, ax in zip(prepared, flat):
+    for p, ax in zip(prepared, flat, strict=False):
         draw_heatmap(p, ax=ax, annotate=annotate, cbar=not share_scale)
     for ax in flat[n:]:
         ax.remove()

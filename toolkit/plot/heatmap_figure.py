@@ -15,8 +15,7 @@ import numpy as np
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot import _style
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, describe, metric_names, model_name, select, \
-    tick_rows
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, describe, metric_names, model_name, select, tick_rows
 
 
 @dataclass(frozen=True)
@@ -266,7 +265,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     mesh = ax.pcolormesh(np.arange(n_cols + 1), np.arange(n_rows + 1), shown,
                          cmap=cm, norm=norm, shading="flat")
     mask = p.nan_mask
-    for i, j in zip(*np.nonzero(mask)):
+    for i, j in zip(*np.nonzero(mask), strict=True):
         ax.add_patch(Rectangle((j, i), 1, 1, facecolor=_style.NAN_FACE, edgecolor=_style.NAN_EDGE,
                                hatch=_style.NAN_HATCH, linewidth=0, zorder=0.5))
     ax.set_xlim(0, n_cols)
@@ -282,7 +281,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     ax.set_title(p.title, fontsize=10)
     if annotate:
         size = max(4.0, min(8.0, 90.0 / max(n_rows, 1)))
-        for i, j in zip(*np.nonzero(~mask)):
+        for i, j in zip(*np.nonzero(~mask), strict=True):
             v = p.values[i, j]
             r, g, b, _ = cm(norm(np.clip(v, p.vmin, p.vmax)))
             dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45

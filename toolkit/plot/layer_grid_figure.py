@@ -307,7 +307,7 @@ def training_curves(ds, variables=("train_loss", "test_accuracy"), *, activation
     prepared = [prepare_layer_grid(ds, v, activations=activations, log=log) for v in variables]
     fig = _new_figure(fig, figsize or (4.2 * len(prepared), 3.4))
     axes = np.atleast_1d(fig.subplots(1, len(prepared), squeeze=False)).ravel()
-    for ax, data in zip(axes, prepared):
+    for ax, data in zip(axes, prepared, strict=False):
         _draw_panel(ax, data, 0, title=data.long_name)
         ax.set_xlabel("epoch")
         ax.set_ylabel(data.ylabel)

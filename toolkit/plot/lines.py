@@ -19,7 +19,7 @@ from toolkit.errors import EmptyInputError, UnknownMetricError
 
 #: One fixed colour per canonical component (seaborn "colorblind"), the same in every figure.
 COMPONENT_COLORS: dict[str, str] = dict(zip(COMPONENTS, (
-    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9")))
+    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9"), strict=True))
 REDUCTIONS = ("mean", "median", "max", "min")
 
 
@@ -137,7 +137,7 @@ def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = Tr
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
-    for label, color, y in zip(data.labels, data.colors, data.values):
+    for label, color, y in zip(data.labels, data.colors, data.values, strict=True):
         ok = np.isfinite(y) & ((y > 0) if data.logy else True)
         ax.plot(data.x[ok], y[ok], marker=marker, color=color, label=label, lw=1.6, ms=4)
     if data.logy:
