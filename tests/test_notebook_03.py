@@ -18,7 +18,11 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     out = tmp_path / "out"
     # One torch thread: on 2 shared, busy cores, two intra-op threads wait on each other at every
     # operation and the forward/backward passes run 2-4 times slower than on one thread.
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=120, env={"TOOLKIT_OUT": out, "OMP_NUM_THREADS": 1})
+    # timeout=60 per cell: about one run in three, nbclient waits out the whole cell timeout after the
+    # Output-widget cell (the prompt box) although the kernel is idle; the cell's outputs are complete
+    # either way. Root cause not found yet (see the closing note of session 3); 60 s keeps such a run
+    # inside the limit instead of costing 300 s.
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=60, limit_s=120, env={"TOOLKIT_OUT": out, "OMP_NUM_THREADS": 1})
     for needle in ('"max_abs_activation"', '"attention_sink_mass"'):  # the two explorers
         cell = next(c for c in nb.cells if "explore(" in c.source and needle in c.source)
         bundles = [o.data for o in cell.outputs if o.output_type in ("display_data", "execute_result")]

@@ -24,7 +24,6 @@ disables caching, as does ``cache=False`` on the public functions.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -94,7 +93,6 @@ def digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(_stable(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
-@functools.lru_cache(maxsize=8)
 def code_identity(*subpackages: str) -> str:
     """Names, sizes and mtimes of the toolkit's modules in ``subpackages`` (a source checkout whose
     code changes misses, even at the same version), with the toolkit version."""

@@ -58,10 +58,12 @@ class Plan:
     @cached_property
     def value_identity(self) -> str:
         """What the numbers of this plan's cells depend on besides the cell itself: the bytes
-        (the source fingerprint), the format and, for GGUF, the dequantising libraries."""
-        from toolkit.collect.cache import digest
+        (the source fingerprint), the format, the toolkit's reading code and, for GGUF, the
+        dequantising libraries."""
+        from toolkit.collect.cache import code_identity, digest
 
-        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format))
+        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format),
+                      code_identity("sources"))
 
     def attrs(self) -> dict:
         """Dataset attrs describing where the numbers came from."""

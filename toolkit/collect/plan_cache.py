@@ -26,9 +26,8 @@ from pathlib import Path
 
 import torch
 
-from toolkit._version import __version__
 from toolkit.architectures.base import Extract, Piece
-from toolkit.collect.cache import cache_dir, digest, warn_unusable
+from toolkit.collect.cache import cache_dir, code_identity, digest, warn_unusable
 from toolkit.collect.cell_ids import decode_index, encode_index
 from toolkit.collect.plan import Plan, PlannedTensor, dequantizer_versions
 from toolkit.errors import CheckpointChangedError
@@ -38,18 +37,12 @@ from toolkit.sources.identity import file_identity, files_identity
 KIND = "plans"
 #: Files of a checkpoint folder whose identity a cached plan depends on.
 _WATCHED = (".json", ".safetensors", ".bin", ".pt", ".pth", ".gguf")
-_CODE = Path(__file__).resolve().parents[1]
 
 
 def _code_identity() -> str:
-    """Names, sizes and mtimes of the toolkit modules that make plans (a source checkout that
-    changes them misses, even at the same version)."""
-    parts = []
-    for sub in ("sources", "architectures"):
-        for p in sorted((_CODE / sub).glob("*.py")):
-            st = p.stat()
-            parts.append((sub, p.name, st.st_size, st.st_mtime_ns))
-    return digest(parts, __version__, dequantizer_versions("gguf"))
+    """The code that makes plans (a source checkout that changes it misses, even at the same
+    version) and the libraries it calls."""
+    return digest(code_identity("sources", "architectures"), dequantizer_versions("gguf"))
 
 
 @dataclass(frozen=True)
