@@ -104,8 +104,8 @@ def check_unchanged(src: Source) -> None:
     from toolkit.sources.identity import files_identity
 
     files = src.files() if hasattr(src, "files") else []
-    if not files or not src.fingerprint or getattr(src, "opened", None) is not None:
-        return  # nothing to check, or a PlannedSource (it checks when it opens)
+    if not files or not src.fingerprint or src.checks_identity_on_read:
+        return  # nothing to check, or a cached plan's source (it checks when it opens)
     try:
         now = files_identity(files)
     except OSError as exc:

@@ -249,6 +249,8 @@ class PlannedSource(Source):
         On a read, when the files no longer have the planned identity.
     """
 
+    checks_identity_on_read = True
+
     def __init__(self, request: PlanRequest, meta: dict, records: list[dict]):
         self._request = request
         self.location = str(meta["location"])

@@ -135,6 +135,9 @@ class Source:
     fingerprint: str
     revision: str = ""
     missing_config: str = ""
+    #: True for a source that checks its files' identity itself when it first reads
+    #: (a cached plan's source); the planner then does not re-check them up front.
+    checks_identity_on_read: bool = False
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield every stored tensor's record, reading no tensor data."""
