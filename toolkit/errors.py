@@ -543,3 +543,37 @@ class PathTypeError(ToolkitError, TypeError):
 
     def __reduce__(self):
         return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class UnsupportedQuantizationError(CheckpointFileError):
+    """A quantised checkpoint whose ``quantization_config`` names a method, bit
+    width or layout this toolkit does not dequantise (never read as if the
+    packed integers were weights).
+
+    Fields: ``path`` (the config or weight file), ``method`` (the
+    ``quant_method``, with the offending setting), ``supported`` (what is
+    read), ``reason``.
+    """
+
+    def __init__(self, path: str, method: str, supported: Iterable[str], reason: str):
+        self.method = str(method)
+        self.supported = sorted(supported)
+        super().__init__(path, f"quantisation {self.method!r}: {reason}. Supported: {', '.join(self.supported)}")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class AdapterBaseError(ToolkitError, ValueError):
+    """A LoRA adapter asked for something that needs its base model's weights
+    or config, which were not given and cannot be found locally.
+
+    Fields: ``adapter`` (the adapter folder), ``base`` (its
+    ``base_model_name_or_path``, ``""`` when it names none), ``reason``.
+    """
+
+    def __init__(self, adapter: str, base: str, reason: str):
+        self.adapter = str(adapter)
+        self.base = str(base)
+        self.reason = reason
+        super().__init__(f"LoRA adapter {self.adapter!r} (base {self.base or 'not recorded'!r}): {reason}")

@@ -98,9 +98,9 @@ def code_identity(*subpackages: str) -> str:
     code changes misses, even at the same version), with the toolkit version."""
     parts = []
     for sub in subpackages:
-        for p in sorted((_PACKAGE / sub).glob("*.py")):
+        for p in sorted((_PACKAGE / sub).rglob("*.py")):  # subpackages too (sources/lora, sources/quantized)
             st = p.stat()
-            parts.append((sub, p.name, st.st_size, st.st_mtime_ns))
+            parts.append((sub, str(p.relative_to(_PACKAGE / sub)), st.st_size, st.st_mtime_ns))
     return digest(parts, __version__)
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import xarray as xr
 
 from toolkit import options
+from toolkit.collect.adapter_plans import merge_adapters
 from toolkit.collect.cache import cache_run, digest, open_cache
 from toolkit.collect.executors import executor_for
 from toolkit.collect.pair_cells import PairMeasurement
@@ -30,7 +31,7 @@ from toolkit.errors import EmptyInputError, InvalidOptionError
 
 REFERENCES = ("first", "previous")
 
-def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
+def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
@@ -41,7 +42,12 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
         ``.gguf`` file, or an opened source (``open_source(id, gguf_file=...,
         revision=...)``). ``None`` is the embedded SmolLM2-135M GGUF. The two
         may differ in format and storage dtype (a dequantised GGUF base
-        against a bf16 safetensors fine-tune is a normal case).
+        against a bf16 safetensors fine-tune is a normal case; a quantised
+        release against its original gives the quantisation error). A PEFT
+        LoRA adapter folder as ``target`` is compared as base + ΔW (DoRA
+        rescaled), each base tensor read once; ``compare(adapter)`` alone
+        (``target`` omitted) opens the base the adapter records
+        (``base_model_name_or_path``, a local folder or the hub cache).
     metrics : list of str, optional
         Registered diff metrics (``toolkit.list_metrics("diff")``); None: all.
     tolerance : float, default 0.0
@@ -84,6 +90,9 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     CheckpointMismatchError
         Different architectures, layer counts or shapes: names the first
         mismatching tensor and what each side has.
+    AdapterBaseError
+        ``compare(adapter)`` whose base is not on this machine (the message
+        says how to pass it), or ``target`` omitted for a non-adapter.
     UnknownMetricError
         A name in ``metrics`` is not a registered diff metric.
     InvalidOptionError
@@ -107,6 +116,10 @@ def compare(base, target, metrics=None, *, tolerance: float = 0.0, k: int = 16, 
     >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
     """
     where = "toolkit.compare"
+    if target is None:  # compare(adapter): the adapter against the base it records
+        from toolkit.collect.adapter_plans import adapter_base
+
+        base, target = adapter_base(base), base
     tolerance, k = options.diff_options(where, tolerance, k)
     metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
                                                                 mapping=mapping, progress=progress, cache=cache)
@@ -218,7 +231,7 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
     """
     measurement = PairMeasurement.make(metrics, tolerance, k, device)
     with cache_run(), executor_for(client, device) as executor:
-        plans = [plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints]
+        plans = merge_adapters([plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints], pairs)
         matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
         report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
         out = []

@@ -225,9 +225,24 @@ def _valid_totals(totals: dict, shape) -> bool:
     return n == size and 0 <= unchanged <= n and float(unchanged).is_integer() and sums_ok
 
 
+def _same_tensor(a, b) -> bool:
+    """Two records of one stored tensor (neither with an update merged in)."""
+    plain = not hasattr(a, "base_record") and not hasattr(b, "base_record")
+    return plain and bool(a.file) and (a.name, a.file, a.stored_name) == (b.name, b.file, b.stored_name)
+
+
 def read_pair(tp: TensorPair) -> tuple:
-    """Both stored tensors of a pair, whole, in their storage dtypes."""
-    return tp.base.read(), tp.target.read()
+    """Both stored tensors of a pair, whole, in their storage dtypes.
+
+    The base is read once when the target is the same stored tensor (an
+    unadapted tensor of base + LoRA) or that tensor with an update merged
+    in (``merged_with``, :class:`toolkit.sources.lora.MergedRecord`).
+    """
+    base = tp.base.read()
+    over = getattr(tp.target, "base_record", None)
+    if over is not None:
+        return base, (tp.target.merged_with(base) if _same_tensor(tp.base, over) else tp.target.read())
+    return base, (base if _same_tensor(tp.base, tp.target) else tp.target.read())
 
 
 def _blocks_sums(tp: TensorPair, tolerance: float) -> PairSums:
@@ -236,6 +251,10 @@ def _blocks_sums(tp: TensorPair, tolerance: float) -> PairSums:
     if tp.base._row_reader is None or tp.target._row_reader is None:
         return pair_sums(*read_pair(tp), tolerance)
     total = PairSums()
+    if _same_tensor(tp.base, tp.target):  # one read: no change
+        for b in tp.base.row_blocks(BLOCK_ENTRIES):
+            total = total + pair_sums(b, b, tolerance)
+        return total
     for b, t in zip(tp.base.row_blocks(BLOCK_ENTRIES), tp.target.row_blocks(BLOCK_ENTRIES), strict=True):
         total = total + pair_sums(b, t, tolerance)
     return total

@@ -69,7 +69,11 @@ class Plan:
         """Dataset attrs describing where the numbers came from."""
         cfg = self.source.config
         dtypes = sorted({t.record.dtype for t in self.tensors})
+        from toolkit.sources.quantized import quantization_attrs
+
+        extra = getattr(self.source, "adapter_attrs", None)  # a LoRA adapter: its rank, alpha, base...
         return {
+            **quantization_attrs(cfg), **(extra() if callable(extra) else {}),
             "source": self.source.location,
             "format": self.source.format,
             "revision": self.source.revision or "",
@@ -156,7 +160,8 @@ def plan_source(src: Source, mapping=None) -> Plan:
             "Pass mapping=toolkit.Mapping({...}) for custom names",
             names,
         )
-    adapter.check_layers({layer for layer, _ in seen})
+    if getattr(src, "covers_every_layer", True):  # a LoRA adapter may adapt only some layers
+        adapter.check_layers({layer for layer, _ in seen})
     return Plan(src, tensors, int(adapter.num_layers), adapter)
 
 

@@ -68,6 +68,10 @@ class PlanRequest:
         text = os.path.expanduser(os.fspath(source))
         if not os.path.exists(text):
             return None
+        from toolkit.sources.lora import is_adapter_folder
+
+        if is_adapter_folder(text):
+            return None  # its plan depends on the base's config.json elsewhere: planned afresh (it is cheap)
         return cls(os.path.abspath(text), gguf_file, revision)
 
     def key(self) -> str:

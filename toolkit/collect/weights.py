@@ -10,6 +10,7 @@ from toolkit import options
 from toolkit.collect.cache import cache_run, open_cache
 from toolkit.collect.executors import executor_for
 from toolkit.collect.grid import build_grid_dataset
+from toolkit.collect.lowrank_cells import measurement_for
 from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
@@ -116,6 +117,7 @@ def weight_stats(
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra)
     with cache_run(), executor_for(client, device) as executor:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        measurement = measurement_for(plan, measurement)  # a LoRA adapter: measured from its factors
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
         report = make_progress(progress, total=len(plan.tensors), desc="weights")
         try:
@@ -209,6 +211,7 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     measurement = WeightMeasurement.make(list(metrics), device, spectra=True)
     with cache_run(), executor_for(None, device):
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        measurement = measurement_for(plan, measurement)
         found = [PlannedTensor(t.record, tuple(p for p in t.pieces if (p.layer, p.component) == (layer, component)))
                  for t in plan.tensors]
         found = [t for t in found if t.pieces]

@@ -107,6 +107,10 @@ def _open_dir(folder: Path, gguf_file: str | None, location: str | None, revisio
             cls = _source_class(kind)
             src = cls.from_index(folder / index, **kwargs) if has_index else cls.from_file(folder / single, **kwargs)
             return _note_missing_config(src, folder)
+    from toolkit.sources.lora import AdapterSource, is_adapter_folder
+
+    if is_adapter_folder(folder):  # a PEFT LoRA adapter (no full weights beside it)
+        return AdapterSource(folder)
     ggufs = sorted(folder.glob("*.gguf"))
     if len(ggufs) == 1:
         return _open_gguf(ggufs[0], location, revision)

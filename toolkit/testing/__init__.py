@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TINY_FAMILIES", "tiny_config", "tiny_model", "write_tiny_checkpoint"]
+__all__ = ["TINY_FAMILIES", "tiny_config", "tiny_model", "write_tiny_adapter", "write_tiny_checkpoint"]
 
 _TOKENS = dict(vocab_size=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 _DECODER = dict(
@@ -181,3 +181,6 @@ def write_tiny_checkpoint(
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path, **kwargs)
     return path
+
+
+from toolkit.testing.adapters import write_tiny_adapter  # noqa: E402  (needs peft only when called)

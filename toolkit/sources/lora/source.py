@@ -1,0 +1,231 @@
+"""A LoRA adapter folder as a source of ΔW, and a base model with an adapter merged in.
+
+:class:`AdapterSource` yields one record per adapted module, named as the
+base parameter it updates (``model.layers.0.self_attn.q_proj.weight``), of
+the base parameter's shape; ``read()`` gives ΔW = s · B · A, and the
+record's ``delta`` gives the factors (so statistics that allow it are
+computed from them). The base model's ``config.json`` (its family, layer
+count and fused sizes) is read from ``base=`` or the adapter's
+``base_model_name_or_path`` (a local folder, or a hub id in the local
+Hugging Face cache); no base weight is read.
+
+:class:`MergedSource` is a base source whose adapted parameters read as
+base + ΔW (DoRA: rescaled per row), every other tensor as the base's own.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from toolkit.errors import AdapterBaseError, CheckpointFileError, CheckpointMismatchError, SourceNotFoundError
+from toolkit.sources._common import fingerprint, read_json
+from toolkit.sources.base import Source, TensorRecord
+from toolkit.sources.lora.config import CONFIG_NAME, AdapterConfig
+from toolkit.sources.lora.delta import DeltaRecord, LowRankDelta, merged_record
+
+#: Weight files of an adapter folder, in the order ``peft`` loads them.
+WEIGHT_NAMES = ("adapter_model.safetensors", "adapter_model.bin")
+_KEY = re.compile(r"^(?:base_model\.model\.)?(?P<module>.+?)\.(?P<part>lora_A|lora_B|lora_magnitude_vector)"
+                  r"(?:\.[^.]+)?(?:\.weight)?$")
+
+
+def is_adapter_folder(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a folder holding ``adapter_config.json`` and an adapter weight file."""
+    folder = Path(path)
+    return (folder / CONFIG_NAME).is_file() and any((folder / n).is_file() for n in WEIGHT_NAMES)
+
+
+def _open_weights(path: Path) -> Source:
+    from toolkit.sources.local import _source_class
+
+    kind = "safetensors" if path.suffix == ".safetensors" else "pytorch"
+    return _source_class(kind).from_file(path, config={}, location=str(path))
+
+
+def _cached_config(repo_id: str) -> Path | None:
+    """``config.json`` of a hub repo in the local Hugging Face cache, or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # noqa: BLE001 - a name the hub client refuses is simply not cached
+        return None
+    return Path(found) if isinstance(found, str) and os.path.isfile(found) else None
+
+
+def base_location(base: str) -> tuple[str, Path | None]:
+    """``(where, config.json)`` of a base named by path or hub id; config None when not found locally."""
+    if not base:
+        return "", None
+    local = Path(os.path.expanduser(base))
+    if local.is_dir():
+        return str(local.resolve()), (local / "config.json") if (local / "config.json").is_file() else None
+    return base, _cached_config(base)
+
+
+class AdapterSource(Source):
+    """A PEFT LoRA adapter folder: one :class:`~toolkit.sources.lora.delta.DeltaRecord` per adapted module.
+
+    Parameters
+    ----------
+    folder : path-like
+        Holds ``adapter_config.json`` and ``adapter_model.safetensors`` (or ``.bin``).
+    base : str, optional
+        The base model (folder or hub id) whose ``config.json`` gives the
+        architecture; default the adapter's ``base_model_name_or_path``.
+
+    Attributes
+    ----------
+    adapter_config : AdapterConfig
+    base : str
+        Where the base lies (resolved folder or hub id; ``""`` if unknown).
+    other_tensors : list of str
+        Stored tensors that are no LoRA factor (``modules_to_save``, embedding LoRA).
+
+    Raises
+    ------
+    AdapterBaseError
+        The base's ``config.json`` cannot be found: no ``base=`` and no
+        ``base_model_name_or_path``, or a path / hub id not on this machine.
+    CheckpointFileError
+        A bad adapter config, a module with only one factor, or factors
+        whose rank differs from the config's.
+    """
+
+    format = "lora"
+    covers_every_layer = False
+
+    def __init__(self, folder: str | os.PathLike, *, base: str | os.PathLike | None = None):
+        from toolkit.config_keys import normalize_config
+        from toolkit.sources._common import check_config_sizes
+
+        folder = Path(os.path.abspath(os.path.expanduser(folder)))
+        self.location = str(folder)
+        self.adapter_config = cfg = AdapterConfig.read(folder)
+        weights = next((folder / n for n in WEIGHT_NAMES if (folder / n).is_file()), None)
+        if weights is None:
+            raise SourceNotFoundError(folder, f"an adapter config but no {' or '.join(WEIGHT_NAMES)}; re-save it")
+        named = os.fspath(base) if base is not None else cfg.base_model
+        self.base, config_path = base_location(named)
+        if config_path is None:
+            how = (f"its base_model_name_or_path {named!r} is neither a local folder nor in the Hugging Face cache"
+                   if named else "it records no base_model_name_or_path")
+            raise AdapterBaseError(
+                folder, named, f"the base model's config.json is needed for the layers and components, and {how}. "
+                "Pass the base: toolkit.weight_stats(toolkit.sources.open_adapter(adapter, base='path/or/hub-id')) "
+                "or toolkit.compare(base, adapter)",
+            )
+        self.config = check_config_sizes(normalize_config(read_json(config_path, "config.json")), config_path)
+        self._files = [str(weights), str(folder / CONFIG_NAME), str(config_path)]  # every file the numbers depend on
+        self.fingerprint = fingerprint(self._files)
+        self.revision = ""
+        self.missing_config = ""
+        self._records, self.other_tensors = self._group(_open_weights(weights))
+
+    def _group(self, stored: Source) -> tuple[list[DeltaRecord], list[str]]:
+        cfg, parts, others = self.adapter_config, {}, []
+        for rec in stored.tensors():
+            m = _KEY.match(rec.name)
+            if m is None:
+                others.append(rec.name)
+                continue
+            parts.setdefault(m["module"], {})[m["part"]] = rec
+        records = []
+        for module, got in parts.items():
+            a, b = got.get("lora_A"), got.get("lora_B")
+            if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[0] != b.shape[1]:
+                raise CheckpointFileError(
+                    self._files[0], f"module {module!r} has lora_A {a and a.shape} and lora_B {b and b.shape}, not a "
+                    "pair of shapes (r, in) and (out, r); re-save the adapter with peft",
+                )
+            if a.shape[0] != cfg.rank(module):
+                raise CheckpointFileError(
+                    self._files[0], f"module {module!r} has rank {a.shape[0]} but the adapter config gives it "
+                    f"{cfg.rank(module)} (r / rank_pattern), so its scaling alpha/r is unknown; use the "
+                    "adapter_config.json saved with these weights",
+                )
+            mag = got.get("lora_magnitude_vector")
+            if cfg.use_dora and mag is None:
+                raise CheckpointFileError(self._files[0], f"use_dora is set but {module!r} has no magnitude vector")
+            delta = LowRankDelta(module, a.read, b.read, cfg.scale(module), cfg.fan_in_fan_out,
+                                 mag.read if cfg.use_dora else None, self.location)
+            out, inp = b.shape[0], a.shape[1]
+            shape = (inp, out) if cfg.fan_in_fan_out else (out, inp)
+            records.append(DeltaRecord(f"{module}.weight", shape, a.dtype, lambda d=delta: d.factors().dense(),
+                                       file=a.file, stored_name=a.name, delta=delta))
+        if not records:
+            raise CheckpointFileError(self._files[0], "no lora_A / lora_B factors in the adapter: not a LoRA adapter?")
+        return records, others
+
+    def tensors(self):
+        """One :class:`DeltaRecord` per adapted module, reading nothing."""
+        yield from self._records
+
+    def files(self) -> list[str]:
+        return list(self._files)
+
+    def adapter_attrs(self) -> dict:
+        """NetCDF-safe Dataset attrs describing the adapter."""
+        cfg = self.adapter_config
+        return {"adapter": cfg.method(), "lora_rank": int(cfg.r), "lora_alpha": float(cfg.lora_alpha),
+                "lora_rank_pattern": str(cfg.rank_pattern or ""), "lora_alpha_pattern": str(cfg.alpha_pattern or ""),
+                "base_model": self.base, "adapted_modules": len(self._records),
+                "adapter_other_tensors": ", ".join(self.other_tensors)}
+
+
+class MergedSource(Source):
+    """``base`` with ``adapter`` merged in: adapted parameters read as base + ΔW, others as the base's.
+
+    Raises
+    ------
+    CheckpointMismatchError
+        An adapted module the base lacks, or of another shape.
+    CheckpointFileError
+        The adapter stores tensors that are no LoRA factor (``modules_to_save``,
+        embedding LoRA): they would replace base tensors, which is not done here.
+    """
+
+    def __init__(self, base: Source, adapter: AdapterSource):
+        from toolkit.collect.cache import digest
+
+        if adapter.other_tensors:
+            raise CheckpointFileError(
+                adapter.location, f"the adapter also stores {len(adapter.other_tensors)} tensor(s) that are no LoRA "
+                f"factor (first: {adapter.other_tensors[0]!r}: modules_to_save or embedding LoRA); they are not "
+                "merged here. Merge with peft (merge_and_unload), save the model and compare that",
+            )
+        self.base_source, self.adapter = base, adapter
+        self.location = adapter.location
+        self.format = f"{base.format}+lora"
+        self.config = base.config
+        self.fingerprint = digest(base.fingerprint, adapter.fingerprint)
+        self.revision = base.revision
+        self.missing_config = getattr(base, "missing_config", "")
+        base_records = {r.name: r for r in base.tensors()}
+        deltas = {r.name: r for r in adapter.tensors()}
+        for name, d in deltas.items():
+            b = base_records.get(name)
+            if b is None or tuple(b.shape) != tuple(d.shape):
+                raise CheckpointMismatchError(
+                    name, "absent" if b is None else f"shape {tuple(b.shape)}", f"shape {tuple(d.shape)}",
+                    f"the adapter updates a module the base {'lacks' if b is None else 'has in another shape'}; "
+                    f"is {base.location!r} the adapter's base model?",
+                )
+        self._by_name = {n: merged_record(r, deltas[n].delta) if n in deltas else r for n, r in base_records.items()}
+
+    def record_for(self, base: TensorRecord) -> TensorRecord:
+        """The merged record of the base record ``base``."""
+        return self._by_name[base.name]
+
+    def tensors(self):
+        yield from self._by_name.values()
+
+    def files(self) -> list[str]:
+        return [*self.base_source.files(), *self.adapter.files()]
+
+    def adapter_attrs(self) -> dict:
+        return self.adapter.adapter_attrs()
