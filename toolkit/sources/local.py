@@ -47,7 +47,8 @@ def _folder_config(folder: Path) -> dict:
 
 
 def _note_missing_config(src: Source, folder: Path) -> Source:
-    """Record on ``src`` the ``config.json`` that is not next to its weights.
+    """Record on ``src`` the ``config.json`` that is not next to its weights; wrap a quantised
+    checkpoint's source (:mod:`toolkit.sources.quantized`).
 
     Opening still works (a user mapping needs no config); the architecture
     step names the missing file instead of an unknown ``model_type None``.
@@ -55,7 +56,9 @@ def _note_missing_config(src: Source, folder: Path) -> Source:
     config = folder / "config.json"
     if not config.is_file():
         src.missing_config = str(config)
-    return src
+    from toolkit.sources.quantized import quantized_source
+
+    return quantized_source(src)  # a quantization_config: quantised tensors dequantised on read
 
 
 def _open_file(path: Path, gguf_file: str | None, location: str | None, revision: str) -> Source:
