@@ -138,3 +138,38 @@ def test_missing_base_says_how_to_pass_it(tmp_path):
                               progress=False, cache=False)
     assert float(ds.matrix_rank.sel(layer=1, component="attn.q")) == 4
     shutil.rmtree(base)
+
+
+class _Counting(toolkit.sources.Source):
+    """A source that counts how often each stored tensor's bytes are read."""
+
+    def __init__(self, inner):
+        import dataclasses
+
+        self.__dict__.update({k: getattr(inner, k) for k in ("location", "format", "config", "fingerprint",
+                                                             "revision", "missing_config")})
+        self._inner, self.reads = inner, {}
+
+        def counted(name, read):
+            def reader(*args):
+                self.reads[name] = self.reads.get(name, 0) + 1
+                return read(*args)
+            return reader
+
+        self._records = [dataclasses.replace(r, _reader=counted(r.name, r._reader),
+                                             _row_reader=r._row_reader and counted(r.name, r._row_reader))
+                         for r in inner.tensors()]
+
+    def tensors(self):
+        yield from self._records
+
+    def files(self):
+        return self._inner.files()
+
+
+def test_compare_reads_each_base_tensor_once(tmp_path):
+    base, adapter = write_tiny_adapter(tmp_path, "llama", target_modules=["q_proj", "v_proj"])
+    counting = _Counting(open_source(base))
+    toolkit.compare(counting, adapter, metrics=["relative_change"], progress=False, cache=False)
+    assert counting.reads and set(counting.reads.values()) == {1}
+    assert set(counting.reads) == {r.name for r in counting.tensors()}

@@ -155,3 +155,16 @@ def test_packed_tensor_without_its_parts_is_refused(original, tmp_path):
     save_file(tensors, str(path / "model.safetensors"))
     with pytest.raises(UnsupportedQuantizationError, match="lacks scales"):
         open_source(path)
+
+
+def test_cached_plan_reads_the_same_values(original, tmp_path, monkeypatch):
+    """A second run (plan and cells from the cache, then a fresh cell through the cached plan's source)
+    gives the same dequantised numbers."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    path, _ = write_int(tmp_path / "gptq", original, "gptq")
+    first = toolkit.weight_stats(path, metrics=["frobenius_norm"], progress=False)
+    again = toolkit.weight_stats(path, metrics=["frobenius_norm", "spectral_norm"], progress=False)
+    np.testing.assert_array_equal(first.frobenius_norm.values, again.frobenius_norm.values)
+    fresh = toolkit.weight_stats(path, metrics=["spectral_norm"], progress=False, cache=False)
+    np.testing.assert_array_equal(again.spectral_norm.values, fresh.spectral_norm.values)
+    assert again.attrs["quantization"] == first.attrs["quantization"] == "gptq int4, group 16"

@@ -63,13 +63,14 @@ def _weights_cached(repo_id: str) -> bool:
         return False
 
 
-def merge_adapters(plans: list[Plan], pairs) -> list[Plan]:
+def merge_adapters(plans: list[Plan], pairs, client=None) -> list[Plan]:
     """``plans`` with each LoRA adapter's plan replaced by its pair's base plan with ΔW merged in.
 
     Raises
     ------
     ToolkitError
-        An adapter as the base side, or in a series of more than one pair.
+        An adapter as the base side, in a series of more than one pair, or with
+        ``client`` (a Dask worker re-opens sources by path, and a merged one has none).
     CheckpointMismatchError, CheckpointFileError
         As :class:`toolkit.sources.lora.MergedSource`.
     """
@@ -82,6 +83,8 @@ def merge_adapters(plans: list[Plan], pairs) -> list[Plan]:
                                "(compare(base, adapter)), not the adapter with another checkpoint")
         if plans[t].source.format != "lora" or b == t:
             continue
+        if client is not None:
+            raise ToolkitError("a LoRA adapter is compared with its base in this process: drop client=")
         if len(pairs) > 1:
             raise ToolkitError("LoRA adapters are compared one at a time: toolkit.compare(base, adapter)")
         base = plans[b]

@@ -231,7 +231,7 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
     """
     measurement = PairMeasurement.make(metrics, tolerance, k, device)
     with cache_run(), executor_for(client, device) as executor:
-        plans = merge_adapters([plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints], pairs)
+        plans = merge_adapters([plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints], pairs, client)
         matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
         report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
         out = []
