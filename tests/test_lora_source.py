@@ -134,7 +134,7 @@ def test_missing_base_says_how_to_pass_it(tmp_path):
     assert e.value.base == "nobody/no-such-model-here"
     with pytest.raises(AdapterBaseError, match=r"compare\(base, adapter\)"):
         toolkit.compare(adapter, progress=False, cache=False)
-    ds = toolkit.weight_stats(toolkit.sources.lora.open_adapter(adapter, base=base), metrics=["matrix_rank"],
+    ds = toolkit.weight_stats(toolkit.sources.open_adapter(adapter, base=base), metrics=["matrix_rank"],
                               progress=False, cache=False)
     assert float(ds.matrix_rank.sel(layer=1, component="attn.q")) == 4
     shutil.rmtree(base)
@@ -173,3 +173,10 @@ def test_compare_reads_each_base_tensor_once(tmp_path):
     toolkit.compare(counting, adapter, metrics=["relative_change"], progress=False, cache=False)
     assert counting.reads and set(counting.reads.values()) == {1}
     assert set(counting.reads) == {r.name for r in counting.tensors()}
+
+
+def test_hub_adapter_repo_downloads_the_adapter_files():
+    from toolkit.sources.hub import _wanted_files
+
+    files = ["README.md", "adapter_config.json", "adapter_model.safetensors", "training_args.bin"]
+    assert _wanted_files("org/lora", files, None) == ["adapter_config.json", "adapter_model.safetensors"]

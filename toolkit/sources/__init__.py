@@ -13,6 +13,10 @@ format             files                                  module
 ``"gguf"``         ``*.gguf`` (any quantisation)           :mod:`.gguf_`
 =================  =====================================  ==========================
 
+A PEFT LoRA adapter folder opens as an :class:`~toolkit.sources.lora.AdapterSource`
+(format ``"lora"``, :func:`open_adapter` to name its base); a checkpoint with a
+``quantization_config`` is dequantised on read (:mod:`toolkit.sources.quantized`).
+
 Heavy libraries (``transformers``, ``gguf``, ``huggingface_hub``) are imported
 only when a source of that kind is opened.
 """
@@ -25,7 +29,7 @@ from pathlib import Path
 from toolkit.errors import SourceNotFoundError, SourceTypeError
 from toolkit.sources.base import Source, TensorRecord
 
-__all__ = ["Source", "TensorRecord", "check_source_arguments", "open_source"]
+__all__ = ["Source", "TensorRecord", "check_source_arguments", "open_adapter", "open_source"]
 
 
 def open_source(
@@ -158,3 +162,6 @@ def check_source_arguments(source, *, gguf_file=None, revision=None) -> None:
                 + (" (the name of a .gguf file in the folder or repo)" if name == "gguf_file" else
                    " (a branch, tag or commit of the hub repo)")
             )
+
+
+from toolkit.sources.lora import open_adapter  # noqa: E402  (after Source: lora builds on it)

@@ -111,6 +111,9 @@ def _wanted_files(repo_id: str, files: list[str], gguf_file: str | None) -> list
             return config + [index]
         if single in top:
             return config + [single]
+    for adapter in ("adapter_model.safetensors", "adapter_model.bin"):  # a PEFT LoRA adapter repo
+        if adapter in top and "adapter_config.json" in top:
+            return ["adapter_config.json", adapter]
     ggufs = sorted(f for f in files if f.endswith(".gguf"))
     if len(ggufs) == 1:
         return ggufs
