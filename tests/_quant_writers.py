@@ -170,6 +170,13 @@ def _qparams(w: torch.Tensor, args) -> dict:
         lo, hi = w.amin().reshape(1), w.amax().reshape(1)
     elif strategy == "channel":
         lo, hi = w.amin(dim=1, keepdim=True), w.amax(dim=1, keepdim=True)
+    elif strategy == "block":
+        b0, b1 = args.block_structure
+        pr, pc = math.ceil(w.shape[0] / b0) * b0, math.ceil(w.shape[1] / b1) * b1
+        padded = torch.zeros(pr, pc)
+        padded[: w.shape[0], : w.shape[1]] = w
+        blocks = padded.reshape(pr // b0, b0, pc // b1, b1)
+        lo, hi = blocks.amin(dim=(1, 3)), blocks.amax(dim=(1, 3))
     else:
         g = w.reshape(w.shape[0], -1, args.group_size)
         lo, hi = g.amin(dim=2), g.amax(dim=2)

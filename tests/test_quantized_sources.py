@@ -92,6 +92,7 @@ def test_int_formats_match_codes(original, tmp_path, method, kw):
 @pytest.mark.parametrize("fmt, weights", [
     ("float-quantized", dict(num_bits=8, type="float", strategy="channel", symmetric=True)),
     ("float-quantized", dict(num_bits=8, type="float", strategy="tensor", symmetric=True)),
+    ("float-quantized", dict(num_bits=8, type="float", strategy="block", block_structure=[16, 24], symmetric=True)),
     ("pack-quantized", dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=True)),
     ("pack-quantized", dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=False)),
     ("pack-quantized", dict(num_bits=8, type="int", strategy="channel", symmetric=True)),
