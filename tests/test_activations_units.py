@@ -99,7 +99,7 @@ def ds():
                            progress=lambda d, t, name: calls.append((d, t, name)))
     # one unit per layer pass: 2 batches x 2 layers x (forward, backward), backward from the last layer
     passes = ["layer 0 forward", "layer 1 forward", "layer 1 backward", "layer 0 backward"]
-    assert calls == [(i + 1, 8, f"batch {i // 4 + 1}/2 ({2 if i < 4 else 1} texts): {passes[i % 4]}")
+    assert calls == [(i + 1, 8, f"batch {i // 4 + 1}/2 ({'2 texts' if i < 4 else '1 text'}): {passes[i % 4]}")
                      for i in range(8)]
     return out
 

@@ -92,7 +92,8 @@ class LayerProgress:
         self.report(self._batch * self.per_batch, self._name("done"))
 
     def _name(self, what: str) -> str:
-        return f"batch {self._batch}/{self.num_batches} ({self._texts} texts): {what}"
+        texts = f"{self._texts} text" + ("" if self._texts == 1 else "s")
+        return f"batch {self._batch}/{self.num_batches} ({texts}): {what}"
 
     def _mark(self, key, layer: int, part, expected: int) -> None:
         seen = self._seen[key]

@@ -40,6 +40,7 @@ class Progress:
         """The number of units, once known."""
         self.total = int(total)
         if self._bar is not None:
+            self._bar.set_postfix_str("", refresh=False)  # the phase is over
             self._bar.reset(total=self.total)
 
     def step(self, name: str = "") -> None:
