@@ -210,3 +210,13 @@ def test_help_is_plain_text(command, capsys):
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     assert text.startswith("usage: python -m toolkit") and "``" not in text and ":func:" not in text
+
+
+def test_the_terminal_hears_of_the_work_before_the_bar(tmp_path, capsys):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()
+    assert main(["weights", str(path), "--metrics", "rms"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"opening {path} \u2026\n") and "14/14" in err  # then the bar: 2 layers x 7 tensors
+    assert main(["compare", str(path), str(path), "--metrics", "relative_change", "-q"]) == 0
+    assert capsys.readouterr().err == ""  # -q: nothing

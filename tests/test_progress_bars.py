@@ -14,7 +14,7 @@ class FakeBar:
     """Records what a tqdm bar is told."""
 
     def __init__(self):
-        self.n, self.updates, self.postfix, self.total, self.closed = 0, [], [], None, False
+        self.n, self.updates, self.postfix, self.closed = 0, [], [], False
 
     def update(self, n):
         self.updates.append(n)
@@ -23,38 +23,35 @@ class FakeBar:
     def set_postfix_str(self, text, refresh=True):
         self.postfix.append(text)
 
-    def reset(self, total=None):
-        self.n, self.total = 0, total
-
     def close(self):
         self.closed = True
 
 
 def test_progress_moves_the_bar_by_the_units_done_and_never_back():
     bar, heard = FakeBar(), []
-    p = Progress(None, callback=lambda *a: heard.append(a), bar=bar)
-    p.phase("opening the checkpoint")
-    assert bar.postfix == ["opening the checkpoint"] and heard == []  # a phase is for the bar only
-    p.set_total(6)
+    p = Progress(6, callback=lambda *a: heard.append(a), bar=bar)
     p.step("a")
     p(4, "b")  # a jump: the bar moves by 3
     p(2, "stale")  # counts never go back
     p.step("c")
-    assert bar.updates == [1, 3, 1] and bar.n == p.done == 5 and bar.total == 6
-    assert heard == [(1, 6, "a"), (4, 6, "b"), (5, 6, "c")]
+    assert bar.updates == [1, 3, 1] and bar.n == p.done == 5
+    assert bar.postfix == ["a", "b", "c"] and heard == [(1, 6, "a"), (4, 6, "b"), (5, 6, "c")]
     p.close()
     assert bar.closed
 
 
-def test_make_progress_can_start_before_the_total_is_known(capsys):
-    p = make_progress(True, total=None, desc="weights")
-    p.phase("opening the checkpoint")
-    p.set_total(3)
+def test_make_progress_gives_a_bar_a_callback_or_nothing(capsys):
+    p = make_progress(True, total=3, desc="activations", unit=" layer")
     for name in "xyz":
         p.step(name)
     p.close()
-    err = capsys.readouterr().err
-    assert "opening the checkpoint" in err and "3/3" in err
+    assert "activations: 100%" in capsys.readouterr().err and "3/3" in p._bar.__str__()
+    heard = []
+    make_progress(lambda *a: heard.append(a), total=2, desc="x").step("one")
+    assert heard == [(1, 2, "one")]
+    silent = make_progress(False, total=2, desc="x")
+    silent.step()
+    assert silent.done == 1 and silent._bar is None and silent._callback is None
 
 
 def test_layer_progress_counts_each_layer_pass_once_and_completes_each_batch():
@@ -92,19 +89,3 @@ def test_activation_stats_bar_moves_inside_a_batch(gradients):
     assert heard[-1][2] == ("batch 1/1 (3 texts): layer 0 backward" if gradients else
                             "batch 1/1 (3 texts): layer 2 forward")
 
-
-def test_weight_bar_is_on_screen_while_the_checkpoint_opens(tmp_path, capsys, monkeypatch):
-    import toolkit
-    from toolkit.testing import write_tiny_checkpoint
-
-    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
-    from toolkit.errors import SourceNotFoundError
-
-    with pytest.raises(SourceNotFoundError):
-        toolkit.weight_stats(tmp_path / "missing", progress=True)
-    assert "weights: " in capsys.readouterr().err.split("opening the checkpoint")[0]
-    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
-    capsys.readouterr()
-    toolkit.weight_stats(path, ["frobenius_norm"], progress=True)
-    err = capsys.readouterr().err
-    assert "opening the checkpoint" in err and "14/14" in err  # 2 layers x 7 matrices

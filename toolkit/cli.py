@@ -210,10 +210,18 @@ def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
     return 0
 
 
+def _opening(args, what: str) -> None:
+    """Say on stderr what is being opened: the bar appears only once the checkpoints' tensors are listed
+    (reading a GGUF header imports transformers' model code: seconds)."""
+    if not args.quiet:
+        print(f"opening {what} \u2026", file=sys.stderr, flush=True)
+
+
 def _cmd_weights(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "weight", "stable_rank")
+    _opening(args, args.model or "the embedded SmolLM2-135M-Instruct GGUF")
     ds = toolkit.weight_stats(
         args.model,
         metrics=args.metrics,
@@ -229,6 +237,7 @@ def _cmd_compare(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
+    _opening(args, f"{args.base} and {args.target}")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
         device=args.device, progress=not args.quiet,
@@ -240,6 +249,7 @@ def _cmd_series(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
+    _opening(args, f"{len(args.checkpoints)} checkpoints")
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,

@@ -218,13 +218,11 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
     """
     measurement = PairMeasurement.make(metrics, tolerance, k, device)
     with cache_run(), executor_for(client, device) as executor:
-        report = make_progress(progress, total=None, desc="compare")  # on screen while the checkpoints open
+        plans = [plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints]
+        matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+        report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
         out = []
         try:
-            report.phase("opening the checkpoints")
-            plans = [plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints]
-            matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
-            report.set_total(sum(len(p) for p, _ in matched))
             for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
                 m = measurement.at(bi, ti)
                 store = open_cache(digest(plans[bi].value_identity, plans[ti].value_identity), m.kind,

@@ -115,12 +115,10 @@ def weight_stats(
     bounds = quality_bounds(quality_thresholds)  # before any work
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra)
     with cache_run(), executor_for(client, device) as executor:
-        report = make_progress(progress, total=None, desc="weights")  # on screen while the checkpoint opens
+        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
+        report = make_progress(progress, total=len(plan.tensors), desc="weights")
         try:
-            report.phase("opening the checkpoint")
-            plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
-            store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
-            report.set_total(len(plan.tensors))
             results = run_units(measurement, plan.tensors, store, executor, report.step, [plan.source])
         finally:
             report.close()
