@@ -23,19 +23,48 @@ def committed_sources(notebook: Path) -> str:
     return "\n".join(c.source for c in nb.cells)
 
 
+class CaptureCheckingClient(NotebookClient):
+    """A ``NotebookClient`` that notes each cell that captured output into an Output widget.
+
+    Capturing (``with out:``, ``out.capture``, ``interact``) while a cell runs makes nbclient, which
+    plays the widget's front end, send each captured output back to the kernel on the shell socket
+    while it awaits that cell's reply there. jupyter_client sends through a blocking shadow of the
+    asyncio socket, which can swallow the wake-up of a reply that has just arrived: the run then
+    sleeps until the cell timeout (notebook 03's prompt cell, about one run in two, before
+    ``toolkit.widgets.prompt``). Widget code sets ``out.outputs`` instead.
+    """
+
+    def __init__(self, nb, **kw):
+        super().__init__(nb, on_cell_execute=self._note_cell, **kw)
+        self.current_cell: int | None = None
+        self.capturing_cells: list[int] = []
+
+    def _note_cell(self, cell, cell_index: int) -> None:
+        self.current_cell = cell_index
+
+    def register_output_hook(self, msg_id, hook) -> None:
+        if self.current_cell not in self.capturing_cells:
+            self.capturing_cells.append(self.current_cell)
+        super().register_output_hook(msg_id, hook)
+
+
 def run_notebook(notebook: Path, monkeypatch, *, timeout: int, limit_s: float, env: dict | None = None):
     """Execute the notebook headless (kernel in notebooks/, package importable from the
-    checkout); assert it took under ``limit_s`` seconds and raised no error. Returns the
-    executed notebook."""
+    checkout); assert it took under ``limit_s`` seconds, raised no error and captured no
+    output into an Output widget while a cell ran (see :class:`CaptureCheckingClient`).
+    Returns the executed notebook."""
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, str(value))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])))
     nb = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(notebook.parent)}})
+    client = CaptureCheckingClient(nb, timeout=timeout, kernel_name="python3",
+                                   resources={"metadata": {"path": str(notebook.parent)}})
     start = time.monotonic()
     client.execute()
     elapsed = time.monotonic() - start
+    assert not client.capturing_cells, (
+        f"cells {client.capturing_cells} captured output into an Output widget (`with out:`) while running: "
+        "headless runs can stall on that until the cell timeout; set `out.outputs` instead")
     assert elapsed < limit_s, f"notebook took {elapsed:.0f} s"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]

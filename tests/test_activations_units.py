@@ -96,8 +96,11 @@ def ds():
     texts = [torch.randint(3, 120, (n,), generator=g).tolist() for n in (4, 9, 6)]
     calls = []
     out = activation_stats(tiny_model("qwen2", num_layers=2), texts, batch_size=2,
-                           progress=lambda d, t, name: calls.append((d, t)))
-    assert calls == [(1, 2), (2, 2)]
+                           progress=lambda d, t, name: calls.append((d, t, name)))
+    # one unit per layer pass: 2 batches x 2 layers x (forward, backward), backward from the last layer
+    passes = ["layer 0 forward", "layer 1 forward", "layer 1 backward", "layer 0 backward"]
+    assert calls == [(i + 1, 8, f"batch {i // 4 + 1}/2 ({'2 texts' if i < 4 else '1 text'}): {passes[i % 4]}")
+                     for i in range(8)]
     return out
 
 

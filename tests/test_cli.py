@@ -162,3 +162,61 @@ def test_oserror_at_save_time_is_a_clean_error(tmp_path, capsys, monkeypatch):
     assert main(["weights", str(path), "--metrics", "rms", "--plot", str(tmp_path / "p.png"), "-q"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write ") and "No space left on device" in err and "--plot" in err
+
+
+def test_output_in_a_missing_folder_is_announced_before_computing(tmp_path, capsys, monkeypatch):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()  # the writer's progress bar
+    out, png = tmp_path / "new" / "deeper" / "o.nc", tmp_path / "pics" / "o.png"
+    args = ["weights", str(path), "--metrics", "rms", "-o", str(out), "--plot", str(png), "-q"]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert f"note: -o/--output: the folder {str(tmp_path / 'new')!r} does not exist; it will be created" in err
+    assert f"note: --plot: the folder {str(tmp_path / 'pics')!r} does not exist" in err
+    assert toolkit.load(out).sizes == {"layer": 2, "component": 7} and png.exists()
+    assert main(args) == 0  # the folders exist now: nothing to say
+    assert "note:" not in capsys.readouterr().err
+
+    def stop(*a, **k):
+        raise toolkit.ToolkitError("stopped before computing")
+
+    monkeypatch.setattr(toolkit, "weight_stats", stop)
+    assert main(["weights", str(path), "-o", str(tmp_path / "other" / "o.nc"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.index("note: -o/--output: the folder") < err.index("error: stopped before computing")
+    assert not (tmp_path / "other").exists()  # announced, not created: nothing was written
+
+
+def test_compare_of_missing_folders_says_no_such_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    real = write_tiny_checkpoint(tmp_path / "real", "llama", num_layers=2)
+    capsys.readouterr()
+    for args, name in ((["base_dir", "target_dir"], "base_dir"), ([str(real), "target_dir"], "target_dir")):
+        assert main(["compare", *args, "-q"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: no such folder or file {name!r} in {str(tmp_path)!r} (nor a hub model"), err
+        assert "Check the path" in err and len(err) < 400 and err.count("\n") == 1
+    assert main(["compare", "org/name", str(real), "-q"]) == 2  # a hub id keeps the hub's own explanation
+    err = capsys.readouterr().err
+    assert "HF_HUB_OFFLINE=1" in err and "no such folder" not in err
+
+
+@pytest.mark.parametrize("command", [[], ["weights"], ["compare"], ["series"], ["finetune"], ["lab"]])
+def test_help_is_plain_text(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: python -m toolkit") and "``" not in text and ":func:" not in text
+
+
+def test_the_terminal_hears_of_the_work_before_the_bar(tmp_path, capsys):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    capsys.readouterr()
+    assert main(["weights", str(path), "--metrics", "rms"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"opening {path} \u2026\n") and "14/14" in err  # then the bar: 2 layers x 7 tensors
+    assert main(["compare", str(path), str(path), "--metrics", "relative_change", "-q"]) == 0
+    assert capsys.readouterr().err == ""  # -q: nothing

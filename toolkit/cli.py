@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from toolkit import options
-from toolkit.errors import OutputPathError, ToolkitError, UnknownMetricError
+from toolkit.errors import HubUnreachableError, OutputPathError, ToolkitError, UnknownMetricError
 
 
 class Parser(argparse.ArgumentParser):
@@ -85,8 +86,10 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
 
     if args.output:
         check_output_path(args.output, "-o/--output", "stats.nc")
+        announce_new_folder(args.output, "-o/--output")
     if args.plot:
         check_plot_path(args.plot, "heatmap.png")
+        announce_new_folder(args.plot, "--plot")
     computed = [m.name for m in resolve_metrics(args.metrics, kind=kind)]
     if not args.plot:
         return None
@@ -126,6 +129,23 @@ def check_plot_path(path: str, example: str) -> None:
         )
 
 
+def announce_new_folder(path: str, option: str) -> Path | None:
+    """Say on stderr, before any computing, that the folder of ``path`` does not exist and will be
+    created when the file is written (so a mistyped folder is seen at once, not found later).
+
+    Returns the first missing folder (the one that will be created), or None when the folder exists.
+    """
+    folder = Path(os.path.expanduser(os.fspath(path))).absolute().parent
+    if folder.is_dir():
+        return None
+    missing = folder
+    while not missing.parent.is_dir() and missing.parent != missing:
+        missing = missing.parent
+    print(f"note: {option}: the folder {str(missing)!r} does not exist; it will be created "
+          f"for {os.fspath(path)!r}", file=sys.stderr)
+    return missing
+
+
 def save_figure(fig, path: str, **savefig) -> None:
     """Write ``fig`` to ``--plot`` (folders created) and close it; an ``OSError`` becomes an
     :class:`OutputPathError`."""
@@ -142,11 +162,29 @@ def save_figure(fig, path: str, **savefig) -> None:
 
 def _cli_message(e: ToolkitError) -> str:
     """The error's message, plus the command that computes a metric of another kind."""
+    # a bare name that is neither a path nor in the hub cache (a partial cached copy, the other
+    # HubUnreachableError, has a toolkit error as its cause: that name was meant as a hub id)
+    if isinstance(e, HubUnreachableError) and _bare_name(e.source) and not isinstance(e.__cause__, ToolkitError):
+        return (f"no such folder or file {e.source!r} in {os.getcwd()!r} (nor a hub model this machine can "
+                "fetch: the hub is offline or unreachable, and the local Hugging Face cache has no copy). "
+                "Check the path; for a hub id, connect to the network or point HF_HUB_CACHE at the cache "
+                "that holds it.")
     msg = str(e)
     kind = getattr(e, "actual_kind", None) if isinstance(e, UnknownMetricError) else None
     if kind in _CLI_COMMANDS:
         msg += f" On the command line: {_CLI_COMMANDS[kind].replace('NAME', e.name)}."
     return msg
+
+
+def _bare_name(source: str) -> bool:
+    """A name without an ``org/`` part that is no existing path: meant as a folder more often than as
+    one of the hub's few legacy ids (``gpt2``)."""
+    return "/" not in source and os.sep not in source and not Path(os.path.expanduser(source)).exists()
+
+
+def _plain(text: str) -> str:
+    """``text`` without reStructuredText markup (double backticks), as ``--help`` prints it."""
+    return re.sub(r"``(.+?)``", r"\1", text)
 
 
 def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
@@ -172,10 +210,18 @@ def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
     return 0
 
 
+def _opening(args, what: str) -> None:
+    """Say on stderr what is being opened: the bar appears only once the checkpoints' tensors are listed
+    (reading a GGUF header imports transformers' model code: seconds)."""
+    if not args.quiet:
+        print(f"opening {what} \u2026", file=sys.stderr, flush=True)
+
+
 def _cmd_weights(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "weight", "stable_rank")
+    _opening(args, args.model or "the embedded SmolLM2-135M-Instruct GGUF")
     ds = toolkit.weight_stats(
         args.model,
         metrics=args.metrics,
@@ -191,6 +237,7 @@ def _cmd_compare(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
+    _opening(args, f"{args.base} and {args.target}")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
         device=args.device, progress=not args.quiet,
@@ -202,6 +249,7 @@ def _cmd_series(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
+    _opening(args, f"{len(args.checkpoints)} checkpoints")
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
@@ -243,7 +291,7 @@ def _add_diff_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m toolkit", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m toolkit", description=_plain(__doc__.splitlines()[0]))
     sub = parser.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("weights", help="statistics of every weight matrix, per layer and component")

@@ -17,9 +17,9 @@ from toolkit.activations.gradients import gradient_norms, next_token_loss_sum, o
 from toolkit.activations.hooks import Batch, ComponentRecorder, Target
 from toolkit.activations.inputs import as_texts, batches, check_token_ids, tokenize
 from toolkit.activations.model import load_model
+from toolkit.activations.progress import layer_progress
 from toolkit.architectures import resolve_adapter
 from toolkit.collect.grid import Cell, build_grid_dataset
-from toolkit.collect.progress import Progress
 from toolkit.errors import InvalidOptionError, UnmappedParametersError
 
 
@@ -72,7 +72,10 @@ def activation_stats(
     mapping : toolkit.Mapping, optional
         Parameter-name -> component mapping for an unregistered family.
     progress : bool or callable
-        True: a tqdm bar over batches; a callable ``progress(done, total, name)``.
+        True: a tqdm bar; a callable ``progress(done, total, name)``. A unit
+        is one layer's forward or backward pass of one batch (total: batches
+        x layers x 2 with gradients, x 1 without), so the count moves inside
+        each batch; ``name`` says ``"batch 1/2 (16 texts): layer 3 forward"``.
 
     Returns
     -------
@@ -167,11 +170,13 @@ def activation_stats(
 
     targets: dict = {}
     weights = {}
+    layer_modules: dict = {}  # {layer: [module]}: what the progress bar counts
     for key, piece in pieces.items():
         module = adapter.find_module(model, piece)
         idx = piece.out_index.to(device) if torch.is_tensor(piece.out_index) else piece.out_index
         targets.setdefault(module, []).append(Target(key, idx))
         weights[key] = module.weight
+        layer_modules.setdefault(key[0], []).append(module)
     attn_modules = {layer: adapter.find_module(model, p.module_name.rsplit(".", 1)[0])
                     for (layer, comp), p in pieces.items() if comp == "attn.q"}
     causal = all(getattr(m, "is_causal", True) for m in attn_modules.values())
@@ -185,7 +190,6 @@ def activation_stats(
     att = AttentionRecorder(attn_modules, lambda: current["batch"], num_texts=len(ids),
                             num_heads=dims.num_attention_heads, causal=causal,
                             model_type=adapter.family) if attention else None
-    report = _progress(progress, len(plan))
     loss_sum, count, grads = 0.0, 0, {}
     was_training = model.training
     model.eval()
@@ -198,7 +202,11 @@ def activation_stats(
             stack.enter_context(comp)
             if att is not None:
                 stack.enter_context(att)
+            # after only_grad_for: the bar's gradient hooks need weights that require grad
+            report = stack.enter_context(layer_progress(progress, layer_modules, num_batches=len(plan),
+                                                        backward=do_grad))
             for done, b in enumerate(plan, start=1):
+                report.start_batch(done, len(b.lengths))
                 input_ids, mask = b.input_ids.to(device), b.attention_mask.to(device)
                 current["batch"] = Batch(mask.bool(), b.lengths, b.text_index)
                 if att is not None:
@@ -213,11 +221,10 @@ def activation_stats(
                         loss.backward()
                     loss_sum, count = loss_sum + float(loss.detach()), count + n
                 del out
-                report(done, f"{sum(b.lengths)} tokens")
+                report.end_batch()
             if do_grad:
                 grads = gradient_norms(pieces, weights, count)
     finally:
-        report.close()
         model.train(was_training)
 
     cells = {}
@@ -275,12 +282,3 @@ def _pad_id(tokenizer, config) -> int:
             return v
     return 0
 
-
-def _progress(progress, total: int) -> Progress:
-    if callable(progress):
-        return Progress(total, callback=progress)
-    if progress:
-        from tqdm.auto import tqdm
-
-        return Progress(total, bar=tqdm(total=total, desc="activations", unit="batch"))
-    return Progress(total)

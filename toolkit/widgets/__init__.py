@@ -4,6 +4,7 @@
 - :func:`explore_model` -- compute a model's weight statistics with a progress
   bar in the widget, then the same panel.
 - :func:`lab_explorer` -- the attention-activation lab's panel.
+- :func:`prompt_box` -- a text box and Run button over one text's activation statistics.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ _LAZY = {
     "Explorer": "toolkit.widgets.explorer",
     "explore_model": "toolkit.widgets._model",
     "lab_explorer": "toolkit.widgets.lab",
+    "prompt_box": "toolkit.widgets.prompt",
+    "PromptBox": "toolkit.widgets.prompt",
 }
 
 __all__ = sorted(_LAZY)

@@ -19,7 +19,7 @@ class WidgetProgress:
     def __init__(self, what: str):
         self.bar = W.IntProgress(value=0, min=0, max=1, bar_style="info", description="computing")
         self.label = W.HTML(f"Computing statistics of <b>{html.escape(what)}</b> ...")
-        self.detail = W.Label("")
+        self.detail = W.Label("opening the checkpoint \u2026")  # until the first tensor is done
         self.widget = W.VBox([self.label, W.HBox([self.bar, self.detail])])
 
     def __call__(self, done: int, total: int, name: str = "") -> None:
