@@ -38,7 +38,11 @@ def wrap_title(title: str, ax, fontsize: float = 10) -> str:
     """``title`` broken into lines that fit the width of ``ax``'s figure (about 0.55 em per character)."""
     import textwrap
 
-    width_pt = ax.figure.get_size_inches()[0] * 72 * 0.92
+    share = 1.0
+    spec = ax.get_subplotspec()
+    if spec is not None:  # one panel of several: its share of the width (0.775 = matplotlib's usable width)
+        share = min(1.0, spec.get_position(ax.figure).width / 0.775)
+    width_pt = ax.figure.get_size_inches()[0] * 72 * 0.92 * share
     chars = max(12, int(width_pt / (0.55 * fontsize)))
     return "\n".join(textwrap.wrap(title, chars, break_on_hyphens=False)) or title
 

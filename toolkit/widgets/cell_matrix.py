@@ -1,0 +1,53 @@
+"""Reading one cell's weight matrix back from the checkpoint a Dataset was computed from.
+
+For the drill-down's entry histogram only: the Dataset's attrs record the
+source (``source``, ``revision``; a comparison records ``target_source``),
+and only a local file or folder that still exists is read (a hub id would
+mean a download behind a click). The tensor is found and split through the
+same plan as :func:`toolkit.weight_stats` (:func:`toolkit.collect.plan.plan_pieces`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from toolkit.errors import ToolkitError
+
+
+def recorded_source(ds, selection=None) -> str:
+    """The local checkpoint the cell's numbers came from, per the attrs; raises ToolkitError saying why none."""
+    attrs = ds.attrs
+    source = str(attrs.get("target_source") or attrs.get("source") or "")
+    sources = attrs.get("checkpoint_sources")
+    if sources is not None and selection and "checkpoint" in selection and "checkpoint" in ds.dims:
+        labels = ds["checkpoint"].values.tolist()
+        if selection["checkpoint"] in labels:
+            source = str(np.atleast_1d(sources)[labels.index(selection["checkpoint"])])
+    if not source:
+        raise ToolkitError("the Dataset records no source (attrs 'source' / 'target_source')")
+    if not os.path.exists(source):
+        raise ToolkitError(f"the source {source!r} is not a local file or folder here; the entries are read "
+                           "only from local checkpoints (toolkit.plot.esd(source, ...) fetches one matrix)")
+    return source
+
+
+def read_cell_matrix(ds, layer: int, component: str, selection=None) -> np.ndarray:
+    """The (out, in) float32 matrix of one cell, read from the source in ``ds.attrs``.
+
+    Raises
+    ------
+    toolkit.errors.ToolkitError
+        No local source recorded, or the checkpoint has no such matrix.
+    """
+    from toolkit.collect.plan import plan_pieces
+
+    source = recorded_source(ds, selection)
+    revision = str(ds.attrs.get("revision") or "") or None
+    plan = plan_pieces(source, revision=revision if not os.path.exists(source) else None)
+    for t in plan.tensors:
+        for piece in t.pieces:
+            if (piece.layer, piece.component) == (layer, component):
+                return piece.extract(t.record.read()).float().numpy()
+    raise ToolkitError(f"{source!r} has no matrix at layer {layer} {component!r}")
