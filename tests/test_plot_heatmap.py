@@ -351,9 +351,11 @@ def test_long_title_of_a_narrow_heatmap_stays_inside_the_figure():
     ds = with_kv_heads(make_stats(30, source="/models/SmolLM2-135M-Instruct.Q4_1.gguf"), n_heads=9, n_kv=3)
     p = prepare_heatmap(ds, "key_head_rms")
     assert len(p.title) > 55
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     fig = Figure(figsize=auto_figsize(*p.values.shape), layout="constrained")
     ax = draw_heatmap(p, ax=fig.add_subplot())
-    fig.canvas.draw()
+    FigureCanvasAgg(fig).draw()  # runs the constrained layout
     box, page = ax.title.get_window_extent(), fig.bbox
     assert "\n" in ax.get_title()
     assert box.x0 >= page.x0 - 0.5 and box.x1 <= page.x1 + 0.5 and box.y1 <= page.y1 + 0.5

@@ -34,6 +34,10 @@ class DrillDown:
         Why a part is missing (no stored spectrum, no readable source ...).
     kinds : list of str
         The parts drawn, in order: ``"esd"``, ``"singular_values"``, ``"entries"``.
+    titles : list of str
+        Their titles (they name the update ``ΔW`` for a comparison's spectrum).
+    eigenvalues : numpy.ndarray or None
+        The stored spectrum drawn (λ, descending).
     """
 
     layer: int
@@ -41,6 +45,8 @@ class DrillDown:
     png: bytes = b""
     notes: list = field(default_factory=list)
     kinds: list = field(default_factory=list)
+    titles: list = field(default_factory=list)
+    eigenvalues: np.ndarray | None = None
 
 
 def cell_dataset(ds, selection: dict):
@@ -87,6 +93,7 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
     parts = []
     try:
         esd = prepare_esd(cell, layer=layer, component=str(column))
+        out.eigenvalues = esd.eigenvalues
         parts += [("esd", esd), ("singular_values", prepare_esd(cell, layer=layer, component=str(column),
                                                                 kind="singular_values"))]
     except (ToolkitError, KeyError, ValueError) as err:
@@ -106,6 +113,7 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
             draw_esd(data, ax=ax)
             ax.set_title(_short_title(data.title, what), fontsize=9)
         out.kinds.append(kind)
+        out.titles.append(ax.get_title())
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     fig.clear()
