@@ -12,7 +12,6 @@ values, entries) beside the heatmap.
 from __future__ import annotations
 
 import base64
-import html
 import re
 import threading
 from contextlib import contextmanager
@@ -22,12 +21,14 @@ import ipywidgets as W
 import numpy as np
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, describe, metric_names, model_name, select
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names, model_name, select
 from toolkit.plot._style import color_limits
 from toolkit.plot.heatmap_figure import prepare_heatmap
 from toolkit.widgets import _controls as C
-from toolkit.widgets.cells import COMBINATIONS, Panel, PanelFacts, combined, top_cells
-from toolkit.widgets.figures import figure_bytes, file_stem, panels_csv, unique_path
+from toolkit.widgets._cell_side import CellSide
+from toolkit.widgets._saving import Saving
+from toolkit.widgets.cells import COMBINATIONS, Panel, PanelFacts, combined
+from toolkit.widgets.figures import figure_bytes, file_stem
 from toolkit.widgets.heatmap_view import HeatmapView
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -60,7 +61,7 @@ def _applicable(da, selection: dict) -> dict:
             if k in da.dims or (k in da.coords and da[k].ndim == 1 and da[k].dims[0] in da.dims)}
 
 
-class Explorer:
+class Explorer(CellSide, Saving):
     """Interactive heatmap panel; build it with :func:`explore`.
 
     Attributes
@@ -369,151 +370,6 @@ class Explorer:
                                              "text/plain": "<heatmap>"}},)
             self._showing_view = True
         self._show_top()
-
-    def _show_top(self, k: int = 5):
-        if not self.prepared:
-            self.top.value = ""
-            return
-        lowest = self.controls["rank"].value == "lowest"
-        rows = [r for p, q in zip(self.panels, self.prepared, strict=True)
-                for r in top_cells(q, k, lowest=lowest, label=p.label)]
-        rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
-        multi = len(self.prepared) > 1
-        head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
-        from toolkit.plot._style import format_value
-
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
-                                        ([lab] if multi else []) + [layer, col, format_value(v)]) + "</tr>"
-                       for lab, layer, col, v in rows)
-        self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
-
-    # -- cells ----------------------------------------------------------------
-    def _cell_index(self, layer, column, panel: int):
-        if not self.prepared:
-            raise EmptyInputError("no figure is shown: " + self.message)
-        if not 0 <= panel < len(self.prepared):
-            raise ValueError(f"panel {panel} does not exist; the figure has {len(self.prepared)}")
-        p = self.prepared[panel]
-        if layer not in p.rows or column not in p.cols:
-            raise ValueError(f"no cell at layer {layer!r}, {p.col_dim} {column!r}: the panel shows layers "
-                             f"{p.rows[0]}..{p.rows[-1]} and {p.col_dim}s {list(p.cols)}")
-        return p.rows.index(layer), p.cols.index(column)
-
-    def hover_text(self, layer, component, *, panel: int = 0) -> str:
-        """What hovering over a cell shows: layer and column, value, tensor name, shape, NaN reason.
-
-        Raises
-        ------
-        ValueError
-            The panel shown has no such cell.
-        """
-        i, j = self._cell_index(layer, component, panel)
-        return "\n".join(self.facts[panel].lines(i, j))
-
-    def _clicked(self, panel: int, row: int, col: int):
-        p = self.prepared[panel]
-        self.show_cell(p.rows[row], p.cols[col], panel=panel)
-
-    def show_cell(self, layer, component, *, panel: int = 0):
-        """Draw a cell's drill-down beside the heatmap, as a click on it does.
-
-        Returns
-        -------
-        toolkit.widgets.drilldown.DrillDown
-            The figure's parts (``kinds``) and why others are missing (``notes``).
-        """
-        from toolkit.widgets.drilldown import drill_down
-
-        i, j = self._cell_index(layer, component, panel)
-        pan, prep = self.panels[panel], self.prepared[panel]
-        matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
-        self.cell = dd = drill_down(pan.ds, layer, component, col_dim=prep.col_dim, selection=pan.selection,
-                                    matrix=matrix)
-        lines = self.facts[panel].lines(i, j)
-        if "relative_change" in pan.ds and prep.metric != "relative_change" and not pan.combine:
-            rc = self.facts[panel]._aligned(pan.ds["relative_change"], pan.selection)
-            if rc is not None:
-                lines.append(f"relative change: {rc[i, j]:.3g}")
-        text = "<br>".join(html.escape(x) for x in lines)
-        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in dd.notes)
-        self.cell_text.value = f"<div class='toolkit-cell'><b>{html.escape(pan.label)}</b><br>{text}{notes}</div>"
-        self.cell_image.value = dd.png
-        self.cell_image.layout.display = "" if dd.png else "none"
-        return dd
-
-    def _matrix(self, panel: Panel, layer, component):
-        """The cell's matrix for the entry histogram, or why it cannot be read (cached per cell)."""
-        if not self.read_entries:
-            return "not read (explore(..., read_entries=False))"
-        key = (id(panel.ds), tuple(sorted(map(str, panel.selection.items()))), layer, component)
-        if key not in self._matrices:
-            from toolkit.widgets.cell_matrix import read_cell_matrix
-
-            try:
-                self._matrices[key] = read_cell_matrix(panel.ds, layer, component, panel.selection)
-            except ToolkitError as err:
-                self._matrices[key] = str(err)
-        return self._matrices[key]
-
-    # -- saving ---------------------------------------------------------------
-    def _stem(self) -> str:
-        sel = {k: v for k, v in self.selection().items()
-               if k not in ("metric", "scale", "robust", "layers", "components", "vmin", "vmax")}
-        view = self._view()
-        parts = [self.controls["filename"].value.strip() or "statistics", self.controls["metric"].value,
-                 describe(sel, self.ds[self.controls["metric"].value]) if sel and view == "one" else "",
-                 "" if view == "one" else view]
-        lo, hi = self.controls["layers"].value
-        if (lo, hi) != (self.controls["layers"].min, self.controls["layers"].max):
-            parts.append(f"layers{lo}-{hi}")
-        return file_stem(*parts)
-
-    def save_figure(self, path=None, *, fmt=None, dpi=150) -> Path:
-        """Save the figure shown as PNG, SVG or PDF.
-
-        The default name ``<out_dir>/<file name>_<metric>_<selection>.<fmt>``
-        gets ``-2``, ``-3`` ... rather than overwrite an earlier save.
-
-        Raises
-        ------
-        toolkit.errors.EmptyInputError
-            No figure is shown (the selection left nothing to draw).
-        """
-        if not self.prepared:
-            raise EmptyInputError("no figure to save: " + self.message)
-        fmt = fmt or (Path(path).suffix.lstrip(".").lower() if path is not None else self.controls["format"].value)
-        path = Path(path) if path is not None else unique_path(self.out_dir, self._stem(), f".{fmt}")
-        data, _ = figure_bytes(self.prepared, fmt, annotate=self.controls["annotate"].value, dpi=dpi)
-        path.write_bytes(data)
-        return path
-
-    def save_png(self, path=None, *, dpi=150) -> Path:
-        """:meth:`save_figure` as PNG."""
-        return self.save_figure(path, fmt="png", dpi=dpi)
-
-    def save_csv(self, path=None) -> Path:
-        """Save the numbers of the panels shown as CSV (``panel,layer,<column>,<metric>``, one line per cell)."""
-        if not self.prepared:
-            raise EmptyInputError("no numbers to save: " + self.message)
-        path = Path(path) if path is not None else unique_path(self.out_dir, self._stem(), ".csv")
-        path.write_text(panels_csv([p.label for p in self.panels], self.prepared))
-        return path
-
-    def save_netcdf(self, path=None) -> Path:
-        """Save the (first) Dataset with :func:`toolkit.save`; default ``<out_dir>/<file name>.nc``, never
-        overwritten."""
-        from toolkit.io import save
-
-        stem = self.controls["filename"].value.strip() or "statistics"
-        path = Path(path) if path is not None else unique_path(self.out_dir, file_stem(stem), ".nc")
-        save(self.ds, path)
-        return path
-
-    def _report(self, action):
-        try:
-            self.status.value = f"Saved <code>{html.escape(str(action()))}</code>"
-        except Exception as err:  # noqa: BLE001 - a button has nowhere else to report
-            self.status.value = f"Could not save: {html.escape(str(err))}"
 
     # -- display --------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs):
