@@ -11,6 +11,8 @@ ROW_DIM = "layer"
 #: Column dimensions, in preference order: the first one a variable has is its x axis
 #: (``kv_head``: the key/value heads of grouped-query attention, fewer than the query heads).
 COL_DIMS = ("component", "head", "kv_head", "expert")
+#: The position in a stored spectrum (``eigenvalues`` (layer, component, index)).
+SPECTRUM_DIM = "index"
 #: Dimensions a heatmap may collapse instead of selecting one label: ``expert="mean"``.
 REDUCIBLE_DIMS = ("expert", "head", "kv_head")
 #: Reductions over such a dimension (NaN-skipping), by the name a selection passes.
@@ -28,10 +30,13 @@ def metric_names(ds) -> list[str]:
     """Names of the variables of ``ds`` that can be drawn as a heatmap.
 
     A metric is a numeric data variable with a ``layer`` dimension and a
-    ``component``, ``head`` or ``kv_head`` dimension, in the Dataset's order.
+    ``component``, ``head``, ``kv_head`` or ``expert`` dimension, in the
+    Dataset's order. Stored spectra (a variable along ``index``, such as
+    ``eigenvalues``) are not metrics: :func:`toolkit.plot.esd` draws them.
     """
     return [str(k) for k, v in ds.data_vars.items()
-            if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"]
+            if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"
+            and SPECTRUM_DIM not in v.dims]
 
 
 #: Folder names that say nothing about the model: the title then shows their parent too.

@@ -68,7 +68,7 @@ class CellSide:
         pan, prep = self.panels[panel], self.prepared[panel]
         matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
         self.cell = dd = drill_down(pan.ds, layer, component, col_dim=prep.col_dim, selection=pan.selection,
-                                    matrix=matrix)
+                                    matrix=matrix, dpi=90)
         lines = self.facts[panel].lines(i, j)
         if "relative_change" in pan.ds and prep.metric != "relative_change" and not pan.combine:
             rc = self.facts[panel]._aligned(pan.ds["relative_change"], pan.selection)

@@ -161,10 +161,10 @@ class Explorer(CellSide, Saving):
         c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
         self.status = W.HTML()
         self.view = HeatmapView(on_click=self._clicked)
-        self.output = W.Output(layout=W.Layout(min_height="300px"))
+        self.output = W.Output(layout=W.Layout(min_height="300px", flex="0 1 auto", width="auto"))
         self.top = W.HTML()
         self.cell_text = W.HTML("<i>Click a cell for its spectrum.</i>")
-        self.cell_image = W.Image(format="png", layout=W.Layout(display="none", max_width="420px"))
+        self.cell_image = W.Image(format="png", layout=W.Layout(display="none", width="432px"))
         self._showing_view = False
         self._wire(dims)
         self.widget = root if root is not None else W.VBox()

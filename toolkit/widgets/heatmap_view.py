@@ -48,7 +48,7 @@ function render({ model, el }) {
         const col = Math.min(p.n_cols - 1, Math.floor(((fx - l) / (rr - l)) * p.n_cols));
         const fromTop = Math.min(p.n_rows - 1, Math.floor(((fy - t) / (b - t)) * p.n_rows));
         return { panel: k, row: p.n_rows - 1 - fromTop, col: col,
-                 x: ev.clientX - r.left, y: ev.clientY - r.top, w: r.width };
+                 x: ev.clientX - r.left, y: ev.clientY - r.top, w: r.width, h: r.height };
       }
     }
     return null;
@@ -63,7 +63,8 @@ function render({ model, el }) {
     tip.style.display = "block";
     const left = hit.x + 16 + tip.offsetWidth > hit.w ? hit.x - 12 - tip.offsetWidth : hit.x + 16;
     tip.style.left = Math.max(0, left) + "px";
-    tip.style.top = (hit.y + 16) + "px";
+    const top = hit.y + 16 + tip.offsetHeight > hit.h ? hit.y - 12 - tip.offsetHeight : hit.y + 16;
+    tip.style.top = Math.max(0, top) + "px";
   };
   const onLeave = () => { tip.style.display = "none"; };
   const onClick = (ev) => {
