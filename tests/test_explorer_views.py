@@ -266,7 +266,7 @@ def test_expert_selector_offers_mean_max_min_and_a_layer_by_expert_heatmap():
     np.testing.assert_array_equal(ex.current.values, raw[:, 5, :])
     assert c["expert"].disabled and not c["component"].disabled
     assert all(t.disabled for t in c["components"].values())
-    assert ex.hover_text(2, 3).startswith("layer 2, 3\nalpha per expert: ")
+    assert ex.hover_text(2, 3).startswith("layer 2, expert 3\nalpha per expert: ")
     c["metric"].value = "stable_rank"  # no expert dim: back to components
     assert ex.current.col_dim == "component" and c["columns"].disabled
 
@@ -325,3 +325,21 @@ def test_labels_are_not_cut_and_sit_next_to_their_controls():
     for key, label in (("scale", "colour"), ("range", "colour range"), ("view", "view")):
         box = holder(c[key])
         assert isinstance(box.children[0], W.Label) and box.children[0].value == label, key
+
+
+def test_comparison_click_reads_both_checkpoints_for_the_update(tmp_path, cache):
+    import torch
+
+    import toolkit
+    from _compare_data import tiny, variant
+
+    base = tiny(tmp_path / "base", num_layers=2, dtype=torch.float32)
+    target = variant(base, tmp_path / "target", lambda k, v: v * 1.5 if "layers.1.mlp.up_proj" in k else v)
+    diff = toolkit.compare(base, target, ["relative_change"], progress=False)
+    ex = explore(diff)
+    dd = ex.show_cell(1, "mlp.up")  # W_t = 1.5 W_b: every row moved by half its norm
+    assert dd.kinds == ["update_entries", "row_change"], dd.notes
+    np.testing.assert_allclose(dd.row_change, 0.5, rtol=1e-6)
+    assert "ΔW entries" in dd.titles[0]
+    np.testing.assert_array_equal(ex.show_cell(0, "mlp.up").row_change, 0.0)  # untouched matrix
+    assert "relative weight change: 0.5\n" in ex.hover_text(1, "mlp.up")

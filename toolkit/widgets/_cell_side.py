@@ -87,10 +87,13 @@ class CellSide:
             return "not read (explore(..., read_entries=False))"
         key = (id(panel.ds), tuple(sorted(map(str, panel.selection.items()))), layer, component)
         if key not in self._matrices:
-            from toolkit.widgets.cell_matrix import read_cell_matrix
+            from toolkit.widgets.cell_matrix import read_cell_matrix, read_cell_update, update_sources
 
             try:
-                self._matrices[key] = read_cell_matrix(panel.ds, layer, component, panel.selection)
+                if update_sources(panel.ds, panel.selection) is not None:
+                    self._matrices[key] = read_cell_update(panel.ds, layer, component, panel.selection)
+                else:
+                    self._matrices[key] = read_cell_matrix(panel.ds, layer, component, panel.selection)
             except ToolkitError as err:
                 self._matrices[key] = str(err)
         return self._matrices[key]

@@ -27,9 +27,6 @@ def recorded_source(ds, selection=None) -> str:
             source = str(np.atleast_1d(sources)[labels.index(selection["checkpoint"])])
     if not source:
         raise ToolkitError("the Dataset records no source (attrs 'source' / 'target_source')")
-    if not os.path.exists(source):
-        raise ToolkitError(f"the source {source!r} is not a local file or folder here; the entries are read "
-                           "only from local checkpoints (toolkit.plot.esd(source, ...) fetches one matrix)")
     return source
 
 
@@ -41,13 +38,52 @@ def read_cell_matrix(ds, layer: int, component: str, selection=None) -> np.ndarr
     toolkit.errors.ToolkitError
         No local source recorded, or the checkpoint has no such matrix.
     """
+    return _read(recorded_source(ds, selection), layer, component)
+
+
+def update_sources(ds, selection=None) -> tuple[str, str] | None:
+    """``(base, target)`` locations of a comparison's cell, per the attrs; None for a plain Dataset.
+
+    :func:`toolkit.compare` records ``base_source`` and ``target_source``;
+    :func:`toolkit.compare_series` records ``checkpoint_sources`` and, per
+    checkpoint, the ``reference_step`` it is diffed against.
+    """
+    attrs, selection = ds.attrs, selection or {}
+    sources = attrs.get("checkpoint_sources")
+    if sources is not None and "checkpoint" in selection and "checkpoint" in ds.dims and "reference_step" in ds.coords:
+        sources = [str(s) for s in np.atleast_1d(sources)]
+        labels = ds["checkpoint"].values.tolist()
+        k = labels.index(selection["checkpoint"])
+        steps = ds["step"].values.tolist()
+        return sources[steps.index(int(ds["reference_step"].values[k]))], sources[k]
+    if attrs.get("base_source") and attrs.get("target_source"):
+        return str(attrs["base_source"]), str(attrs["target_source"])
+    return None
+
+
+def _read(source: str, layer: int, component: str) -> np.ndarray:
     from toolkit.collect.plan import plan_pieces
 
-    source = recorded_source(ds, selection)
-    revision = str(ds.attrs.get("revision") or "") or None
-    plan = plan_pieces(source, revision=revision if not os.path.exists(source) else None)
+    if not os.path.exists(source):
+        raise ToolkitError(f"the source {source!r} is not a local file or folder here; the entries are read "
+                           "only from local checkpoints (toolkit.plot.esd(source, ...) fetches one matrix)")
+    plan = plan_pieces(source)
     for t in plan.tensors:
         for piece in t.pieces:
             if (piece.layer, piece.component) == (layer, component):
                 return piece.extract(t.record.read()).float().numpy()
     raise ToolkitError(f"{source!r} has no matrix at layer {layer} {component!r}")
+
+
+def read_cell_update(ds, layer: int, component: str, selection=None) -> tuple[np.ndarray, np.ndarray]:
+    """``(W_base, W_target)`` of one cell of a comparison, read from the two recorded sources.
+
+    Raises
+    ------
+    toolkit.errors.ToolkitError
+        ``ds`` records no comparison, a side is not a local checkpoint, or lacks the matrix.
+    """
+    sides = update_sources(ds, selection)
+    if sides is None:
+        raise ToolkitError("the Dataset records no compared checkpoints (attrs base_source / target_source)")
+    return _read(sides[0], layer, component), _read(sides[1], layer, component)

@@ -101,7 +101,8 @@ class PanelFacts:
         """
         p = self.p
         value = float(p.values[i, j])
-        lines = [f"layer {p.rows[i]}, {p.col_labels[j]}", f"{p.long_name}: {_value_text(value)}"]
+        column = p.col_labels[j] if p.col_dim == "component" else f"{p.col_dim} {p.col_labels[j]}"
+        lines = [f"layer {p.rows[i]}, {column}", f"{p.long_name}: {_value_text(value)}"]
         if self.sides is not None:
             lines.append("; ".join(f"{label}: {_value_text(float(v[i, j]))}" for label, v in self.sides))
         if self.names is not None and str(self.names[i, j]):

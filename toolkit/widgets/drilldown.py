@@ -29,15 +29,19 @@ class DrillDown:
     ----------
     layer, column : the cell
     png : bytes
-        The figure (ESD, singular values, entry histogram), or b"" when none could be drawn.
+        The figure (ESD, singular values, entry histogram; for a comparison ΔW's entries and
+        the relative change per row), or b"" when none could be drawn.
     notes : list of str
         Why a part is missing (no stored spectrum, no readable source ...).
     kinds : list of str
-        The parts drawn, in order: ``"esd"``, ``"singular_values"``, ``"entries"``.
+        The parts drawn, in order: ``"esd"``, ``"singular_values"``, ``"entries"`` (or
+        ``"update_entries"`` and ``"row_change"``).
     titles : list of str
         Their titles (they name the update ``ΔW`` for a comparison's spectrum).
     eigenvalues : numpy.ndarray or None
         The stored spectrum drawn (λ, descending).
+    row_change : numpy.ndarray or None
+        For a comparison read from its checkpoints: ‖ΔW_i‖ / ‖W_base,i‖ per row.
     """
 
     layer: int
@@ -47,6 +51,7 @@ class DrillDown:
     kinds: list = field(default_factory=list)
     titles: list = field(default_factory=list)
     eigenvalues: np.ndarray | None = None
+    row_change: np.ndarray | None = None
 
 
 def cell_dataset(ds, selection: dict):
@@ -71,9 +76,10 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
     col_dim : str
     selection : dict, optional
         The panel's extra-dimension labels (``checkpoint`` ...).
-    matrix : numpy.ndarray or str, optional
-        The cell's matrix (out, in) for the entry histogram, or why it could
-        not be read.
+    matrix : numpy.ndarray, (numpy.ndarray, numpy.ndarray) or str, optional
+        The cell's matrix (out, in) for the entry histogram; for a
+        comparison ``(W_base, W_target)``, drawn as the histogram of ΔW's
+        entries and the relative change per row; or why it could not be read.
     dpi : int
 
     Returns
@@ -100,6 +106,9 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
         out.notes.append(f"spectrum: {err}")
     if isinstance(matrix, np.ndarray):
         parts.append(("entries", matrix))
+    elif isinstance(matrix, tuple):  # (W_base, W_target) of a comparison
+        base, target = (np.asarray(m, dtype=np.float64) for m in matrix)
+        parts += [("update_entries", target - base), ("row_change", row_change(base, target))]
     elif matrix:
         out.notes.append(f"entry histogram: {matrix}")
     if not parts:
@@ -107,8 +116,15 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
     fig = Figure(figsize=(4.8, 2.6 * len(parts)), dpi=dpi, layout="constrained")
     axes = fig.subplots(len(parts), 1, squeeze=False)[:, 0]
     for ax, (kind, data) in zip(axes, parts, strict=True):
-        if kind == "entries":
-            _draw_entries(ax, data, layer, column)
+        if kind in ("entries", "update_entries"):
+            _draw_entries(ax, data, layer, column, "ΔW " if kind == "update_entries" else "")
+        elif kind == "row_change":
+            out.row_change = data
+            ax.plot(np.arange(data.size), data, lw=0.8, color="#c45a00")
+            ax.set_xlabel("row i (output feature)")
+            ax.set_ylabel("‖ΔW_i‖ / ‖W_base,i‖")
+            ax.set_title(f"relative change per row: median {np.nanmedian(data):.3g}, max {np.nanmax(data):.3g}",
+                         fontsize=9)
         else:
             draw_esd(data, ax=ax)
             ax.set_title(_short_title(data.title, what), fontsize=9)
@@ -127,11 +143,19 @@ def _short_title(title: str, what: str) -> str:
     return f"{what}: {short}" if what else short
 
 
-def _draw_entries(ax, w: np.ndarray, layer, column):
+def row_change(base: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """‖W_t,i − W_b,i‖₂ / ‖W_b,i‖₂ for each row i (output feature); NaN where the base row is zero."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        num, den = np.linalg.norm(target - base, axis=1), np.linalg.norm(base, axis=1)
+        return np.where(den > 0, num / den, np.nan)
+
+
+def _draw_entries(ax, w: np.ndarray, layer, column, what: str = ""):
     w = np.asarray(w, dtype=np.float64).ravel()
     w = w[np.isfinite(w)]
     ax.hist(w, bins=120, color="#9ec3e6", edgecolor="#1f5fa8", linewidth=0.3)
     ax.set_yscale("log")
-    ax.set_xlabel("entry value w_ij")
+    ax.set_xlabel(f"{what}entry value")
     ax.set_ylabel("count")
-    ax.set_title(f"layer {layer} {column}: {w.size:,} entries, rms {np.sqrt(np.mean(w * w)):.3g}", fontsize=9)
+    ax.set_title(f"layer {layer} {column}: {w.size:,} {what}entries, rms {np.sqrt(np.mean(w * w)):.3g}",
+                 fontsize=9)
