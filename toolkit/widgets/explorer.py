@@ -18,16 +18,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import ipywidgets as W
-import numpy as np
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names, model_name, select
-from toolkit.plot._style import color_limits
-from toolkit.plot.heatmap_figure import prepare_heatmap
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names
 from toolkit.widgets import _controls as C
 from toolkit.widgets._cell_side import CellSide
 from toolkit.widgets._saving import Saving
-from toolkit.widgets.cells import COMBINATIONS, Panel, PanelFacts, combined
+from toolkit.widgets._views import Views, models_of
+from toolkit.widgets.cells import COMBINATIONS, PanelFacts
 from toolkit.widgets.figures import figure_bytes, file_stem
 from toolkit.widgets.heatmap_view import HeatmapView
 
@@ -39,29 +37,7 @@ def figure_png(prepared: list, *, annotate=False, dpi=100):
     return figure_bytes(prepared, "png", annotate=annotate, dpi=dpi)
 
 
-def _models(data, labels=None) -> list[tuple[str, object]]:
-    """``[(label, ds)]`` of the Datasets given; labels from the model names, made unique."""
-    import xarray as xr
-
-    items = list(data) if isinstance(data, (list, tuple)) else [data]
-    if not items or not all(isinstance(d, xr.Dataset) for d in items):
-        raise EmptyInputError("explore takes an xarray.Dataset or a list of them; got "
-                              + (", ".join(type(d).__name__ for d in items) or "an empty list"))
-    labels = list(labels) if labels is not None else [model_name(d.attrs) or f"model {i}" for i, d in enumerate(items)]
-    seen: dict[str, int] = {}
-    for i, lab in enumerate(labels):
-        seen[lab] = seen.get(lab, 0) + 1
-        labels[i] = lab if seen[lab] == 1 else f"{lab} ({seen[lab]})"
-    return list(zip(labels, items, strict=True))
-
-
-def _applicable(da, selection: dict) -> dict:
-    """The part of ``selection`` that ``da`` can take (its dims, and 1-D coords along them)."""
-    return {k: v for k, v in selection.items()
-            if k in da.dims or (k in da.coords and da[k].ndim == 1 and da[k].dims[0] in da.dims)}
-
-
-class Explorer(CellSide, Saving):
+class Explorer(CellSide, Saving, Views):
     """Interactive heatmap panel; build it with :func:`explore`.
 
     Attributes
@@ -99,7 +75,7 @@ class Explorer(CellSide, Saving):
     """
 
     def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True):
-        self.models = _models(data, labels)
+        self.models = models_of(data, labels)
         self.ds = ds = self.models[0][1]
         names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
         if not names:
@@ -173,15 +149,6 @@ class Explorer(CellSide, Saving):
         with self.hold():
             self._sync_enabled()
             self._dirty = True
-
-    def _entries(self):
-        """``[(label, ds, selection)]`` the views combine: each model, or each checkpoint of one Dataset."""
-        if len(self.models) > 1:
-            return [(lab, d, {}) for lab, d in self.models]
-        ds = self.ds
-        if "checkpoint" in ds.dims and ds.sizes["checkpoint"] > 1:
-            return [(lab, ds, {"checkpoint": v}) for lab, v in C.dim_options(ds, "checkpoint")]
-        return [(self.models[0][0], ds, {})]
 
     def _wire(self, dims):
         c = self.controls
@@ -263,47 +230,6 @@ class Explorer(CellSide, Saving):
         if "view" in c:
             c["base"].disabled = c["target"].disabled = self._view() not in COMBINATIONS
             c["range"].disabled = self._view() != "side"
-
-    def _panel_list(self) -> list[Panel]:
-        view = self._view()
-        if view == "one":
-            return [Panel(self.models[0][0], self.ds, {})]
-        if view == "side":
-            return [Panel(lab, d, sel) for lab, d, sel in self.entries]
-        b, t = self.entries[self.controls["base"].value], self.entries[self.controls["target"].value]
-        return [Panel(t[0], t[1], t[2], base=b, combine=view)]
-
-    def _prepare_all(self):
-        """``(metric, panels, prepared)`` of the current controls; panels carry their full selection."""
-        kws = self.selection()
-        metric = kws.pop("metric")
-        extra = {k: kws.pop(k) for k in list(kws) if k not in ("scale", "robust", "layers", "components",
-                                                              "vmin", "vmax")}
-        panels = []
-        for p in self._panel_list():
-            base = None
-            if p.base is not None:
-                b_label, b_ds, b_sel = p.base
-                base = (b_label, b_ds, _applicable(b_ds[metric], {**extra, **b_sel}))
-            panels.append(Panel(p.label, p.ds, _applicable(p.ds[metric], {**extra, **p.selection}), base, p.combine))
-        prepared = [self._prepare(p, metric, kws) for p in panels]
-        if len(prepared) > 1 and "range" in self.controls and self.controls["range"].value == "shared" \
-                and kws["vmin"] is None and kws["vmax"] is None:
-            pooled = np.concatenate([q.values.ravel() for q in prepared])
-            lo, hi, _ = color_limits(pooled, scale=kws["scale"], robust=kws["robust"])
-            prepared = [self._prepare(p, metric, {**kws, "vmin": lo, "vmax": hi}) for p in panels]
-        return metric, panels, prepared
-
-    @staticmethod
-    def _prepare(p: Panel, metric: str, kws: dict):
-        if not p.combine:
-            return prepare_heatmap(p.ds, metric, **kws, **p.selection)
-        b_label, b_ds, b_sel = p.base
-        t_da, b_da = select(p.ds[metric], p.selection), select(b_ds[metric], b_sel)
-        da = combined(t_da, b_da, p.combine, col_dim=column_dim(t_da.dims), target=p.label, base=b_label)
-        symbol, _, _, centre = COMBINATIONS[p.combine]
-        long_name = str(p.ds[metric].attrs.get("long_name") or metric)
-        return prepare_heatmap(da, **{**kws, "center": centre}, title=f"{long_name}: {p.label} {symbol} {b_label}")
 
     # -- rendering ------------------------------------------------------------
     @contextmanager
