@@ -172,6 +172,11 @@ def test_difference_and_ratio_of_two_models_on_the_same_grid():
     ex.controls["view"].value = "ratio"
     np.testing.assert_allclose(ex.current.values, b["stable_rank"].values / a["stable_rank"].values)
     assert ex.current.center == 1.0 and ex.current.units == "1"
+    a["stable_rank"][2, 0] = 0.0  # a zero base has no ratio, and the hover says so
+    zero = explore([a, b])
+    zero.controls["view"].value = "ratio"
+    assert np.isnan(zero.current.values[2, 0])
+    assert zero.hover_text(2, "attn.q").endswith("undefined: the base is 0: no ratio")
 
 
 def test_a_checkpoint_dimension_gives_the_same_views_named_by_step():

@@ -111,6 +111,8 @@ class PanelFacts:
             lines.append(f"shape: {int(self.n_rows[i, j])} × {int(self.n_cols[i, j])}")
         if np.isnan(value):
             reason = str(p.reasons[i, j]) if p.reasons is not None else ""
+            if not reason and self.sides is not None and self.panel.combine == "ratio" and self.sides[0][1][i, j] == 0:
+                reason = "the base is 0: no ratio"
             lines.append("undefined: " + (reason or "no value stored (NaN)"))
         return lines
 

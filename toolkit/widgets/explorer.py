@@ -26,7 +26,7 @@ from toolkit.widgets._cell_side import CellSide
 from toolkit.widgets._saving import Saving
 from toolkit.widgets._views import Views, models_of
 from toolkit.widgets.cells import COMBINATIONS, PanelFacts
-from toolkit.widgets.figures import figure_bytes, file_stem
+from toolkit.widgets.figures import figure_bytes, file_stem, png_size
 from toolkit.widgets.heatmap_view import HeatmapView
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -106,8 +106,10 @@ class Explorer(CellSide, Saving, Views):
             c["view"] = W.ToggleButtons(options=C.VIEW_OPTIONS if one else C.VIEW_OPTIONS[1:],
                                         value="one" if one else "side", style={"button_width": "auto"})
             choices = [(lab, i) for i, (lab, _, _) in enumerate(self.entries)]
-            c["base"] = W.Dropdown(options=choices, value=0, description="base", style=C.WIDE)
-            c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE)
+            c["base"] = W.Dropdown(options=choices, value=0, description="base", style=C.WIDE,
+                                   layout=W.Layout(width="max-content"))
+            c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE,
+                                     layout=W.Layout(width="max-content"))
             c["range"] = W.ToggleButtons(options=(("separate", "separate"), ("shared", "shared")),
                                          value="separate", style={"button_width": "auto"})
         c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="diverging", style={"button_width": "auto"})
@@ -137,7 +139,7 @@ class Explorer(CellSide, Saving, Views):
         c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
         self.status = W.HTML()
         self.view = HeatmapView(on_click=self._clicked)
-        self.output = W.Output(layout=W.Layout(min_height="300px", flex="0 1 auto", width="auto"))
+        self.output = W.Output(layout=W.Layout(min_height="300px", flex="0 1 auto", max_width="100%"))
         self.top = W.HTML()
         self.cell_text = W.HTML("<i>Click a cell for its spectrum.</i>")
         self.cell_image = W.Image(format="png", layout=W.Layout(display="none", width="432px"))
@@ -176,8 +178,8 @@ class Explorer(CellSide, Saving, Views):
                  W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"]], layout=W.Layout(align_items="center")),
                  c["layers"], W.HBox(list(c["components"].values()), layout=W.Layout(flex_flow="row wrap"))]
         side = W.VBox([self.cell_text, self.cell_image, C.labelled("top cells", c["rank"]), self.top],
-                      layout=W.Layout(min_width="260px", max_width="440px", margin="0 0 0 12px"))
-        rows += [W.HBox([self.output, side]),
+                      layout=W.Layout(width="450px", margin="0 0 0 12px"))
+        rows += [W.HBox([self.output, side], layout=W.Layout(flex_flow="row wrap")),  # narrow: panel below
                  W.HBox([c["filename"], c["format"], c["save_figure"], c["save_csv"], c["save_netcdf"]],
                         layout=W.Layout(flex_flow="row wrap", align_items="center")), self.status]
         return rows
@@ -289,6 +291,7 @@ class Explorer(CellSide, Saving, Views):
                         for b, q, f in zip(boxes, prepared, self.facts, strict=True)])
         self.current, self.prepared, self.panels, self.message = prepared[0], prepared, panels, ""
         self.renders, self._png = self.renders + 1, png
+        self.output.layout.width = f"{png_size(png)[0] + 4}px"  # the side panel sits right next to the figure
         if not self._showing_view:
             self.output.outputs = ({"output_type": "display_data", "metadata": {},
                                     "data": {WIDGET_VIEW: {"version_major": 2, "version_minor": 0,

@@ -59,6 +59,13 @@ def figure_bytes(prepared: list, fmt: str = "png", *, annotate: bool = False, dp
     return buf.getvalue(), boxes
 
 
+def png_size(png: bytes) -> tuple[int, int]:
+    """``(width, height)`` in pixels, from a PNG's header."""
+    import struct
+
+    return struct.unpack(">II", png[16:24])
+
+
 def panels_csv(labels: list[str], prepared: list) -> str:
     """The numbers of the panels as CSV, one line per cell: ``panel,layer,<column dim>,<metric>``."""
     import csv
