@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_browser.py needs: Debian's chromium, and voila + playwright
+# Installs what tests/test_browser.py needs: Debian's chromium, and voila + playwright + jupyterlab
 # in the project venv. Playwright drives the system browser (/usr/bin/chromium);
 # never run `playwright install` (it downloads its own browser, which fails offline).
 set -euo pipefail
@@ -13,10 +13,10 @@ if [ ! -x /usr/bin/chromium ]; then
     $SUDO apt-get update
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y chromium
 fi
-"$PY" -m pip install --quiet voila playwright
+"$PY" -m pip install --quiet voila playwright jupyterlab
 "$PY" - <<'PYEOF'
 import importlib.util, pathlib
-missing = [m for m in ("voila", "playwright") if importlib.util.find_spec(m) is None]
+missing = [m for m in ("voila", "playwright", "jupyterlab") if importlib.util.find_spec(m) is None]
 assert not missing, f"not installed: {missing}"
 assert pathlib.Path("/usr/bin/chromium").exists(), "/usr/bin/chromium missing"
 print("browser test dependencies ready")

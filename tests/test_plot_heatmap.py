@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 
 import matplotlib
 
@@ -276,3 +277,134 @@ def test_colorbar_ticks_share_one_notation():
     assert format_ticks([8.54e-4, 0.00177, 0.0035], "sequential") == ["8.54e-04", "1.77e-03", "3.50e-03"]
     assert format_ticks([0.5, 1.0, 2.25], "diverging") == ["0.5", "1", "2.25"]
     assert format_ticks([1e-4, 1e-3, 0.05], "log") == ["$10^{-4}$", "$10^{-3}$", "5.00e-02"]
+
+
+def _series_at_step_zero(n_layers=6):
+    """A compare_series-like Dataset: checkpoints 0..2 (steps 0, 2, 4); delta_alpha undefined at step 0."""
+    ds = make_stats(n_layers, checkpoints=3)
+    ds = ds.assign_coords(checkpoint=np.arange(3), step=("checkpoint", [0, 2, 4]))
+    values = np.random.default_rng(4).uniform(2, 4, (3, n_layers, 7))
+    values[0] = np.nan
+    ds["delta_alpha"] = (("checkpoint", "layer", "component"), values, {"long_name": "alpha of the update"})
+    reason = np.full((3, n_layers, 7), "", dtype=object)
+    reason[0] = "delta_alpha, delta_matrix_rank: zero update (W_t = W_b); subspace_overlap: no update"
+    ds = ds.assign_coords(nan_reason=(("checkpoint", "layer", "component"), reason.astype(str)))
+    zeros = np.zeros((3, n_layers, 7))
+    ds["relative_change"] = (("checkpoint", "layer", "component"), zeros, {"long_name": "relative change"})
+    ds["update_sparsity"] = (("checkpoint", "layer", "component"), zeros + 1.0, {"long_name": "update sparsity"})
+    return ds
+
+
+def test_wholly_undefined_panel_is_hatched_with_its_stored_reason():
+    ds = _series_at_step_zero()
+    p = prepare_heatmap(ds, "delta_alpha", checkpoint=0)  # raised "no finite value" before
+    assert p.nan_mask.all() and p.caption == "alpha of the update is undefined in every cell: zero update (W_t = W_b)"
+    assert set(p.reasons.ravel()) == {"zero update (W_t = W_b)"}  # this metric's part of nan_reason only
+    ax = heatmap(ds, "delta_alpha", checkpoint=0)
+    assert len([a for a in ax.patches if a.get_hatch()]) == 6 * 7
+    assert "zero update" in ax.get_xlabel()
+    assert prepare_heatmap(ds, "delta_alpha", checkpoint=1).caption == ""  # defined there
+
+
+def test_reason_for_picks_the_metric_out_of_a_joined_nan_reason():
+    from toolkit.plot._select import reason_for
+
+    text = "delta_alpha, delta_matrix_rank: zero update; alpha: too few eigenvalues (3 < 5)"
+    assert reason_for(text, "delta_matrix_rank") == "zero update"
+    assert reason_for(text, "alpha") == "too few eigenvalues (3 < 5)"
+    assert reason_for("no such matrix in this model", "alpha") == "no such matrix in this model"
+    assert reason_for("", "alpha") == ""
+
+
+def test_constant_panel_says_so_and_keeps_its_range_inside_the_bounds():
+    ds = _series_at_step_zero()
+    change = prepare_heatmap(ds, "relative_change", checkpoint=0)
+    assert change.constant == 0.0 and change.caption == "constant: 0"
+    assert 0.0 <= change.vmin < change.vmax and change.vmin == 0.0  # not -0.5 .. 0.5: a change is >= 0
+    assert change.cbar_ticks == (0.0,)
+    sparsity = prepare_heatmap(ds, "update_sparsity", checkpoint=0)
+    assert sparsity.vmax == 1.0 and sparsity.vmin == pytest.approx(0.95)  # not 0.95 .. 1.05
+    ax = heatmap(ds, "update_sparsity", checkpoint=0)
+    assert [t.get_text() for t in ax.figure.axes[-1].get_yticklabels()] == ["constant: 1"]
+    assert "constant: 1" in ax.get_xlabel()
+    ds["update_sparsity"].attrs["valid_max"] = 0.5  # CF attrs win over the built-in table
+    from toolkit.plot._style import metric_bounds
+
+    assert metric_bounds("update_sparsity", ds["update_sparsity"].attrs) == (0.0, 0.5)
+    assert metric_bounds("some_new_metric") == (-np.inf, np.inf)
+
+
+def test_steps_are_named_by_their_step_not_their_index():
+    ds = _series_at_step_zero()
+    p = prepare_heatmap(ds, "relative_change", checkpoint=2)
+    assert "step 4" in p.title and "checkpoint" not in p.title
+    assert "(step 4)" in prepare_heatmap(ds, "relative_change", step=4).title
+    labelled = make_stats(6, checkpoints=2)  # labels that say more than a position are kept
+    assert "ckpt-1 (step 1000)" in prepare_heatmap(labelled, "stable_rank", checkpoint="ckpt-1").title
+
+
+def test_long_title_of_a_narrow_heatmap_stays_inside_the_figure():
+    from matplotlib.figure import Figure
+
+    from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap
+
+    ds = with_kv_heads(make_stats(30, source="/models/SmolLM2-135M-Instruct.Q4_1.gguf"), n_heads=9, n_kv=3)
+    p = prepare_heatmap(ds, "key_head_rms")
+    assert len(p.title) > 55
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(figsize=auto_figsize(*p.values.shape), layout="constrained")
+    ax = draw_heatmap(p, ax=fig.add_subplot())
+    FigureCanvasAgg(fig).draw()  # runs the constrained layout
+    box, page = ax.title.get_window_extent(), fig.bbox
+    assert "\n" in ax.get_title()
+    assert box.x0 >= page.x0 - 0.5 and box.x1 <= page.x1 + 0.5 and box.y1 <= page.y1 + 0.5
+
+
+def test_values_in_cells_stay_readable_at_30_layers_or_say_why_not():
+    from matplotlib.figure import Figure
+
+    from toolkit.plot.heatmap_figure import MIN_VALUE_FONT, auto_figsize, draw_heatmap
+
+    p = prepare_heatmap(make_stats(30), "stable_rank")
+    fig = Figure(figsize=auto_figsize(30, 7, annotate=True), layout="constrained")
+    ax = draw_heatmap(p, ax=fig.add_subplot(), annotate=True)
+    assert len(ax.texts) == 30 * 7
+    assert min(t.get_fontsize() for t in ax.texts) >= 6.0  # was 4 pt (~5 px) at 30 layers
+    small = Figure(figsize=auto_figsize(30, 7), layout="constrained")  # the unannotated size: too small
+    ax = draw_heatmap(p, ax=small.add_subplot(), annotate=True)
+    if not ax.texts:
+        assert "values in cells off" in ax.get_xlabel()
+    else:
+        assert min(t.get_fontsize() for t in ax.texts) >= MIN_VALUE_FONT
+
+
+def _with_experts(n_layers=5, n_experts=4):
+    ds = make_stats(n_layers)
+    rng = np.random.default_rng(9)
+    values = rng.uniform(2, 5, (n_layers, 7, n_experts))
+    values[..., :4, :] = np.nan  # attention has no experts
+    values[1, 4, 2] = np.nan  # one expert's fit failed
+    ds = ds.assign_coords(expert=np.arange(n_experts))
+    ds["alpha_per_expert"] = (("layer", "component", "expert"), values, {"long_name": "alpha per expert"})
+    return ds
+
+
+def test_expert_dimension_is_reduced_or_selected_and_can_be_the_columns():
+    ds = _with_experts()
+    raw = ds["alpha_per_expert"].values
+    with warnings.catch_warnings():  # all-NaN attention cells: "mean of empty slice"
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(raw, axis=2)
+    p = prepare_heatmap(ds, "alpha_per_expert", expert="mean")
+    np.testing.assert_allclose(p.values, mean)
+    assert p.values[1, 4] == pytest.approx(np.mean(raw[1, 4, [0, 1, 3]]))  # NaN skipped
+    assert "mean over expert" in p.title
+    np.testing.assert_array_equal(prepare_heatmap(ds, "alpha_per_expert", expert="max").values[:, 4:],
+                                  np.nanmax(raw[:, 4:], axis=2))
+    np.testing.assert_array_equal(prepare_heatmap(ds, "alpha_per_expert", expert=2).values, raw[..., 2])
+    per_expert = prepare_heatmap(ds, "alpha_per_expert", component="mlp.up")  # (layer, expert)
+    assert per_expert.col_dim == "expert" and per_expert.cols == (0, 1, 2, 3)
+    np.testing.assert_array_equal(per_expert.values, raw[:, 4, :])
+    with pytest.raises(ValueError, match="mean / max / min"):
+        prepare_heatmap(ds, "alpha_per_expert")

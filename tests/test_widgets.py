@@ -18,9 +18,10 @@ PNG_MAGIC = b"\x89PNG"
 
 
 def _shown_png(ex) -> bytes:
-    (out,) = ex.output.outputs  # exactly one output
+    (out,) = ex.output.outputs  # exactly one output: the view
     assert out["output_type"] == "display_data"
-    return base64.b64decode(out["data"]["image/png"])
+    assert out["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.view.model_id
+    return base64.b64decode(ex.view.png)
 
 
 def test_controls_cover_metrics_and_every_extra_dimension():
@@ -29,7 +30,7 @@ def test_controls_cover_metrics_and_every_extra_dimension():
     c = ex.controls
     labels = [label for label, _ in c["metric"].options]
     assert labels[:3] == ["Stable rank", "Spectral norm", "Frobenius norm"]  # from long_name
-    assert {"checkpoint", "head", "scale", "layers", "annotate", "save_png", "save_netcdf"} <= set(c)
+    assert {"checkpoint", "head", "scale", "layers", "annotate", "save_figure", "save_csv", "save_netcdf"} <= set(c)
     assert [label for label, _ in c["checkpoint"].options] == ["ckpt-0 (step 0)", "ckpt-1 (step 1000)",
                                                                "ckpt-2 (step 2000)"]
     assert [v for _, v in c["scale"].options] == ["diverging", "sequential", "log"]
@@ -41,6 +42,8 @@ def test_controls_cover_metrics_and_every_extra_dimension():
     assert ex.current.col_dim == "head"
     c["metric"].value = "head_norm"  # (checkpoint?, layer, component, head): head is a selector
     assert not c["head"].disabled
+    assert c["head"].value == "mean"  # reducible dims start at the mean over them
+    np.testing.assert_allclose(ex.current.values, ds["head_norm"].mean("head").values)
     c["head"].value = 2
     np.testing.assert_array_equal(ex.current.values, ds["head_norm"].sel(head=2).values)
 
@@ -90,7 +93,7 @@ def test_change_during_a_render_leaves_no_stale_figure(monkeypatch):
     calls = []
 
     def slow_png(prepared, **kws):
-        calls.append(prepared.metric)
+        calls.append(prepared[0].metric)
         if len(calls) == 1:  # the user picks another metric while the first figure is drawn
             ex.controls["metric"].value = "frobenius_norm"
         return real(prepared, **kws)
@@ -99,7 +102,7 @@ def test_change_during_a_render_leaves_no_stale_figure(monkeypatch):
     ex.controls["metric"].value = "spectral_norm"
     assert calls == ["spectral_norm", "frobenius_norm"]
     assert ex.current.metric == "frobenius_norm" and len(ex.output.outputs) == 1
-    assert "Frobenius" in ex.output.outputs[0]["data"]["text/plain"]
+    assert "Frobenius norm" in ex.view.panels[0]["hover"][0][0]
 
 
 def test_hold_batches_changes_into_one_render():
@@ -127,7 +130,7 @@ def test_empty_selection_shows_a_message_not_a_stale_figure():
 def test_save_buttons_write_png_and_netcdf(tmp_path):
     ds = make_stats(8)
     ex = explore(ds, out_dir=tmp_path)
-    ex.controls["save_png"].click()
+    ex.controls["save_figure"].click()
     ex.controls["save_netcdf"].click()
     png = tmp_path / "test-org_tiny-model_stable_rank.png"
     nc = tmp_path / "test-org_tiny-model.nc"
@@ -199,7 +202,7 @@ def test_kv_head_variables_are_offered_and_drawn_with_kv_heads_as_columns():
     assert ex.current.col_dim == "kv_head" and ex.current.cols == (0, 1)
     np.testing.assert_array_equal(ex.current.values, ds["key_head_rms"].values)
     assert c["head"].disabled and all(t.disabled for t in c["components"].values())
-    assert _shown_png(ex).startswith(PNG_MAGIC) and "key RMS" in ex.output.outputs[0]["data"]["text/plain"]
+    assert _shown_png(ex).startswith(PNG_MAGIC) and "key RMS" in ex.view.panels[0]["hover"][0][0]
     ax = _drawn_axes(ex)
     assert ax.get_xlabel() == "kv_head" and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
     c["layers"].value = (3, 6)

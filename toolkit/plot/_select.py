@@ -10,7 +10,15 @@ import numpy as np
 ROW_DIM = "layer"
 #: Column dimensions, in preference order: the first one a variable has is its x axis
 #: (``kv_head``: the key/value heads of grouped-query attention, fewer than the query heads).
-COL_DIMS = ("component", "head", "kv_head")
+COL_DIMS = ("component", "head", "kv_head", "expert")
+#: The position in a stored spectrum (``eigenvalues`` (layer, component, index)).
+SPECTRUM_DIM = "index"
+#: Dimensions a heatmap may collapse instead of selecting one label: ``expert="mean"``.
+REDUCIBLE_DIMS = ("expert", "head", "kv_head")
+#: Reductions over such a dimension (NaN-skipping), by the name a selection passes.
+REDUCTIONS = ("mean", "max", "min")
+#: 1-D coordinates that name a position better than its index (``step 4``, not ``checkpoint=2``).
+STEP_COORDS = ("step", "epoch")
 
 
 def column_dim(dims) -> str | None:
@@ -22,10 +30,13 @@ def metric_names(ds) -> list[str]:
     """Names of the variables of ``ds`` that can be drawn as a heatmap.
 
     A metric is a numeric data variable with a ``layer`` dimension and a
-    ``component``, ``head`` or ``kv_head`` dimension, in the Dataset's order.
+    ``component``, ``head``, ``kv_head`` or ``expert`` dimension, in the
+    Dataset's order. Stored spectra (a variable along ``index``, such as
+    ``eigenvalues``) are not metrics: :func:`toolkit.plot.esd` draws them.
     """
     return [str(k) for k, v in ds.data_vars.items()
-            if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"]
+            if ROW_DIM in v.dims and column_dim(v.dims) is not None and v.dtype.kind in "fiub"
+            and SPECTRUM_DIM not in v.dims]
 
 
 #: Folder names that say nothing about the model: the title then shows their parent too.
@@ -57,10 +68,24 @@ def model_name(attrs) -> str:
     return ""
 
 
+def is_reduction(da, key, value) -> bool:
+    """Whether ``key=value`` asks to collapse ``key`` (``expert="mean"``) rather than select a label."""
+    if not (isinstance(value, str) and value in REDUCTIONS and key in da.dims):
+        return False
+    return key not in da.coords or value not in [str(v) for v in da[key].values]
+
+
 def select(da, selection: dict):
-    """Apply ``dim=label`` selections; a non-index coordinate (``step``) selects along its dim."""
+    """Apply ``dim=label`` selections; a non-index coordinate (``step``) selects along its dim.
+
+    ``dim="mean"`` (or ``"max"``, ``"min"``) collapses that dimension, skipping NaN, when it has
+    no label of that name (``alpha_per_expert`` with ``expert="mean"``).
+    """
     for key, value in selection.items():
-        if key in da.dims:
+        if is_reduction(da, key, value):
+            with np.errstate(all="ignore"):
+                da = getattr(da, value)(key, skipna=True, keep_attrs=True)
+        elif key in da.dims:
             try:
                 da = da.sel({key: value}) if key in da.indexes else da.isel({key: value})
             except (KeyError, IndexError, ValueError) as err:
@@ -89,6 +114,52 @@ def tick_rows(rows: tuple) -> tuple[tuple, tuple]:
     return pos, tuple(str(rows[i]) for i in pos)
 
 
-def describe(selection: dict) -> str:
-    """``checkpoint=a, head=3`` for titles."""
-    return ", ".join(f"{k}={v}" for k, v in selection.items())
+def describe(selection: dict, da=None) -> str:
+    """``ckpt-1 (step 1000), head=3`` for titles.
+
+    With the variable ``da`` the selection was made on, a position along a
+    dimension that carries a ``step`` (or ``epoch``) coordinate is named by it
+    (``step 4``, not ``checkpoint=2``; a label that says more is kept:
+    ``ckpt-1 (step 1000)``), ``step=4`` reads ``step 4`` and a reduction reads
+    ``mean over expert``.
+    """
+    parts = []
+    for key, value in selection.items():
+        if da is not None and is_reduction(da, key, value):
+            parts.append(f"{value} over {key}")
+        elif key in STEP_COORDS:
+            parts.append(f"{key} {value}")
+        elif da is not None and key in da.dims and (named := _step_name(da, key, value)):
+            parts.append(named)
+        else:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def _step_name(da, dim, value) -> str:
+    """``step 4`` for position ``value`` along ``dim`` when a step coordinate runs along it, else ""."""
+    coord = next((c for c in STEP_COORDS if c in da.coords and da[c].dims == (dim,)), None)
+    if coord is None:
+        return ""
+    labels = da[dim].values.tolist() if dim in da.coords else list(range(da.sizes[dim]))
+    if value not in labels:
+        return ""
+    named = f"{coord} {da[coord].values[labels.index(value)]}"
+    is_position = labels == list(range(len(labels)))  # labels that are only positions say nothing
+    return named if is_position else f"{value} ({named})"
+
+
+def reason_for(text: str, metric: str) -> str:
+    """The part of a cell's ``nan_reason`` that concerns ``metric``.
+
+    ``nan_reason`` joins the reasons of several metrics as
+    ``"delta_alpha, delta_matrix_rank: zero update; alpha: too few eigenvalues"``
+    (:func:`toolkit.collect.grid.join_reasons`); this returns ``"zero update"``
+    for ``delta_alpha``, and the whole text when no part names ``metric``.
+    """
+    text = str(text or "")
+    for part in text.split("; "):
+        names, sep, why = part.partition(": ")
+        if sep and metric in [n.strip() for n in names.split(",")]:
+            return why
+    return text

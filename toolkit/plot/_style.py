@@ -26,6 +26,47 @@ ROBUST_PERCENTILES = (2.0, 98.0)
 
 _CMAPS: dict[str, object] = {}
 
+#: Known value ranges of built-in metrics, used when a variable's attrs give no CF
+#: ``valid_min`` / ``valid_max`` (a constant panel's colour range stays inside them).
+METRIC_BOUNDS = {
+    "update_sparsity": (0.0, 1.0), "update_density": (0.0, 1.0), "subspace_overlap": (0.0, 1.0),
+    "cosine_similarity": (-1.0, 1.0), "relative_change": (0.0, math.inf), "spectral_entropy": (0.0, 1.0),
+    "frobenius_norm": (0.0, math.inf), "spectral_norm": (0.0, math.inf), "rms": (0.0, math.inf),
+    "stable_rank": (0.0, math.inf), "effective_rank": (0.0, math.inf), "matrix_rank": (0.0, math.inf),
+}
+
+
+def metric_bounds(name: str, attrs=None) -> tuple[float, float]:
+    """The range a metric's values can take: CF ``valid_min`` / ``valid_max`` / ``valid_range``
+    attrs, else :data:`METRIC_BOUNDS`, else ``(-inf, inf)``."""
+    attrs = attrs or {}
+    lo, hi = METRIC_BOUNDS.get(name, (-math.inf, math.inf))
+    if "valid_range" in attrs:
+        lo, hi = (float(x) for x in np.asarray(attrs["valid_range"]).ravel()[:2])
+    lo = float(attrs.get("valid_min", lo))
+    hi = float(attrs.get("valid_max", hi))
+    return lo, hi
+
+
+def constant_limits(value: float, bounds=(-math.inf, math.inf), scale: str = "diverging") -> tuple[float, float]:
+    """Colour limits for a panel whose every value is ``value``: a small band around it, inside ``bounds``.
+
+    The band is 5 % of the value (0.5 for 0) on each side, in decades on the
+    log scale; an end that would cross a bound is moved onto it, so update
+    sparsity 1 gets 0.95 .. 1, never 0.95 .. 1.05.
+    """
+    if scale == "log":
+        k = math.log10(value)
+        pad = abs(k) * 0.05 or 0.5
+        lo, hi = 10.0 ** (k - pad), 10.0 ** (k + pad)
+    else:
+        pad = abs(value) * 0.05 or 0.5
+        lo, hi = value - pad, value + pad
+    lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    if hi <= lo:  # value on a bound with no room on one side: the band lies on the other side
+        lo, hi = (value, value + 2 * pad) if value <= bounds[0] else (value - 2 * pad, value)
+    return float(lo), float(hi)
+
 
 def check_scale(scale: str) -> str:
     """Return ``scale`` if it is one of :data:`SCALES`, else raise ValueError."""

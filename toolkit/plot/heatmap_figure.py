@@ -15,7 +15,18 @@ import numpy as np
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot import _style
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, describe, metric_names, model_name, select, tick_rows
+from toolkit.plot._layout import MIN_VALUE_FONT, auto_figsize, cell_reasons, most_common, value_font_size, wrap_title
+from toolkit.plot._select import (
+    COL_DIMS,
+    REDUCIBLE_DIMS,
+    ROW_DIM,
+    column_dim,
+    describe,
+    metric_names,
+    model_name,
+    select,
+    tick_rows,
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,16 @@ class HeatmapData:
         gets an arrow at that end: the limits clip).
     selection : dict
         Labels chosen for the extra dimensions (``{"checkpoint": ...}``).
+    reasons : numpy.ndarray of str or None
+        Like ``values``: why a cell is NaN, this metric's part of the
+        ``nan_reason`` coordinate ("" where none is stored).
+    caption : str
+        A note drawn under the panel: ``"constant: 0"`` when every value is
+        the same, or why the metric is undefined when no cell has a value
+        (the cells are then all hatched).
+    constant : float or None
+        The value of a constant panel (its colour range is a small band
+        around it, inside the metric's bounds; one colorbar tick).
     """
 
     values: np.ndarray
@@ -77,6 +98,9 @@ class HeatmapData:
     title: str
     extend: str = "neither"
     selection: dict = field(default_factory=dict)
+    reasons: np.ndarray | None = None
+    caption: str = ""
+    constant: float | None = None
 
     @property
     def nan_mask(self) -> np.ndarray:
@@ -141,7 +165,11 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     **selection
         One label per extra dimension, e.g. ``checkpoint="step-1000"``,
         ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
-        without a coordinate is selected by position.
+        without a coordinate is selected by position. ``expert``, ``head``
+        and ``kv_head`` also take ``"mean"``, ``"max"`` or ``"min"``
+        (NaN-skipping) to collapse the dimension; selecting the component
+        (``component="mlp.up"``) of a (layer, component, expert) variable
+        makes the experts the columns.
 
     Returns
     -------
@@ -156,7 +184,9 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         A selection label that does not exist, an unknown component, an extra
         dimension left unselected, or an unknown ``scale``.
     toolkit.errors.EmptyInputError
-        The selection leaves no cell, or no finite value to colour.
+        The selection leaves no cell, or values that are all +-inf (or none
+        positive on the log scale). A panel of NaN only is drawn hatched,
+        with the stored reason as its ``caption``.
     """
     import xarray as xr
 
@@ -170,11 +200,15 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         attrs, da = dict(data.attrs), data[metric]
     else:
         da, metric = data, str(data.name or metric or "value")
-    col_dim = column_dim(da.dims)
-    if ROW_DIM not in da.dims or col_dim is None:
+    if ROW_DIM not in da.dims or column_dim(da.dims) is None:
         raise ValueError(f"{metric!r} has dims {tuple(da.dims)}; a heatmap needs 'layer' and one of "
                          + ", ".join(repr(d) for d in COL_DIMS))
+    source = da
     da = select(da, selection)
+    col_dim = column_dim(da.dims)  # after the selection: component="mlp.up" makes experts the columns
+    if col_dim is None:
+        raise ValueError(f"the selection {describe(selection)} leaves {metric!r} no column dimension "
+                         f"(one of {', '.join(COL_DIMS)}); select fewer")
     if layers is not None:
         if isinstance(layers, tuple) and len(layers) == 2:
             layers = slice(*layers)
@@ -189,22 +223,38 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     if any(da.sizes[d] > 1 for d in extra):
         d = next(d for d in extra if da.sizes[d] > 1)
         shown = da[d].values.tolist() if d in da.coords else f"{da.sizes[d]} positions"
-        raise ValueError(f"{metric!r} has an extra dimension {d!r} ({shown}); choose one with {d}=...")
+        how = " (or mean / max / min over it)" if d in REDUCIBLE_DIMS else ""
+        raise ValueError(f"{metric!r} has an extra dimension {d!r} ({shown}); choose one with {d}=...{how}")
     da = da.squeeze(extra, drop=False).transpose(ROW_DIM, col_dim).sortby(ROW_DIM)
     values = np.asarray(da.values, dtype=np.float64)
     if values.size == 0:
         raise EmptyInputError(f"the selection leaves no cell of {metric!r} to draw")
-    lo, hi, c = (None, None, None) if vmin is not None and vmax is not None else \
-        _style.color_limits(values, scale=scale, robust=robust, center=center)
-    lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
-    if scale == "diverging" and center is not None and (c is None or not lo < c < hi):
-        finite = values[np.isfinite(values)]
-        c = float(center) if center != "median" else float(np.median(finite)) if finite.size else None
-        c = c if c is not None and lo < c < hi else (lo + hi) / 2
+    reasons = cell_reasons(da, metric)
+    long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
+    finite = values[np.isfinite(values)]
+    caption, constant = "", None
+    if np.isnan(values).all():  # nothing defined (delta ranks at step 0): hatched, with the reason
+        lo, hi, c = 0.0, 1.0, None
+        why = most_common(reasons[reasons != ""]) if reasons.size else ""
+        caption = f"{long_name} is undefined in every cell" + (f": {why}" if why else "")
+    elif finite.size and finite.min() == finite.max() and vmin is None and vmax is None:
+        constant = float(finite[0])
+        lo, hi = _style.constant_limits(constant, _style.metric_bounds(metric, da.attrs), scale) \
+            if scale != "log" or constant > 0 else _style.color_limits(values, scale=scale)[:2]
+        c = constant if scale == "diverging" and center is not None and lo < constant < hi else None
+        caption = f"constant: {_style.format_value(constant)}"
+    else:
+        lo, hi, c = (None, None, None) if vmin is not None and vmax is not None else \
+            _style.color_limits(values, scale=scale, robust=robust, center=center)
+        lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
+        if hi <= lo:
+            raise ValueError(f"colour limits need vmin < vmax; got vmin={lo:g}, vmax={hi:g}")
+        if scale == "diverging" and center is not None and (c is None or not lo < c < hi):
+            c = float(center) if center != "median" else float(np.median(finite)) if finite.size else None
+            c = c if c is not None and lo < c < hi else (lo + hi) / 2
     known = values[~np.isnan(values)]
     below, above = bool((known < lo).any()), bool((known > hi).any())
     extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
-    long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
     units = str(da.attrs.get("units", ""))
     unit_text = " (dimensionless)" if units == "1" else (f" [{units}]" if units else "")
     rows = tuple(int(x) for x in da[ROW_DIM].values)
@@ -212,25 +262,21 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     labels = tuple(COMPONENT_LABELS.get(str(c), str(c)) for c in cols)
     yticks, ytick_labels = tick_rows(rows)
     if title is None:
-        name, sel = model_name(attrs), describe(selection)
+        name, sel = model_name(attrs), describe(selection, source)
         title = (f"{name}: " if name else "") + long_name + (f" ({sel})" if sel else "")
+    ticks = (constant,) if constant is not None else () if caption else _style.colorbar_ticks(scale, lo, hi, c)
     return HeatmapData(
         values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
-        units=units, scale=scale, vmin=lo, vmax=hi, center=c,
-        cbar_ticks=_style.colorbar_ticks(scale, lo, hi, c),
+        units=units, scale=scale, vmin=lo, vmax=hi, center=c, cbar_ticks=ticks,
         cbar_label=_cbar_label(long_name, unit_text + (", log scale" if scale == "log" else "")),
-        title=title, extend=extend, selection=dict(selection))
+        title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
+        constant=constant)
 
 
 def _cbar_label(long_name: str, units: str) -> str:
     """``long_name (units)``, with the units on a second line when the label is long."""
     return long_name + ("\n" + units.lstrip(" ,") if len(long_name + units) > 30 and units else units)
-
-
-def auto_figsize(n_rows: int, n_cols: int) -> tuple[float, float]:
-    """A figure size (inches) that keeps cells readable: about 0.17 in per layer."""
-    return (max(4.0, 0.62 * n_cols + 2.6), max(3.6, 0.17 * n_rows + 1.7))
 
 
 def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar: bool = True,
@@ -239,8 +285,14 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 
     Layer 0 (``rows[0]``) is at the bottom. The x axis is labelled with the
     column dimension (``head``, ``kv_head``; nothing for components). NaN
-    cells show a hatched grey background and the x label says so. The
+    cells show a hatched grey background and the x label says so; the
+    ``caption`` (``constant: 0``, or why a wholly undefined panel is so) is
+    added under it. A long title is wrapped to the figure's width. The
     colorbar has an arrow at each end where values lie beyond the limits.
+    With ``annotate`` the values are printed at :func:`value_font_size`;
+    when the cells are too small for :data:`MIN_VALUE_FONT` they are not
+    printed and the x label says why (draw a taller figure, see
+    :func:`auto_figsize`).
 
     Returns
     -------
@@ -254,7 +306,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     if ax is None:
         import matplotlib.pyplot as plt
 
-        _, ax = plt.subplots(figsize=auto_figsize(*p.values.shape), layout="constrained")
+        _, ax = plt.subplots(figsize=auto_figsize(*p.values.shape, annotate=annotate), layout="constrained")
     n_rows, n_cols = p.values.shape
     norm, cm = p.norm(), _style.cmap(p.scale)
     big = np.finfo(np.float64).max / 1e6  # +-inf drawn with the "over"/"under" colours
@@ -274,13 +326,17 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     ax.set_yticks(np.asarray(p.yticks) + 0.5, p.ytick_labels)
     ax.tick_params(length=2)
     ax.set_ylabel("layer")
-    xlabel = p.col_axis_label
-    if mask.any():
-        xlabel += ("\n" if xlabel else "") + "hatched: no such matrix (NaN)"
-    ax.set_xlabel(xlabel, fontsize=8 if mask.any() else None)
-    ax.set_title(p.title, fontsize=10)
-    if annotate:
-        size = max(4.0, min(8.0, 90.0 / max(n_rows, 1)))
+    notes = [p.col_axis_label] if p.col_axis_label else []
+    if mask.any() and not mask.all():
+        notes.append("hatched: no value (NaN)")
+    if p.caption:
+        notes.append(p.caption)
+    size = value_font_size(ax, n_rows, n_cols) if annotate else 0.0
+    if annotate and size < MIN_VALUE_FONT:
+        notes.append(f"values in cells off: {n_rows} rows leave {size:.1f} pt; draw a taller figure")
+    ax.set_xlabel("\n".join(notes), fontsize=8 if len(notes) > 1 or p.caption or mask.any() else None)
+    ax.set_title(wrap_title(p.title, ax), fontsize=10)
+    if annotate and size >= MIN_VALUE_FONT:
         for i, j in zip(*np.nonzero(~mask), strict=True):
             v = p.values[i, j]
             r, g, b, _ = cm(norm(np.clip(v, p.vmin, p.vmax)))
@@ -290,7 +346,10 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     if cbar:
         kws = {"extend": p.extend, "label": p.cbar_label, "fraction": 0.07, "pad": 0.03, **(cbar_kws or {})}
         cb = ax.figure.colorbar(mesh, ax=ax, **kws)
-        cb.set_ticks(list(p.cbar_ticks), labels=_style.format_ticks(p.cbar_ticks, p.scale))
+        labels = _style.format_ticks(p.cbar_ticks, p.scale)
+        if p.constant is not None:
+            labels = [f"constant: {label}" for label in labels]
+        cb.set_ticks(list(p.cbar_ticks), labels=labels)
         cb.minorticks_off()
     return ax
 

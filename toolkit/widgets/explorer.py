@@ -1,17 +1,17 @@
-"""An ipywidgets panel over any statistics Dataset.
+"""An ipywidgets panel over one or several statistics Datasets.
 
-The panel only chooses what to draw; the numbers come from the Dataset and the
+The panel only chooses what to draw; the numbers come from the Datasets and the
 figure from :func:`toolkit.plot.prepare_heatmap` / :func:`toolkit.plot.draw_heatmap`,
-the same functions the CLI uses. Each render draws on a fresh, pyplot-free
-``Figure`` turned into one PNG that *replaces* the output area's content, so
-the area always holds exactly one image and no figure stays open.
+the same functions the CLI uses. The figure is shown by a
+:class:`~toolkit.widgets.heatmap_view.HeatmapView` (an anywidget): the same
+PNG, plus each cell's hover text, drawn as a tooltip by the browser with no
+kernel round trip; a click on a cell draws its drill-down (ESD, singular
+values, entries) beside the heatmap.
 """
 
 from __future__ import annotations
 
 import base64
-import html
-import io
 import re
 import threading
 from contextlib import contextmanager
@@ -20,148 +20,218 @@ from pathlib import Path
 import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names, model_name
-from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
+from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names
+from toolkit.widgets import _controls as C
+from toolkit.widgets._cell_side import CellSide
+from toolkit.widgets._saving import Saving
+from toolkit.widgets._views import Views, models_of
+from toolkit.widgets.cells import COMBINATIONS, PanelFacts
+from toolkit.widgets.figures import figure_bytes, file_stem, png_size
+from toolkit.widgets.heatmap_view import HeatmapView
 
-SCALE_OPTIONS = (("diverging (median)", "diverging"), ("sequential", "sequential"), ("log", "log"))
-ROBUST_TOOLTIP = ("On: colour limits at the 2nd and 98th percentiles, so a few outliers do not wash out the "
-                  "rest (arrows on the colorbar mark clipped ends). Off: the data's min and max, so an "
-                  "outlier such as a massive activation is shown as the extreme it is.")
-
-
-def _selector_dims(ds, names) -> list[str]:
-    """Dimensions that need a selector: those of a metric that are neither its rows nor its columns.
-
-    ``kv_head`` of ``key_head_rms`` (layer, kv_head) is its columns, so it gets
-    none; ``head`` of a (layer, component, head) variable gets one. In the
-    Dataset's dimension order.
-    """
-    dims = {d for n in names for d in ds[n].dims if d not in (ROW_DIM, column_dim(ds[n].dims))}
-    return sorted(dims, key=list(ds.sizes).index)
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def _dim_options(ds, dim):
-    """(label, value) pairs for a selector; 1-D coords along ``dim`` (``step``) join the label."""
-    values = ds[dim].values.tolist() if dim in ds.coords else list(range(ds.sizes[dim]))
-    extra = [c for c, v in ds.coords.items() if v.dims == (dim,) and c != dim]
-    labels = []
-    for i, v in enumerate(values):
-        more = ", ".join(f"{c} {ds[c].values[i]}" for c in extra)
-        labels.append(f"{v} ({more})" if more else str(v))
-    return list(zip(labels, values, strict=True))
+def figure_png(prepared: list, *, annotate=False, dpi=100):
+    """The panels as PNG bytes and their axes' boxes (see :func:`toolkit.widgets.figures.figure_bytes`)."""
+    return figure_bytes(prepared, "png", annotate=annotate, dpi=dpi)
 
 
-def figure_png(prepared, *, annotate=False, dpi=100, figsize=None) -> bytes:
-    """Draw a prepared heatmap on a fresh pyplot-free Figure and return PNG bytes."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=figsize or auto_figsize(*prepared.values.shape), dpi=dpi, layout="constrained")
-    draw_heatmap(prepared, ax=fig.add_subplot(), annotate=annotate)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    fig.clear()
-    return buf.getvalue()
-
-
-class Explorer:
+class Explorer(CellSide, Saving, Views):
     """Interactive heatmap panel; build it with :func:`explore`.
 
     Attributes
     ----------
     ds : xarray.Dataset
-        The statistics shown (never modified).
+        The (first) statistics shown (never modified); ``models`` holds all of them.
+    models : list of (str, xarray.Dataset)
     widget : ipywidgets.VBox
         The whole panel.
     controls : dict of str -> ipywidgets.Widget
-        ``metric``, ``scale``, ``robust`` (checkbox "robust colour limits",
-        on by default; off: the data's min and max), ``layers``,
-        ``annotate``, ``filename``, ``save_png``, ``save_netcdf``, one
-        selector per extra dimension (named after it: ``checkpoint``,
-        ``head``, ``text`` ...; disabled while the metric shown lacks it or
-        draws it as columns), and ``components`` (dict component ->
-        ToggleButton; disabled unless the columns are components).
+        ``metric``, ``scale``, ``robust`` (checkbox "robust colour limits"),
+        ``vmin`` / ``vmax`` (text boxes, empty = automatic), ``layers``,
+        ``annotate``, ``filename``, ``format`` (png / svg / pdf),
+        ``save_figure``, ``save_csv``, ``save_netcdf``, ``rank`` (top cells:
+        highest / lowest), one selector per extra dimension (named after
+        it: ``checkpoint``, ``head``, ``expert`` ...; ``expert`` / ``head``
+        also offer mean / max / min), ``components`` (dict component ->
+        ToggleButton); with (layer, component, X) metrics ``columns``
+        (``component`` or X) and ``component`` (the one component of a
+        (layer, X) heatmap); with two or more models (or checkpoints)
+        ``view`` (one / side / difference / ratio), ``base``, ``target``
+        and ``range`` (separate / shared colour range).
+    view : HeatmapView
+        The figure in the browser, with its hover texts.
     output : ipywidgets.Output
-        Holds exactly one PNG of the current figure (or one message).
+        Holds exactly one display: the view, or one message.
     current : toolkit.plot.HeatmapData or None
-        The prepared data of the figure shown; None while a message is shown.
+        The prepared data of the (first) panel shown; None while a message is shown.
+    prepared : list of toolkit.plot.HeatmapData
+        All panels shown.
+    cell : toolkit.widgets.drilldown.DrillDown or None
+        The last drill-down drawn (:meth:`show_cell`).
     renders : int
         Number of figures drawn so far.
     """
 
-    def __init__(self, ds, metric=None, *, out_dir=".", dpi=100, root=None):
-        self.ds = ds
-        names = metric_names(ds)
+    def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True):
+        self.models = models_of(data, labels)
+        self.ds = ds = self.models[0][1]
+        names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
         if not names:
             raise EmptyInputError(f"no metric with a 'layer' and a {' / '.join(map(repr, COL_DIMS))} dimension "
-                                  f"in {list(ds.data_vars)}")
+                                  f"in {list(ds.data_vars)}" + (" shared by every model" if self.models[1:] else ""))
         if metric is not None and metric not in names:
             raise UnknownMetricError(str(metric), names)
-        self.out_dir, self.dpi = Path(out_dir), dpi
-        self.current, self.renders, self.message = None, 0, ""
+        self.out_dir, self.dpi, self.read_entries = Path(out_dir), dpi, read_entries
+        self.current, self.prepared, self.panels, self.facts = None, [], [], []
+        self.renders, self.message, self.cell, self._png, self._matrices = 0, "", None, b"", {}
         self._lock, self._dirty, self._hold_depth = threading.Lock(), False, 0
+        self.entries = self._entries()
         c = self.controls = {}
         c["metric"] = W.Dropdown(options=[(str(ds[n].attrs.get("long_name") or n), n) for n in names],
-                                 value=metric or names[0], description="metric")
-        dims = _selector_dims(ds, names)
+                                 value=metric or names[0], description="metric", style=C.WIDE,
+                                 layout=W.Layout(width="max-content", min_width="16em"))
+        dims = C.selector_dims(ds, names)
         for d in dims:
-            c[d] = W.Dropdown(options=_dim_options(ds, d), description=d)
-        c["scale"] = W.ToggleButtons(options=SCALE_OPTIONS, value="diverging", description="colour",
-                                     style={"button_width": "auto", "description_width": "initial"})
-        c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,
-                                 tooltip=ROBUST_TOOLTIP)
-        lo, hi = int(ds[ROW_DIM].min()), int(ds[ROW_DIM].max())
-        c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
-                                       continuous_update=False)
+            c[d] = W.Dropdown(options=C.dim_options(ds, d), description=d, style=C.WIDE,
+                              layout=W.Layout(width="max-content"))
         comps = [str(x) for x in ds["component"].values] if "component" in ds.coords else []
+        col_choices = C.column_choices(ds, names)
+        if len(col_choices) > 1:
+            c["columns"] = W.Dropdown(options=col_choices, value="component", description="columns", style=C.WIDE)
+            c["component"] = W.Dropdown(options=comps, description="component", style=C.WIDE)
+        if len(self.entries) > 1:
+            one = len(self.models) == 1
+            c["view"] = W.ToggleButtons(options=C.VIEW_OPTIONS if one else C.VIEW_OPTIONS[1:],
+                                        value="one" if one else "side", style={"button_width": "auto"})
+            choices = [(lab, i) for i, (lab, _, _) in enumerate(self.entries)]
+            c["base"] = W.Dropdown(options=choices, value=0, description="base", style=C.WIDE,
+                                   layout=W.Layout(width="max-content"))
+            c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE,
+                                     layout=W.Layout(width="max-content"))
+            c["range"] = W.ToggleButtons(options=(("separate", "separate"), ("shared", "shared")),
+                                         value="separate", style={"button_width": "auto"})
+        c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="diverging", style={"button_width": "auto"})
+        c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,
+                                 tooltip=C.ROBUST_TOOLTIP, layout=W.Layout(width="auto"))
+        c["vmin"] = W.Text(value="", placeholder="auto", description="min", style=C.WIDE,
+                           layout=W.Layout(width="9em"), continuous_update=False)
+        c["vmax"] = W.Text(value="", placeholder="auto", description="max", style=C.WIDE,
+                           layout=W.Layout(width="9em"), continuous_update=False)
+        lo = min(int(m[ROW_DIM].min()) for _, m in self.models)
+        hi = max(int(m[ROW_DIM].max()) for _, m in self.models)
+        c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
+                                       continuous_update=False, style=C.WIDE)
         c["components"] = {k: W.ToggleButton(value=True, description=k.replace(".", ". "),
                                              layout=W.Layout(width="auto")) for k in comps}
-        c["annotate"] = W.Checkbox(value=False, description="values in cells", indent=False)
-        name = re.sub(r"\.(gguf|safetensors|bin|pt|pth)$", "", model_name(ds.attrs) or "statistics")
-        stem = re.sub(r"[^\w.-]+", "_", name)
-        c["filename"] = W.Text(value=stem, description="file name")
-        c["save_png"] = W.Button(description="Save figure (PNG)", icon="image")
-        c["save_netcdf"] = W.Button(description="Save data (NetCDF)", icon="save")
+        c["annotate"] = W.Checkbox(value=False, description="values in cells", indent=False,
+                                   layout=W.Layout(width="auto"))
+        c["rank"] = W.ToggleButtons(options=(("highest", "highest"), ("lowest", "lowest")), value="highest",
+                                    style={"button_width": "auto"})
+        stem = file_stem(*(re.sub(r"\.(gguf|safetensors|bin|pt|pth)$", "", lab) for lab, _ in self.models[:2]))
+        c["filename"] = W.Text(value=stem, description="file name", style=C.WIDE,
+                               layout=W.Layout(width="max-content", min_width="22em"))
+        c["format"] = W.Dropdown(options=[("PNG", "png"), ("SVG", "svg"), ("PDF", "pdf")], value="png",
+                                 layout=W.Layout(width="6em"))
+        c["save_figure"] = C.button("Save figure", "image", "the figure shown, in the format chosen")
+        c["save_csv"] = C.button("Save numbers (CSV)", "table", "the numbers of the panels shown, one line per cell")
+        c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
         self.status = W.HTML()
-        self.output = W.Output(layout=W.Layout(min_height="300px"))
-        for key, w in c.items():
-            if key == "components":
-                for t in w.values():
-                    t.observe(self._on_change, names="value")
-            elif key not in ("filename", "save_png", "save_netcdf"):
-                w.observe(self._on_metric if key == "metric" else self._on_change, names="value")
-        c["save_png"].on_click(lambda _: self._report(self.save_png))
-        c["save_netcdf"].on_click(lambda _: self._report(self.save_netcdf))
-        rows = [W.HBox([c["metric"], *(c[d] for d in dims)]), W.HBox([c["scale"], c["robust"], c["annotate"]]),
-                c["layers"], W.HBox(list(c["components"].values())), self.output,
-                W.HBox([c["filename"], c["save_png"], c["save_netcdf"]]), self.status]
+        self.view = HeatmapView(on_click=self._clicked)
+        self.output = W.Output(layout=W.Layout(min_height="300px", flex="0 1 auto", max_width="100%"))
+        self.top = W.HTML()
+        self.cell_text = W.HTML("<i>Click a cell for its spectrum.</i>")
+        self.cell_image = W.Image(format="png", layout=W.Layout(display="none", width="432px"))
+        self._showing_view = False
+        self._wire(dims)
         self.widget = root if root is not None else W.VBox()
-        self.widget.children = rows
+        self.widget.children = self._layout(dims)
         self._eager_cell = None
         with self.hold():
             self._sync_enabled()
             self._dirty = True
 
+    def _wire(self, dims):
+        c = self.controls
+        for key, w in c.items():
+            if key == "components":
+                for t in w.values():
+                    t.observe(self._on_change, names="value")
+            elif key == "rank":
+                w.observe(lambda _: self._show_top(), names="value")
+            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf"):
+                w.observe(self._on_metric if key in ("metric", "columns", "view") else self._on_change, names="value")
+        c["save_figure"].on_click(lambda _: self._report(self.save_figure))
+        c["save_csv"].on_click(lambda _: self._report(self.save_csv))
+        c["save_netcdf"].on_click(lambda _: self._report(self.save_netcdf))
+
+    def _layout(self, dims):
+        c = self.controls
+        first = [c["metric"], *(c[d] for d in dims)] + ([c["columns"], c["component"]] if "columns" in c else [])
+        rows = [W.HBox(first, layout=W.Layout(flex_flow="row wrap"))]
+        if "view" in c:
+            rows.append(W.HBox([C.labelled("view", c["view"]), c["base"], c["target"],
+                                C.labelled("colour range", c["range"])], layout=W.Layout(flex_flow="row wrap")))
+        rows += [W.HBox([C.labelled("colour", c["scale"]), c["robust"], c["annotate"]],
+                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                 W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"]], layout=W.Layout(align_items="center")),
+                 c["layers"], W.HBox(list(c["components"].values()), layout=W.Layout(flex_flow="row wrap"))]
+        side = W.VBox([self.cell_text, self.cell_image, C.labelled("top cells", c["rank"]), self.top],
+                      layout=W.Layout(width="450px", margin="0 0 0 12px"))
+        rows += [W.HBox([self.output, side], layout=W.Layout(flex_flow="row wrap")),  # narrow: panel below
+                 W.HBox([c["filename"], c["format"], c["save_figure"], c["save_csv"], c["save_netcdf"]],
+                        layout=W.Layout(flex_flow="row wrap", align_items="center")), self.status]
+        return rows
+
     # -- what to draw -------------------------------------------------------
+    def _columns(self) -> str:
+        return self.controls["columns"].value if "columns" in self.controls else "component"
+
+    def _view(self) -> str:
+        return self.controls["view"].value if "view" in self.controls else "one"
+
+    def _limits(self):
+        out = []
+        for key in ("vmin", "vmax"):
+            text = self.controls[key].value.strip()
+            try:
+                out.append(float(text) if text else None)
+            except ValueError:
+                raise ValueError(f"colour limit {key[1:]} {text!r} is not a number; leave it empty for "
+                                 "automatic") from None
+        return tuple(out)
+
     def selection(self) -> dict:
-        """Keyword arguments of :func:`toolkit.plot.prepare_heatmap` for the current controls."""
+        """Keyword arguments of :func:`toolkit.plot.prepare_heatmap` for the current controls (first panel)."""
         c = self.controls
         var = self.ds[c["metric"].value]
-        col_dim = column_dim(var.dims)
-        kws = {d: c[d].value for d in var.dims if d in c and d != col_dim}
-        comps = None
-        if col_dim == "component":
-            comps = [k for k, t in c["components"].items() if t.value]
+        cols = self._columns()
+        col_dim = cols if cols in var.dims else column_dim(var.dims)
+        kws = {d: c[d].value for d in var.dims if d in c and d not in (col_dim, "component") and d != ROW_DIM}
+        if col_dim != column_dim(var.dims):
+            kws["component"] = c["component"].value  # a (layer, X) heatmap of one component
+        comps = [k for k, t in c["components"].items() if t.value] if col_dim == "component" else None
+        vmin, vmax = self._limits()
         return dict(metric=c["metric"].value, scale=c["scale"].value, robust=c["robust"].value,
-                    layers=tuple(c["layers"].value), components=comps, **kws)
+                    layers=tuple(c["layers"].value), components=comps, vmin=vmin, vmax=vmax, **kws)
 
     def _sync_enabled(self):
-        var = self.ds[self.controls["metric"].value]
-        col_dim = column_dim(var.dims)
-        for d, w in self.controls.items():
-            if isinstance(w, W.Dropdown) and d != "metric":
-                w.disabled = d not in var.dims or d == col_dim
-        for t in self.controls["components"].values():
+        c = self.controls
+        var = self.ds[c["metric"].value]
+        cols = self._columns()
+        col_dim = cols if cols in var.dims else column_dim(var.dims)
+        combining = self._view() != "one" and len(self.models) == 1
+        for d in C.selector_dims(self.ds, [k for _, k in c["metric"].options]):
+            c[d].disabled = d not in var.dims or d == col_dim or (d == "checkpoint" and combining)
+        if "columns" in c:
+            c["columns"].disabled = not any(x in var.dims for x in c["columns"].options[1:])
+            c["component"].disabled = col_dim == "component"
+        for t in c["components"].values():
             t.disabled = col_dim != "component"
+        if "view" in c:
+            c["base"].disabled = c["target"].disabled = self._view() not in COMBINATIONS
+            c["range"].disabled = self._view() != "side"
 
     # -- rendering ------------------------------------------------------------
     @contextmanager
@@ -186,11 +256,11 @@ class Explorer:
             self.render()
 
     def render(self):
-        """Redraw from the controls, replacing the output area's content.
+        """Redraw from the controls.
 
         A change made while a render runs (another thread, or a control set
         from inside a render) marks the panel dirty; the running render loops
-        and draws again, so the area never keeps a stale figure.
+        and draws again, so the view never keeps a stale figure.
         """
         self._dirty = True
         while self._dirty:
@@ -204,61 +274,37 @@ class Explorer:
                 self._lock.release()
 
     def _render_once(self):
-        kws = self.selection()
         try:
-            prepared = prepare_heatmap(self.ds, **kws)
-            png = figure_png(prepared, annotate=self.controls["annotate"].value, dpi=self.dpi)
+            metric, panels, prepared = self._prepare_all()
+            png, boxes = figure_png(prepared, annotate=self.controls["annotate"].value, dpi=self.dpi)
         except (ToolkitError, ValueError) as err:
-            self.current, self.message = None, f"Nothing to draw for this selection: {err}"
+            self.current, self.prepared, self.message = None, [], f"Nothing to draw for this selection: {err}"
             self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.message + "\n"},)
+            self._showing_view = False
+            self.top.value = ""
             return
         if self._dirty:  # the controls changed while drawing: this figure is already stale
             return
-        self.current, self.message, self.renders = prepared, "", self.renders + 1
-        self._png = png
-        self.output.outputs = ({"output_type": "display_data", "metadata": {},
-                                "data": {"image/png": base64.b64encode(png).decode("ascii"),
-                                         "text/plain": f"<heatmap: {prepared.title}>"}},)
-
-    # -- saving ---------------------------------------------------------------
-    def _default_path(self, suffix: str) -> Path:
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        stem = self.controls["filename"].value.strip() or "statistics"
-        return self.out_dir / (stem + suffix)
-
-    def save_png(self, path=None, *, dpi=150) -> Path:
-        """Save the figure shown as PNG; default ``<out_dir>/<file name>_<metric>.png``.
-
-        Raises
-        ------
-        toolkit.errors.EmptyInputError
-            No figure is shown (the selection left nothing to draw).
-        """
-        if self.current is None:
-            raise EmptyInputError("no figure to save: " + self.message)
-        path = Path(path) if path is not None else self._default_path(f"_{self.current.metric}.png")
-        path.write_bytes(figure_png(self.current, annotate=self.controls["annotate"].value, dpi=dpi))
-        return path
-
-    def save_netcdf(self, path=None) -> Path:
-        """Save the Dataset with :func:`toolkit.save`; default ``<out_dir>/<file name>.nc``."""
-        from toolkit.io import save
-
-        path = Path(path) if path is not None else self._default_path(".nc")
-        save(self.ds, path)
-        return path
-
-    def _report(self, action):
-        try:
-            self.status.value = f"Saved <code>{html.escape(str(action()))}</code>"
-        except Exception as err:  # noqa: BLE001 - a button has nowhere else to report
-            self.status.value = f"Could not save: {html.escape(str(err))}"
+        self.facts = [PanelFacts(p, q, metric) for p, q in zip(panels, prepared, strict=True)]
+        self.view.show(base64.b64encode(png).decode("ascii"),
+                       [{"box": b, "n_rows": q.values.shape[0], "n_cols": q.values.shape[1], "hover": f.grid()}
+                        for b, q, f in zip(boxes, prepared, self.facts, strict=True)])
+        self.current, self.prepared, self.panels, self.message = prepared[0], prepared, panels, ""
+        self.renders, self._png = self.renders + 1, png
+        self.output.layout.width = f"{png_size(png)[0] + 4}px"  # the side panel sits right next to the figure
+        if not self._showing_view:
+            self.output.outputs = ({"output_type": "display_data", "metadata": {},
+                                    "data": {WIDGET_VIEW: {"version_major": 2, "version_minor": 0,
+                                                           "model_id": self.view.model_id},
+                                             "text/plain": "<heatmap>"}},)
+            self._showing_view = True
+        self._show_top()
 
     # -- display --------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs):
         """The live panel, plus a PNG of the current figure for viewers without widgets."""
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        if self.current is not None:
+        if self.prepared:
             bundle["image/png"] = base64.b64encode(self._png).decode("ascii")
         bundle["text/plain"] = f"Explorer({self.current.title if self.current else self.message!r})"
         return bundle
@@ -273,34 +319,43 @@ class Explorer:
         display(self._repr_mimebundle_(), raw=True)
 
 
-def explore(ds, metric=None, *, out_dir=".", dpi=100) -> Explorer:
-    """Interactive heatmap panel over a statistics Dataset.
+def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True) -> Explorer:
+    """Interactive heatmap panel over one or several statistics Datasets.
 
     Parameters
     ----------
-    ds : xarray.Dataset
+    data : xarray.Dataset or list of xarray.Dataset
         Metrics with dims ``(layer, component)``, ``(layer, head)`` or
-        ``(layer, kv_head)`` (key/value heads of grouped-query attention),
-        plus any extra dims (``checkpoint``, ``head``, ``text`` ...), each of
-        which gets a selector. Rows are layers, columns the first of
-        ``component``, ``head``, ``kv_head`` the metric has.
+        ``(layer, kv_head)``, plus any extra dims (``checkpoint``, ``head``,
+        ``expert``, ``text`` ...), each of which gets a selector. A list
+        (models of 28, 36, 48 layers), or a Dataset with a ``checkpoint``
+        dimension, adds the views *side by side* (one panel per model, each
+        with its own layer axis; separate or shared colour range) and
+        *difference* / *ratio* (target − base, target / base; when the grids
+        line up).
     metric : str, optional
-        Metric shown first (default: the first one).
+        Metric shown first (default: the first one every model has).
     out_dir : str or path, default "."
         Where the save buttons write.
     dpi : int, default 100
+    labels : list of str, optional
+        Names of the models (default: from their attrs).
+    read_entries : bool, default True
+        Let a click read the cell's matrix from the source recorded in the
+        Dataset (a local file) for the entry histogram.
 
     Returns
     -------
     Explorer
-        Displays itself as the panel; drive it from Python through
-        ``.controls`` and read ``.current`` (the prepared data shown).
+        Displays itself as the panel. Hovering a cell shows its value, tensor
+        name, shape and NaN reason (:meth:`Explorer.hover_text`); a click
+        draws its spectrum beside the heatmap (:meth:`Explorer.show_cell`).
 
     Raises
     ------
     toolkit.errors.EmptyInputError
-        The Dataset has no metric with layer and component/head/kv_head dims.
+        No Dataset, or no metric with layer and component/head/kv_head dims.
     toolkit.errors.UnknownMetricError
         ``metric`` is not one of them.
     """
-    return Explorer(ds, metric, out_dir=out_dir, dpi=dpi)
+    return Explorer(data, metric, out_dir=out_dir, dpi=dpi, labels=labels, read_entries=read_entries)

@@ -1,0 +1,88 @@
+"""Which panels the explorer draws: one model, several side by side, or a difference / ratio of two."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from toolkit.errors import EmptyInputError
+from toolkit.plot._select import column_dim, model_name, select
+from toolkit.plot._style import color_limits
+from toolkit.plot.heatmap_figure import prepare_heatmap
+from toolkit.widgets import _controls as C
+from toolkit.widgets.cells import COMBINATIONS, Panel, combined
+
+
+def models_of(data, labels=None) -> list[tuple[str, object]]:
+    """``[(label, ds)]`` of the Datasets given; labels from the model names, made unique."""
+    import xarray as xr
+
+    items = list(data) if isinstance(data, (list, tuple)) else [data]
+    if not items or not all(isinstance(d, xr.Dataset) for d in items):
+        raise EmptyInputError("explore takes an xarray.Dataset or a list of them; got "
+                              + (", ".join(type(d).__name__ for d in items) or "an empty list"))
+    labels = list(labels) if labels is not None else [model_name(d.attrs) or f"model {i}" for i, d in enumerate(items)]
+    seen: dict[str, int] = {}
+    for i, lab in enumerate(labels):
+        seen[lab] = seen.get(lab, 0) + 1
+        labels[i] = lab if seen[lab] == 1 else f"{lab} ({seen[lab]})"
+    return list(zip(labels, items, strict=True))
+
+
+def applicable(da, selection: dict) -> dict:
+    """The part of ``selection`` that ``da`` can take (its dims, and 1-D coords along them)."""
+    return {k: v for k, v in selection.items()
+            if k in da.dims or (k in da.coords and da[k].ndim == 1 and da[k].dims[0] in da.dims)}
+
+
+class Views:
+    """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: from the controls to prepared panels."""
+
+    def _entries(self):
+        """``[(label, ds, selection)]`` the views combine: each model, or each checkpoint of one Dataset."""
+        if len(self.models) > 1:
+            return [(lab, d, {}) for lab, d in self.models]
+        ds = self.ds
+        if "checkpoint" in ds.dims and ds.sizes["checkpoint"] > 1:
+            return [(lab, ds, {"checkpoint": v}) for lab, v in C.dim_options(ds, "checkpoint")]
+        return [(self.models[0][0], ds, {})]
+
+    def _panel_list(self) -> list[Panel]:
+        view = self._view()
+        if view == "one":
+            return [Panel(self.models[0][0], self.ds, {})]
+        if view == "side":
+            return [Panel(lab, d, sel) for lab, d, sel in self.entries]
+        b, t = self.entries[self.controls["base"].value], self.entries[self.controls["target"].value]
+        return [Panel(t[0], t[1], t[2], base=b, combine=view)]
+
+    def _prepare_all(self):
+        """``(metric, panels, prepared)`` of the current controls; panels carry their full selection."""
+        kws = self.selection()
+        metric = kws.pop("metric")
+        extra = {k: kws.pop(k) for k in list(kws) if k not in ("scale", "robust", "layers", "components",
+                                                              "vmin", "vmax")}
+        panels = []
+        for p in self._panel_list():
+            base = None
+            if p.base is not None:
+                b_label, b_ds, b_sel = p.base
+                base = (b_label, b_ds, applicable(b_ds[metric], {**extra, **b_sel}))
+            panels.append(Panel(p.label, p.ds, applicable(p.ds[metric], {**extra, **p.selection}), base, p.combine))
+        prepared = [self._prepare(p, metric, kws) for p in panels]
+        if len(prepared) > 1 and "range" in self.controls and self.controls["range"].value == "shared" \
+                and kws["vmin"] is None and kws["vmax"] is None:
+            pooled = np.concatenate([q.values.ravel() for q in prepared])
+            lo, hi, _ = color_limits(pooled, scale=kws["scale"], robust=kws["robust"])
+            prepared = [self._prepare(p, metric, {**kws, "vmin": lo, "vmax": hi}) for p in panels]
+        return metric, panels, prepared
+
+    @staticmethod
+    def _prepare(p: Panel, metric: str, kws: dict):
+        if not p.combine:
+            return prepare_heatmap(p.ds, metric, **kws, **p.selection)
+        b_label, b_ds, b_sel = p.base
+        t_da, b_da = select(p.ds[metric], p.selection), select(b_ds[metric], b_sel)
+        da = combined(t_da, b_da, p.combine, col_dim=column_dim(t_da.dims), target=p.label, base=b_label)
+        symbol, _, _, centre = COMBINATIONS[p.combine]
+        long_name = str(p.ds[metric].attrs.get("long_name") or metric)
+        return prepare_heatmap(da, **{**kws, "center": centre}, title=f"{long_name}: {p.label} {symbol} {b_label}")

@@ -1,0 +1,182 @@
+"""What the explorer says about one cell: hover text, per-cell facts, the top cells, differences.
+
+Plain xarray/numpy, no widgets: every text the browser shows on hover is made
+here and tested from Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from toolkit.errors import CheckpointMismatchError
+from toolkit.plot._select import is_reduction, select
+from toolkit.plot._style import format_value
+
+#: Views of two panels' numbers: name -> (symbol, long-name template, units, centre).
+COMBINATIONS = {
+    "difference": ("−", "{} (target − base)", None, 0.0),
+    "ratio": ("/", "{} ratio (target / base)", "1", 1.0),
+}
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One heatmap panel of the explorer: where its numbers come from.
+
+    Attributes
+    ----------
+    label : str
+        The model (or checkpoint) it shows.
+    ds : xarray.Dataset
+        The statistics; for a difference view, the target's.
+    selection : dict
+        Extra-dimension labels (``checkpoint``, ``expert="mean"`` ...).
+    base : tuple or None
+        ``(label, ds, selection)`` of the base for a difference or ratio view.
+    combine : str
+        ``""``, ``"difference"`` or ``"ratio"``.
+    """
+
+    label: str
+    ds: object
+    selection: dict
+    base: tuple | None = None
+    combine: str = ""
+
+
+class PanelFacts:
+    """The per-cell facts of one prepared panel, fetched once: tensor names, shapes, and for a
+    difference the two sides' values; :meth:`lines` gives one cell's hover text.
+
+    Parameters
+    ----------
+    panel : Panel
+    prepared : toolkit.plot.HeatmapData
+    metric : str
+        The Dataset variable shown (for a difference, the one both sides hold).
+    """
+
+    def __init__(self, panel: Panel, prepared, metric: str):
+        self.panel, self.p, self.metric = panel, prepared, metric
+        self.names = self._grid(panel.ds, "parameter_name", panel.selection)
+        self.n_rows = self._grid(panel.ds, "n_rows", panel.selection)
+        self.n_cols = self._grid(panel.ds, "n_cols", panel.selection)
+        self.sides = None
+        if panel.combine:
+            b_label, b_ds, b_sel = panel.base
+            self.sides = ((b_label, self._values(b_ds, b_sel)), (panel.label, self._values(panel.ds, panel.selection)))
+
+    def _aligned(self, da, selection):
+        """``da`` after ``selection``, on the panel's rows and columns, as a (layer, col) array or None."""
+        p = self.p
+        sel = {}
+        for key, value in selection.items():
+            if is_reduction(da, key, value):
+                continue
+            if key in da.dims or (key in da.coords and da[key].ndim == 1 and da[key].dims[0] in da.dims):
+                sel[key] = value
+        try:
+            da = select(da, sel)
+            if set(da.dims) != {"layer", p.col_dim}:
+                return None
+            return da.sel(layer=list(p.rows), **{p.col_dim: list(p.cols)}).transpose("layer", p.col_dim).values
+        except (KeyError, ValueError):
+            return None
+
+    def _grid(self, ds, name, selection):
+        return self._aligned(ds.coords[name], selection) if name in ds.coords else None
+
+    def _values(self, ds, selection):
+        got = self._aligned(ds[self.metric], selection)
+        return got if got is not None else np.full(self.p.values.shape, np.nan)
+
+    def lines(self, i: int, j: int) -> list[str]:
+        """The hover text of cell (row ``i``, column ``j``), as lines.
+
+        Layer and column; the value (for a difference: both sides as well);
+        the tensor name (``parameter_name``) and shape (``n_rows`` x
+        ``n_cols``); why the value is undefined when it is NaN.
+        """
+        p = self.p
+        value = float(p.values[i, j])
+        column = p.col_labels[j] if p.col_dim == "component" else f"{p.col_dim} {p.col_labels[j]}"
+        lines = [f"layer {p.rows[i]}, {column}", f"{p.long_name}: {_value_text(value)}"]
+        if self.sides is not None:
+            lines.append("; ".join(f"{label}: {_value_text(float(v[i, j]))}" for label, v in self.sides))
+        if self.names is not None and str(self.names[i, j]):
+            lines.append(f"tensor: {self.names[i, j]}")
+        if self.n_rows is not None and self.n_cols is not None and int(self.n_rows[i, j]) > 0:
+            lines.append(f"shape: {int(self.n_rows[i, j])} × {int(self.n_cols[i, j])}")
+        if np.isnan(value):
+            reason = str(p.reasons[i, j]) if p.reasons is not None else ""
+            if not reason and self.sides is not None and self.panel.combine == "ratio" and self.sides[0][1][i, j] == 0:
+                reason = "the base is 0: no ratio"
+            lines.append("undefined: " + (reason or "no value stored (NaN)"))
+        return lines
+
+    def grid(self) -> list[list[str]]:
+        """``grid[row][col]``: the hover text of every cell, row 0 = the lowest layer."""
+        n_rows, n_cols = self.p.values.shape
+        return [["\n".join(self.lines(i, j)) for j in range(n_cols)] for i in range(n_rows)]
+
+
+def _value_text(v: float) -> str:
+    return "NaN" if v is None or np.isnan(v) else format_value(v)
+
+
+def combined(target_da, base_da, how: str, *, col_dim: str, target: str = "target", base: str = "base"):
+    """``target − base`` or ``target / base`` of two 2-D (layer, column) panels on the same grid.
+
+    Parameters
+    ----------
+    target_da, base_da : xarray.DataArray
+        Dims ``(layer, col_dim)``, after the panel's selection.
+    how : {"difference", "ratio"}
+    col_dim : str
+    target, base : str
+        Labels for the result's ``long_name``.
+
+    Returns
+    -------
+    xarray.DataArray
+        Same dims; attrs ``long_name`` (``"Stable rank (target − base)"``) and
+        ``units`` (the metric's for a difference, "1" for a ratio). A ratio
+        with a zero base is NaN.
+
+    Raises
+    ------
+    toolkit.errors.CheckpointMismatchError
+        The layers or columns differ (the grids do not line up).
+    """
+    for dim in ("layer", col_dim):
+        a, b = target_da[dim].values.tolist(), base_da[dim].values.tolist()
+        if a != b:
+            raise CheckpointMismatchError(
+                dim, _span(b), _span(a), f"the grids do not line up ({base} vs {target}); the {how} view needs "
+                "the same layers and columns, side by side shows any two")
+    _, template, units, _ = COMBINATIONS[how]
+    t, b = target_da.astype(float), base_da.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = t - b.values if how == "difference" else (t / b.values).where(b.values != 0)
+    long_name = str(target_da.attrs.get("long_name") or target_da.name or "value")
+    out.attrs = {"long_name": template.format(long_name),
+                 "units": units if units is not None else str(target_da.attrs.get("units", ""))}
+    out.name = f"{target_da.name}_{how}"
+    return out
+
+
+def _span(values) -> str:
+    return f"{len(values)} entries ({values[0]} .. {values[-1]})" if values else "none"
+
+
+def top_cells(prepared, k: int = 5, *, lowest: bool = False, label: str = "") -> list[tuple]:
+    """The ``k`` highest (or lowest) cells of a prepared panel: ``(label, layer, column, value)``.
+
+    NaN cells are left out; ties keep the layer order.
+    """
+    v = prepared.values
+    finite = np.argwhere(~np.isnan(v))
+    order = sorted(finite.tolist(), key=lambda ij: (v[ij[0], ij[1]] if lowest else -v[ij[0], ij[1]], ij[0], ij[1]))
+    return [(label, prepared.rows[i], prepared.col_labels[j], float(v[i, j])) for i, j in order[:k]]
