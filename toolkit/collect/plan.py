@@ -140,15 +140,16 @@ def plan_source(src: Source, mapping=None) -> Plan:
     for rec in all_records:
         pieces = adapter.pieces(rec.name)
         for p in pieces:
-            key = (p.layer, p.component)
+            key = p.key
             if key in seen:
+                what = "" if p.expert is None else f" expert {p.expert}"
                 raise UnmappedParametersError(
-                    f"two parameters map to layer {p.layer} {p.component}: {seen[key]!r} and {rec.name!r}; "
+                    f"two parameters map to layer {p.layer} {p.component}{what}: {seen[key]!r} and {rec.name!r}; "
                     "fix the mapping so each component has one matrix per layer"
                 )
             seen[key] = rec.name
         if pieces:
-            tensors.append(PlannedTensor(rec, tuple(pieces)))
+            tensors.extend(planned_units(rec, pieces))
     if not tensors:
         raise UnmappedParametersError(
             f"no parameter of {src.location!r} maps to an attention or MLP component "
@@ -156,8 +157,16 @@ def plan_source(src: Source, mapping=None) -> Plan:
             "Pass mapping=toolkit.Mapping({...}) for custom names",
             names,
         )
-    adapter.check_layers({layer for layer, _ in seen})
+    adapter.check_layers({key[0] for key in seen})
     return Plan(src, tensors, int(adapter.num_layers), adapter)
+
+
+def planned_units(record: TensorRecord, pieces) -> list[PlannedTensor]:
+    """The units of one stored tensor: itself, or one per expert of a sliceable expert stack
+    (:func:`toolkit.collect.experts.planned_units`)."""
+    from toolkit.collect.experts import planned_units as units
+
+    return units(record, pieces)
 
 
 def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
