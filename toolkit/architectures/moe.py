@@ -124,16 +124,27 @@ class MoEAdapter(FamilyAdapter):
     def config_int(self, *keys: str) -> tuple[str, int]:
         """``(key, value)`` of the first of ``keys`` the config (or its ``text_config``) holds.
 
+        A key the config lacks has the default of ``transformers``' config
+        class for the ``model_type``, the value the model ``transformers``
+        builds from this config has (a GGUF file's derived config lacks the
+        expert sizes: ``transformers``' GGUF tables do not map
+        ``expert_feed_forward_length``); the stored shapes are checked
+        against it when a matrix is cut.
+
         Raises
         ------
         MappingError
-            None of them is there, or the value is not a positive integer.
+            None of them is there nor has a default, or the value is not a positive integer.
         """
         from toolkit.config_keys import text_config
 
         cfg = {**self.config, **text_config(self.config)}
+        defaults = None
         for key in keys:
             value = cfg.get(key)
+            if value is None:
+                defaults = _class_defaults(self.config.get("model_type")) if defaults is None else defaults
+                value = defaults.get(key)
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -196,6 +207,16 @@ class MoEAdapter(FamilyAdapter):
                           Extract(name, transpose=layout.transposed, index=cut, rows=rows, expert=e),
                           module_name=self._expert_module(m), expert=e) for e in range(count)]
         return out
+
+
+def _class_defaults(model_type) -> dict:
+    """The defaults of ``transformers``' config class for ``model_type`` (``{}`` when unknown)."""
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.for_model(model_type).to_dict() if isinstance(model_type, str) else {}
+    except (ImportError, ValueError, KeyError, TypeError):
+        return {}
 
 
 MIXTRAL_EXPERT = {"w1": "mlp.gate", "w3": "mlp.up", "w2": "mlp.down"}
