@@ -25,9 +25,10 @@ import xarray as xr
 
 from toolkit.architectures.base import Extract
 from toolkit.collect.grid import Cell
+from toolkit.errors import MappingError, UnmappedParametersError
 from toolkit.sources.expert_slices import expert_slice, sliceable
 
-__all__ = ["expert_grid", "planned_units", "split_cells"]
+__all__ = ["check_experts", "expert_grid", "planned_units", "split_cells"]
 
 
 def planned_units(record, pieces) -> list:
@@ -49,6 +50,10 @@ def planned_units(record, pieces) -> list:
     from toolkit.collect.plan import PlannedTensor
 
     stacked = [p for p in pieces if isinstance(p.extract, Extract) and p.extract.expert is not None]
+    count = len({p.expert for p in stacked})
+    if stacked and (len(record.shape) != 3 or record.shape[0] != count):
+        raise MappingError(record.name, f"the config declares {count} routed experts, but the stored stack has "
+                           f"shape {tuple(record.shape)} (experts first); does the config belong to this checkpoint?")
     if not stacked or len(stacked) != len(pieces) or not sliceable(record):
         return [PlannedTensor(record, tuple(pieces))]
     units = []
@@ -58,6 +63,39 @@ def planned_units(record, pieces) -> list:
             replace(p, parameter_name=sliced.name, extract=replace(p.extract, parameter_name=sliced.name, expert=None))
             for p in stacked if p.expert == e)))
     return units
+
+
+def check_experts(adapter, keys) -> None:
+    """Check that every (layer, component) with routed experts has each of the config's experts once.
+
+    Parameters
+    ----------
+    adapter : Adapter
+        Its ``num_experts`` (an MoE adapter's) is the count the config declares.
+    keys : iterable of tuple
+        ``Piece.key`` of every piece of the plan.
+
+    Raises
+    ------
+    UnmappedParametersError
+        Some experts are missing (a shard missing, or a config from another
+        checkpoint); the message names the first such cell.
+    """
+    groups: dict = {}
+    for key in keys:
+        if len(key) == 3:
+            groups.setdefault(key[:2], set()).add(key[2])
+    if not groups:
+        return
+    count = adapter.num_experts
+    for (layer, comp), found in sorted(groups.items()):
+        missing = sorted(set(range(count)) - found)
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise UnmappedParametersError(
+                f"{adapter.family}: layer {layer} {comp} holds {len(found)} of the {count} routed experts the "
+                f"config declares; missing experts: {shown}. Is a shard missing, or the config from another "
+                "checkpoint?")
 
 
 def split_cells(cells: dict) -> tuple[dict, dict]:

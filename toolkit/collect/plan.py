@@ -15,6 +15,7 @@ from functools import cached_property
 
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
+from toolkit.collect.experts import check_experts, planned_units
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import check_source_arguments, open_source
 from toolkit.sources.base import Source, TensorRecord
@@ -158,15 +159,8 @@ def plan_source(src: Source, mapping=None) -> Plan:
             names,
         )
     adapter.check_layers({key[0] for key in seen})
+    check_experts(adapter, seen)
     return Plan(src, tensors, int(adapter.num_layers), adapter)
-
-
-def planned_units(record: TensorRecord, pieces) -> list[PlannedTensor]:
-    """The units of one stored tensor: itself, or one per expert of a sliceable expert stack
-    (:func:`toolkit.collect.experts.planned_units`)."""
-    from toolkit.collect.experts import planned_units as units
-
-    return units(record, pieces)
 
 
 def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
