@@ -1,0 +1,70 @@
+"""A GGUF MoE file (written with ``gguf``'s writer, llama.cpp's layout) gives the numbers of its safetensors twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import toolkit
+from toolkit.testing import write_tiny_moe_checkpoint, write_tiny_moe_gguf
+
+METRICS = ["frobenius_norm", "stable_rank", "spectral_norm"]
+#: transformers' GGUF tables do not map ``expert_feed_forward_length``: its config (and the model it builds)
+#: has Qwen2MoeConfig's default expert size, so the twin uses that size.
+QWEN2_MOE_DEFAULT_EXPERT_SIZE = 1408
+
+
+@pytest.fixture(scope="module")
+def twin(tmp_path_factory):
+    root = tmp_path_factory.mktemp("moe_gguf")
+    folder = write_tiny_moe_checkpoint(root / "st", "qwen2_moe", num_layers=2, mlp_only_layers=[],
+                                       moe_intermediate_size=QWEN2_MOE_DEFAULT_EXPERT_SIZE)
+    return folder, write_tiny_moe_gguf(root / "tiny-qwen2moe-F32.gguf", folder)
+
+
+def test_gguf_moe_equals_its_safetensors_twin(twin):
+    folder, gguf_path = twin
+    st = toolkit.weight_stats(folder, METRICS, progress=False, cache=False)
+    gg = toolkit.weight_stats(gguf_path, METRICS, progress=False, cache=False)
+    assert gg.attrs["format"] == "gguf" and list(gg.component.values) == list(st.component.values)
+    assert list(gg.moe_layers) == [0, 1] and gg.sizes["expert"] == 4
+    for m in METRICS:
+        np.testing.assert_allclose(gg[m].values, st[m].values, rtol=1e-6, equal_nan=True)
+        np.testing.assert_allclose(gg[f"{m}_per_expert"].values, st[f"{m}_per_expert"].values, rtol=1e-6,
+                                   equal_nan=True)
+    assert np.isfinite(gg.frobenius_norm.sel(component=["mlp.router", "mlp.shared.up", "mlp.shared.gate"])).all()
+
+
+def test_gguf_experts_equal_transformers_gguf_loader(twin):
+    """Each expert as transformers' own GGUF loader builds the merged ``gate_up_proj`` (gate rows first)."""
+    _, gguf_path = twin
+    tensors = _loaded_gguf_tensors(gguf_path)
+    gg = toolkit.weight_stats(gguf_path, ["frobenius_norm"], progress=False, cache=False)
+    for layer in (0, 1):
+        gate, up = tensors[f"model.layers.{layer}.mlp.experts.gate_up_proj"].chunk(2, dim=1)
+        down = tensors[f"model.layers.{layer}.mlp.experts.down_proj"]
+        for comp, stack in (("mlp.gate", gate), ("mlp.up", up), ("mlp.down", down)):
+            np.testing.assert_allclose(gg.frobenius_norm_per_expert.sel(layer=layer, component=comp).values,
+                                       torch.linalg.matrix_norm(stack.double()).numpy(), rtol=1e-6)
+
+
+def _loaded_gguf_tensors(path) -> dict:
+    """The parameters ``from_pretrained(gguf_file=...)`` fills, as its GGUF loader builds them."""
+    import transformers
+    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    config = transformers.AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    return load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+
+
+def test_gguf_expert_size_other_than_the_default_is_refused(tmp_path):
+    """The config transformers derives has the default expert size; a file with another one is refused, not cut."""
+    from toolkit.errors import MappingError
+
+    folder = write_tiny_moe_checkpoint(tmp_path / "st", "qwen2_moe", num_layers=1, mlp_only_layers=[])
+    path = write_tiny_moe_gguf(tmp_path / "small.gguf", folder)
+    with pytest.raises(MappingError, match=r"2816 fused output rows.*\(32, 32\)"):
+        toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
