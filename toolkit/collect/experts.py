@@ -26,9 +26,9 @@ import xarray as xr
 from toolkit.architectures.base import Extract
 from toolkit.collect.grid import Cell
 from toolkit.errors import MappingError, UnmappedParametersError
-from toolkit.sources.expert_slices import expert_slice, sliceable
+from toolkit.sources.expert_slices import SEPARATOR, expert_slice, sliceable
 
-__all__ = ["check_experts", "expert_grid", "planned_units", "split_cells"]
+__all__ = ["check_experts", "expert_grid", "planned_units", "split_cells", "with_expert_slices"]
 
 
 def planned_units(record, pieces) -> list:
@@ -63,6 +63,21 @@ def planned_units(record, pieces) -> list:
             replace(p, parameter_name=sliced.name, extract=replace(p.extract, parameter_name=sliced.name, expert=None))
             for p in stacked if p.expert == e)))
     return units
+
+
+def with_expert_slices(plan) -> dict:
+    """``{name: record}`` of every stored tensor of ``plan``'s source, in file order, each expert stack
+    the plan reads per expert replaced by its expert slices (so ``compare`` pairs expert by expert)."""
+    sliced: dict = {}
+    for t in plan.tensors:
+        stack, sep, _ = t.record.name.rpartition(SEPARATOR)
+        if sep:
+            sliced.setdefault(stack, []).append(t.record)
+    out = {}
+    for r in plan.source.tensors():
+        for rec in sliced.get(r.name, [r]):
+            out[rec.name] = rec
+    return out
 
 
 def check_experts(adapter, keys) -> None:
