@@ -8,7 +8,8 @@ checkpoints: per-expert 2-D tensors for all but gpt-oss, whose experts are
 structure each family is known for is kept: Qwen2-MoE's shared expert and a
 dense first layer (``mlp_only_layers``), Qwen3-MoE's dense first layer,
 DeepSeek-V3's latent attention (``q_lora_rank`` 24, ``kv_lora_rank`` 16,
-heads of 8 no-rope + 4 rope key dims and 6 value dims), shared expert and
+heads of 8 no-rope + 4 rope key dims and 6 value dims, as many key/value
+heads as query heads, as its eager attention needs), shared expert and
 dense first layer (``first_k_dense_replace``). :func:`write_tiny_moe_gguf`
 writes the GGUF twin of a tiny Qwen2-MoE or Qwen3-MoE checkpoint as
 llama.cpp's converter lays it out.
@@ -42,7 +43,7 @@ _SPECS: dict[str, dict] = {
     "olmoe": dict(num_experts=4, intermediate_size=16),
     "deepseek_v3": dict(n_routed_experts=4, moe_intermediate_size=16, n_shared_experts=1, first_k_dense_replace=1,
                         q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6,
-                        n_group=1, topk_group=1, head_dim=4),
+                        n_group=1, topk_group=1, head_dim=4, num_key_value_heads=4),
     "gpt_oss": dict(num_local_experts=4, intermediate_size=16),
 }
 
