@@ -201,3 +201,18 @@ def test_unsupported_moe_family_raises_the_clear_error(tmp_path):
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
     with pytest.raises(UnsupportedArchitectureError, match=r"(?s)'granitemoe'.*Parameter names found:.*experts"):
         toolkit.weight_stats(tmp_path, METRICS, progress=False, cache=False)
+
+
+def test_cell_spectrum_of_one_expert(folders, grids):
+    from toolkit.collect.weights import cell_spectrum
+    from toolkit.errors import ToolkitError
+
+    one = cell_spectrum(folders["olmoe"], layer=1, component="mlp.down", expert=3, metrics=["frobenius_norm"],
+                        cache=False)
+    want = grids["olmoe"].frobenius_norm_per_expert.sel(layer=1, component="mlp.down", expert=3).item()
+    assert one.frobenius_norm.sel(layer=1, component="mlp.down").item() == pytest.approx(want, rel=1e-12)
+    eig = one.eigenvalues.sel(layer=1, component="mlp.down").values
+    assert np.sum(eig[np.isfinite(eig)]) == pytest.approx(want**2, rel=1e-6)  # sum of eigenvalues of WᵀW = ‖W‖²
+    assert one.attrs["expert"] == 3
+    with pytest.raises(ToolkitError, match="pass expert="):
+        cell_spectrum(folders["olmoe"], layer=1, component="mlp.down", cache=False)
