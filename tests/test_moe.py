@@ -216,3 +216,33 @@ def test_cell_spectrum_of_one_expert(folders, grids):
     assert one.attrs["expert"] == 3
     with pytest.raises(ToolkitError, match="pass expert="):
         cell_spectrum(folders["olmoe"], layer=1, component="mlp.down", cache=False)
+
+
+def test_llama4_stacked_experts_in_halves(tmp_path):
+    """Llama 4: ``gate_up_proj`` (E, hidden, 2·I) stored (in, out), gate columns first; dense layers between."""
+    import transformers
+
+    cfg = transformers.AutoConfig.for_model(
+        "llama4_text", vocab_size=64, hidden_size=32, intermediate_size=16, intermediate_size_mlp=48,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4,
+        num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layers=[1, 1])
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path)
+    ds = toolkit.weight_stats(tmp_path, METRICS, progress=False, cache=False)
+    model = _loaded(tmp_path)
+    assert list(ds.moe_layers) == [1] and "mlp.shared.up" in ds.component.values
+    experts = model.model.layers[1].feed_forward.experts
+    gate, up = experts.gate_up_proj.detach().chunk(2, dim=-1)  # Llama4TextExperts.forward
+    np.testing.assert_allclose(ds.frobenius_norm_per_expert.sel(layer=1, component="mlp.gate").values,
+                               torch.linalg.matrix_norm(gate.double()).numpy(), rtol=1e-6)
+    mats = _toolkit_experts(tmp_path)
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        want = experts(x.repeat(4, 1)).view(4, 3, 32)  # hidden states sorted per expert, 3 tokens each
+    for e in range(4):
+        g, u, d = (mats[(1, c, e)] for c in ("mlp.gate", "mlp.up", "mlp.down"))
+        torch.testing.assert_close((experts.act_fn(x @ g.T) * (x @ u.T)) @ d.T, want[e], rtol=1e-5, atol=1e-7)
+    acts = toolkit.activation_stats(tmp_path, texts=[[5, 6, 7, 8], [9, 10]], progress=False, attention=False,
+                                    gradients=False)
+    assert acts.router_token_fraction.sel(layer=1).sum().item() == pytest.approx(1.0)  # top-1
+    assert np.isnan(acts.router_token_fraction.sel(layer=0)).all()

@@ -5,15 +5,17 @@ Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3, gpt-oss) is a module called on
 the flattened hidden states that returns ``(router_logits, routing_weights,
 selected_experts)`` with logits (tokens, E) and the selected experts
 (tokens, k) (``MixtralSparseMoeBlock.forward``: ``_, top_k_weights,
-top_k_index = self.gate(hidden_states)``). A forward hook on it gives, over
+top_k_index = self.gate(hidden_states)``; Llama 4's ``Llama4Router``
+returns ``(router_scores, router_logits)`` and selects ``topk(router_logits,
+top_k)``). A forward hook on it gives, over
 the non-padding tokens of every text:
 
 - ``router_token_fraction`` (layer, expert): the fraction of tokens whose
   ``k`` selected experts include the expert (summed over experts it is k);
 - ``router_entropy`` (layer): the mean over tokens of the Shannon entropy
   H = −Σ_e p_e ln p_e (nats) of p = softmax(router logits), the router's
-  distribution over all E experts (DeepSeek-V3 selects by sigmoid scores;
-  this is the entropy of the softmax of the same logits).
+  distribution over all E experts (DeepSeek-V3 and Llama 4 select by
+  sigmoid scores; this is the entropy of the softmax of the same logits).
 """
 
 from __future__ import annotations
@@ -61,13 +63,11 @@ class RouterRecorder:
     def _hook(self, layer: int):
         def hook(module, args, output):
             where = f"layer {layer} mlp.router"
-            if not (isinstance(output, (tuple, list)) and len(output) == 3):
-                raise ToolkitError(f"{where}: {type(module).__name__} returned {type(output).__name__}, not "
-                                   "(router_logits, routing_weights, selected_experts) as transformers' MoE routers do")
             batch = self._batch()
             with torch.no_grad():
-                logits = token_rows(output[0].detach(), batch, where).float()
-                chosen = token_rows(output[2].detach(), batch, where)
+                logits, chosen = _routing(module, output, where)
+                logits = token_rows(logits.detach(), batch, where).float()
+                chosen = token_rows(chosen.detach(), batch, where)
                 p = torch.softmax(logits, dim=-1)
                 self.entropy_sum[layer] += float(torch.special.entr(p).sum(-1).double().sum())
                 self.counts[layer] += torch.bincount(chosen.reshape(-1).long().cpu(), minlength=self.num_experts)
@@ -86,6 +86,17 @@ class RouterRecorder:
             h.remove()
         self._handles.clear()
         return False
+
+
+def _routing(module, output, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(router logits (tokens, E), selected experts (tokens, k))`` from a router module's output."""
+    if isinstance(output, (tuple, list)) and len(output) == 3:
+        return output[0], output[2]
+    if isinstance(output, (tuple, list)) and len(output) == 2 and isinstance(getattr(module, "top_k", None), int):
+        # Llama4Router.forward: (router_scores, router_logits), experts torch.topk(router_logits, top_k, dim=1)
+        return output[1], torch.topk(output[1], module.top_k, dim=1).indices
+    raise ToolkitError(f"{where}: {type(module).__name__} returned {type(output).__name__}, not "
+                       "(router_logits, routing_weights, selected_experts) as transformers' MoE routers do")
 
 
 def router_variables(recorder: RouterRecorder, num_layers: int) -> dict:

@@ -16,7 +16,7 @@ registered_architectures()
 Families: llama, mistral, qwen2, qwen3, olmo, olmo2, granite, smollm3
 (:mod:`.llama`); gemma, gemma2, gemma3, gemma3_text (:mod:`.gemma`); phi3;
 phi; gpt2; gpt_neox; bert, roberta, xlm-roberta (:mod:`.bert`); mixture-of-experts
-mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss (:mod:`.moe`); deepseek_v2, deepseek_v3
+mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, llama4, llama4_text (:mod:`.moe`); deepseek_v2, deepseek_v3
 with latent attention (:mod:`.mla`).
 """
 

@@ -276,3 +276,36 @@ class GptOssAdapter(MoEAdapter):
     num_experts_keys = ("num_local_experts",)
     expert_size_key = "intermediate_size"
     stacked = GPT_OSS_EXPERTS
+
+
+LLAMA4_EXPERTS = {
+    "feed_forward.experts.gate_up_proj": Stacked(("mlp.gate", "mlp.up"), transposed=True),
+    "feed_forward.experts.down_proj": Stacked(("mlp.down",), transposed=True),
+}
+
+
+@register_architecture("llama4", "llama4_text")
+class Llama4Adapter(MoEAdapter):
+    """Llama 4 (Scout, Maverick), multimodal or text-only.
+
+    ``Llama4TextExperts``: ``gate_up_proj`` (E, hidden, 2·I) stored (in, out),
+    ``forward``: ``gate, up = bmm(x, gate_up_proj).chunk(2, dim=-1)`` (gate
+    columns first, not interleaved), ``down_proj`` (E, I, hidden) (in, out);
+    router ``feed_forward.router``, one shared expert
+    ``feed_forward.shared_expert``; layers outside ``moe_layers`` hold a dense
+    ``feed_forward.{gate,up,down}_proj``. The multimodal checkpoint stores the
+    text blocks under ``language_model.model.`` (loaded as
+    ``model.language_model.``) beside a vision model that has no cells.
+    """
+
+    prefixes = ("model.language_model.", "language_model.model.", "language_model.", "model.", "")
+    module_prefix = {"language_model.model.": "model.language_model.", "language_model.": "model.language_model."}
+    modules = {**LLAMA_ATTENTION, "feed_forward.gate_proj": "mlp.gate", "feed_forward.up_proj": "mlp.up",
+               "feed_forward.down_proj": "mlp.down", "feed_forward.router": "mlp.router",
+               "feed_forward.shared_expert.gate_proj": "mlp.shared.gate",
+               "feed_forward.shared_expert.up_proj": "mlp.shared.up",
+               "feed_forward.shared_expert.down_proj": "mlp.shared.down"}
+    num_experts_keys = ("num_local_experts",)
+    expert_size_key = "intermediate_size"
+    expert_module_name = "feed_forward.experts"
+    stacked = LLAMA4_EXPERTS
