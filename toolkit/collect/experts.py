@@ -125,7 +125,7 @@ def _pattern(names: list[str], experts: list[int]) -> str:
     if len(set(names)) == 1:
         return names[0]
     first, e = names[0], experts[0]
-    found = list(re.finditer(rf"(?<![0-9]){e}(?![0-9])", first))
+    found = list(re.finditer(rf"(?<=[.=]){e}(?=\.|$)", first))  # ".3." or "=3" at the end, never "w3"
     return first if not found else first[: found[-1].start()] + "*" + first[found[-1].end():]
 
 
