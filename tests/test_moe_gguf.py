@@ -68,3 +68,40 @@ def test_gguf_expert_size_other_than_the_default_is_refused(tmp_path):
     path = write_tiny_moe_gguf(tmp_path / "small.gguf", folder)
     with pytest.raises(MappingError, match=r"2816 fused output rows.*\(32, 32\)"):
         toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
+
+
+def test_mixtral_gguf_whose_experts_transformers_drops_is_refused(tmp_path):
+    """A Mixtral GGUF (architecture llama with expert_count): transformers loads no expert; refused, not half-read."""
+    import gguf
+
+    from toolkit.errors import CheckpointFileError
+
+    rng = np.random.default_rng(0)
+    hidden, ffn, experts, vocab = 32, 16, 4, 64
+    w = gguf.GGUFWriter(str(tmp_path / "mixtral.gguf"), "llama")
+    for add, value in ((w.add_block_count, 1), (w.add_context_length, 64), (w.add_embedding_length, hidden),
+                       (w.add_feed_forward_length, ffn), (w.add_head_count, 4), (w.add_head_count_kv, 4),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_expert_count, experts), (w.add_expert_used_count, 2)):
+        add(value)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(vocab)])
+
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", f32(vocab, hidden))
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        w.add_tensor(f"blk.0.{name}.weight", f32(hidden, hidden))
+    w.add_tensor("blk.0.attn_norm.weight", f32(hidden))
+    w.add_tensor("blk.0.ffn_norm.weight", f32(hidden))
+    w.add_tensor("blk.0.ffn_gate_inp.weight", f32(experts, hidden))
+    for name, shape in (("gate", (experts, ffn, hidden)), ("up", (experts, ffn, hidden)),
+                        ("down", (experts, hidden, ffn))):
+        w.add_tensor(f"blk.0.ffn_{name}_exps.weight", f32(*shape))
+    w.add_tensor("output_norm.weight", f32(hidden))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(CheckpointFileError, match=r"blk\.0\.ffn_gate_inp\.weight.*safetensors"):
+        toolkit.weight_stats(tmp_path / "mixtral.gguf", ["frobenius_norm"], progress=False, cache=False)

@@ -28,7 +28,11 @@ from toolkit.collect.grid import Cell
 from toolkit.errors import MappingError, UnmappedParametersError
 from toolkit.sources.expert_slices import SEPARATOR, expert_slice, sliceable
 
-__all__ = ["check_experts", "expert_grid", "planned_units", "split_cells", "with_expert_slices"]
+__all__ = ["check_dropped_experts", "check_experts", "expert_grid", "planned_units", "split_cells",
+           "with_expert_slices"]
+
+#: GGUF tensor names of llama.cpp's MoE layers (routed experts, router, shared experts).
+_GGUF_MOE = re.compile(r"\.ffn_(gate|up|down)_(exps|shexp)\.|\.ffn_gate_inp(_shexp)?\.")
 
 
 def planned_units(record, pieces) -> list:
@@ -78,6 +82,31 @@ def with_expert_slices(plan) -> dict:
         for rec in sliced.get(r.name, [r]):
             out[rec.name] = rec
     return out
+
+
+def check_dropped_experts(source) -> None:
+    """Refuse a GGUF file whose expert tensors ``transformers``' GGUF loader leaves out.
+
+    A Mixtral GGUF is written as architecture ``llama`` with ``expert_count``;
+    ``transformers`` maps no parameter to its ``ffn_*_exps`` tensors (they are
+    in ``GGUFSource.dropped``), so its grid would silently lack the MLP.
+
+    Raises
+    ------
+    CheckpointFileError
+        Naming the dropped expert tensors and the way out.
+    """
+    dropped = [n for n in getattr(source, "dropped", []) if _GGUF_MOE.search(n)]
+    if dropped:
+        from toolkit.errors import CheckpointFileError
+
+        arch = source.config.get("model_type")
+        raise CheckpointFileError(
+            source.files()[0] if source.files() else source.location,
+            f"it holds mixture-of-experts tensors ({', '.join(dropped[:4])}{' ...' if len(dropped) > 4 else ''}) "
+            f"that transformers' GGUF loader does not read for model_type {arch!r} (a Mixtral GGUF is written as "
+            "llama); its grid would lack every expert. Open the model's safetensors checkpoint instead "
+            "(GGUF MoE is read for qwen2moe and qwen3moe)")
 
 
 def check_experts(adapter, keys) -> None:

@@ -15,7 +15,7 @@ from functools import cached_property
 
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
-from toolkit.collect.experts import check_experts, planned_units
+from toolkit.collect.experts import check_dropped_experts, check_experts, planned_units
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import check_source_arguments, open_source
 from toolkit.sources.base import Source, TensorRecord
@@ -128,6 +128,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
         folder has no ``config.json`` the message says so.
     """
     check_unchanged(src)
+    check_dropped_experts(src)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
     try:
