@@ -37,7 +37,7 @@ def test_mean_over_experts_and_nan_propagation():
     assert ds.n_rows.sel(layer=1, component="mlp.gate").item() == 4
     assert ds.num_experts == 4 and list(ds.moe_layers) == [1]
     assert ds.moe_layers.dtype == np.int64
-    assert "moe_layers" in ds.frobenius_norm.attrs["expert_reduction"]
+    assert "MoE layers (layers 1; Dataset attr moe_layers)" in ds.frobenius_norm.attrs["expert_reduction"]
     assert ds.frobenius_norm_per_expert.attrs["long_name"] == ds.frobenius_norm.attrs["long_name"]
 
 

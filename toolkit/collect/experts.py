@@ -228,5 +228,11 @@ def expert_grid(routed: dict, metrics, num_layers: int, components: list[str]) -
 
 
 #: The attr every (layer, component) metric variable of an MoE Dataset carries.
-MEAN_NOTE = ("for the routed-expert components of the layers in the Dataset attr moe_layers: the mean over "
-             "the routed experts of <metric>_per_expert (NaN when any expert's value is NaN)")
+MEAN_NOTE = ("for the routed-expert components of the MoE layers (<layers>; Dataset attr moe_layers): the "
+             "mean over the routed experts of <metric>_per_expert (NaN when any expert's value is NaN)")
+
+
+def mean_note(metric: str, layers) -> str:
+    """The ``expert_reduction`` attr of ``metric``'s (layer, component) variable, naming the MoE layers."""
+    shown = "layers " + ", ".join(str(int(x)) for x in sorted(layers))
+    return MEAN_NOTE.replace("<metric>", metric).replace("<layers>", shown)

@@ -119,7 +119,7 @@ def build_grid_dataset(
         cell of an expert component the mean over its experts (no spectrum),
         attrs ``num_experts`` and ``moe_layers``.
     """
-    from toolkit.collect.experts import MEAN_NOTE, expert_grid, split_cells
+    from toolkit.collect.experts import expert_grid, mean_note, split_cells
 
     cells, routed = split_cells(cells)
     present = {key[1] for key in (*cells, *routed)}
@@ -158,7 +158,7 @@ def build_grid_dataset(
     if experts is not None:
         ds = ds.assign_coords(experts[1]["coords"]).assign(experts[1]["variables"])
         for m in metrics:
-            ds[m.name].attrs["expert_reduction"] = MEAN_NOTE.replace("<metric>", m.name)
+            ds[m.name].attrs["expert_reduction"] = mean_note(m.name, experts[2]["moe_layers"])
         attrs = {**attrs, **experts[2]}
     ds.attrs.update(attrs)
     ds.attrs["toolkit_version"] = __version__
