@@ -11,6 +11,8 @@ bf16 matrices with DeepSeek-V3's shapes (hidden 7168, expert intermediate
   router     the router (256 x 7168)
   o_proj     attn.o (7168 x 16384), the largest attention matrix
   kv_b_half  attn.k or attn.v cut from kv_b_proj (16384 x 512)
+  q_a, q_b, kv_a  attn.q_a (1536 x 7168), attn.q (24576 x 1536), attn.kv_a (576 x 7168)
+  dense      the dense layers' gate / up (18432 x 7168)
 
 with every default weight metric (``full``) and with the entry-wise ones only
 (``entrywise``). CPU seconds (``process_time``) are reported with the wall
@@ -33,7 +35,8 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import torch  # noqa: E402
 
-SHAPES = {"expert": (2048, 7168), "router": (256, 7168), "o_proj": (7168, 16384), "kv_b_half": (16384, 512)}
+SHAPES = {"expert": (2048, 7168), "router": (256, 7168), "o_proj": (7168, 16384), "kv_b_half": (16384, 512),
+          "q_a": (1536, 7168), "q_b": (24576, 1536), "kv_a": (576, 7168), "dense": (18432, 7168)}
 ENTRYWISE = ["frobenius_norm", "rms", "kurtosis", "max_abs_over_rms"]
 
 
