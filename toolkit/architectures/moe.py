@@ -139,14 +139,11 @@ class MoEAdapter(FamilyAdapter):
         from toolkit.config_keys import text_config
 
         cfg = {**self.config, **text_config(self.config)}
-        defaults = None
-        for key in keys:
-            value = cfg.get(key)
-            if value is None:
-                defaults = _class_defaults(self.config.get("model_type")) if defaults is None else defaults
-                value = defaults.get(key)
-            if value is None:
-                continue
+        found = [(k, cfg[k]) for k in keys if cfg.get(k) is not None]  # the config's own keys first
+        if not found:
+            defaults = _class_defaults(self.config.get("model_type"))
+            found = [(k, defaults[k]) for k in keys if defaults.get(k) is not None]
+        for key, value in found[:1]:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise MappingError(f"config {key}", f"the config declares {key}={value!r}, not a positive integer; "
                                    "fix the config (or use the config.json published with these weights)")
