@@ -11,20 +11,24 @@ from toolkit.testing import write_tiny_moe_checkpoint, write_tiny_moe_gguf
 
 METRICS = ["frobenius_norm", "stable_rank", "spectral_norm"]
 #: transformers' GGUF tables do not map ``expert_feed_forward_length``: its config (and the model it builds)
-#: has Qwen2MoeConfig's default expert size, so the twin uses that size.
-QWEN2_MOE_DEFAULT_EXPERT_SIZE = 1408
+#: has the config class's default expert size (Qwen2MoeConfig 1408, Qwen3MoeConfig 768), so the twins use it.
+DEFAULT_EXPERT_SIZE = {"qwen2_moe": 1408, "qwen3_moe": 768}
+
+
+def _twin(root, family):
+    folder = write_tiny_moe_checkpoint(root / family, family, num_layers=2, mlp_only_layers=[],
+                                       moe_intermediate_size=DEFAULT_EXPERT_SIZE[family])
+    return folder, write_tiny_moe_gguf(root / f"tiny-{family}-F32.gguf", folder)
 
 
 @pytest.fixture(scope="module")
 def twin(tmp_path_factory):
-    root = tmp_path_factory.mktemp("moe_gguf")
-    folder = write_tiny_moe_checkpoint(root / "st", "qwen2_moe", num_layers=2, mlp_only_layers=[],
-                                       moe_intermediate_size=QWEN2_MOE_DEFAULT_EXPERT_SIZE)
-    return folder, write_tiny_moe_gguf(root / "tiny-qwen2moe-F32.gguf", folder)
+    return _twin(tmp_path_factory.mktemp("moe_gguf"), "qwen2_moe")
 
 
-def test_gguf_moe_equals_its_safetensors_twin(twin):
-    folder, gguf_path = twin
+@pytest.mark.parametrize("family", ["qwen2_moe", "qwen3_moe"])
+def test_gguf_moe_equals_its_safetensors_twin(family, twin, tmp_path):
+    folder, gguf_path = twin if family == "qwen2_moe" else _twin(tmp_path, family)
     st = toolkit.weight_stats(folder, METRICS, progress=False, cache=False)
     gg = toolkit.weight_stats(gguf_path, METRICS, progress=False, cache=False)
     assert gg.attrs["format"] == "gguf" and list(gg.component.values) == list(st.component.values)
@@ -33,7 +37,10 @@ def test_gguf_moe_equals_its_safetensors_twin(twin):
         np.testing.assert_allclose(gg[m].values, st[m].values, rtol=1e-6, equal_nan=True)
         np.testing.assert_allclose(gg[f"{m}_per_expert"].values, st[f"{m}_per_expert"].values, rtol=1e-6,
                                    equal_nan=True)
-    assert np.isfinite(gg.frobenius_norm.sel(component=["mlp.router", "mlp.shared.up", "mlp.shared.gate"])).all()
+    extras = ["mlp.router", "mlp.shared.up", "mlp.shared.gate"] if family == "qwen2_moe" else ["mlp.router"]
+    assert list(gg.component.values)[7:] == extras[:1] + (["mlp.shared.up", "mlp.shared.down", "mlp.shared.gate"]
+                                                          if family == "qwen2_moe" else [])
+    assert np.isfinite(gg.frobenius_norm.sel(component=extras)).all()
 
 
 def test_gguf_experts_equal_transformers_gguf_loader(twin):

@@ -178,7 +178,7 @@ def write_tiny_moe_gguf(path: str | os.PathLike, folder: str | os.PathLike) -> P
     if arch is None:
         raise ValueError(f"write_tiny_moe_gguf writes qwen2_moe and qwen3_moe folders, not {cfg.get('model_type')!r}")
     state = {k: v.float().numpy() for k, v in load_file(str(folder / "model.safetensors")).items()}
-    layers, experts = cfg["num_hidden_layers"], cfg["num_experts"]
+    layers, experts = cfg["num_hidden_layers"], cfg.get("num_experts") or cfg["num_local_experts"]
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny {arch}")
     w.add_block_count(layers)
