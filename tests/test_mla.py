@@ -96,3 +96,27 @@ def test_multi_token_prediction_layers_get_no_cells(tmp_path):
     with pytest.raises(toolkit.errors.UnmappedParametersError, match="layers beyond the config: 3"):
         toolkit.weight_stats(folder, METRICS, progress=False, cache=False)
     assert np.isfinite(ds.frobenius_norm.sel(component="attn.kv_a")).all()
+
+
+def test_activation_stats_split_latent_keys_and_values_as_the_module_does(tmp_path):
+    """``output_rms`` of ``attn.k`` / ``attn.v`` equals the RMS of the keys' no-rope part and of the values
+    that the attention module's own ``expand_kv`` makes from the same latent (captured in a forward)."""
+    import transformers
+
+    folder = write_tiny_moe_checkpoint(tmp_path / "v3", "deepseek_v3")
+    ids = [5, 6, 7, 8, 9, 10]
+    ds = toolkit.activation_stats(folder, texts=[ids], progress=False, attention=False, gradients=False)
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    attn = model.model.layers[1].self_attn
+    seen = {}
+    handle = attn.kv_b_proj.register_forward_pre_hook(lambda m, args: seen.setdefault("latent", args[0].detach()))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+        handle.remove()
+        latent = seen["latent"]  # (1, 1, tokens, kv_lora_rank)
+        keys, values = attn.expand_kv(latent, torch.zeros(1, 1, latent.shape[2], attn.qk_rope_head_dim))
+    k_nope = keys[..., : attn.qk_nope_head_dim]
+    for comp, want in (("attn.k", k_nope), ("attn.v", values)):
+        assert ds.output_rms.sel(layer=1, component=comp).item() == pytest.approx(
+            want.double().pow(2).mean().sqrt().item(), rel=1e-5)
+    assert np.isfinite(ds.router_entropy.sel(layer=1))
