@@ -32,10 +32,12 @@ from toolkit.architectures.adapter import (
 )
 from toolkit.architectures.base import Adapter, Dims, Piece
 from toolkit.architectures.mapping import Mapping
-from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS, EXTRA_COMPONENTS
 
 __all__ = [
+    "ALL_COMPONENTS",
     "COMPONENTS",
+    "EXTRA_COMPONENTS",
     "Adapter",
     "Dims",
     "FamilyAdapter",
