@@ -246,3 +246,19 @@ def test_a_worker_never_reuses_a_source_opened_on_other_bytes(client, tmp_path):
     ds = toolkit.weight_stats(ckpt, ["frobenius_norm"], client=client, progress=False)
     serial = toolkit.weight_stats(ckpt, ["frobenius_norm"], progress=False, cache=False)
     xr.testing.assert_equal(ds.frobenius_norm, serial.frobenius_norm)
+
+
+def test_moe_expert_slices_are_one_task_each(client, tmp_path, request):
+    """gpt-oss's 3-D expert stacks: one task per expert slice, re-opened by name on the worker; serial's Dataset."""
+    from toolkit.testing import write_tiny_moe_checkpoint
+
+    folder = write_tiny_moe_checkpoint(tmp_path / "gpt_oss", "gpt_oss", num_layers=2)
+    serial = toolkit.weight_stats(folder, ["frobenius_norm", "stable_rank"], progress=False, cache=False)
+    units = [t.record.name for t in plan_pieces(folder, cache=False).tensors]
+    names = []
+    request.getfixturevalue("no_driver_reads")
+    ds = toolkit.weight_stats(folder, ["frobenius_norm", "stable_rank"], client=client,
+                              progress=lambda done, total, name: names.append(name))
+    assert sorted(names) == sorted(units)  # one task per unit
+    assert sum("#expert=" in n for n in names) == 2 * 2 * 4  # 2 layers x 2 stacks x 4 experts
+    same(serial, ds)

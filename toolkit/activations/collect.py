@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from contextlib import ExitStack
 
+import numpy as np
 import torch
 import xarray as xr
 
@@ -18,6 +19,7 @@ from toolkit.activations.hooks import Batch, ComponentRecorder, Target
 from toolkit.activations.inputs import as_texts, batches, check_token_ids, tokenize
 from toolkit.activations.model import load_model
 from toolkit.activations.progress import layer_progress
+from toolkit.activations.routing import RouterRecorder, router_variables
 from toolkit.architectures import resolve_adapter
 from toolkit.collect.grid import Cell, build_grid_dataset
 from toolkit.errors import InvalidOptionError, UnmappedParametersError
@@ -179,6 +181,7 @@ def activation_stats(
         layer_modules.setdefault(key[0], []).append(module)
     attn_modules = {layer: adapter.find_module(model, p.module_name.rsplit(".", 1)[0])
                     for (layer, comp), p in pieces.items() if comp == "attn.q"}
+    routers = {layer: adapter.find_module(model, p) for (layer, comp), p in pieces.items() if comp == "mlp.router"}
     causal = all(getattr(m, "is_causal", True) for m in attn_modules.values())
     has_loss = causal and callable(getattr(model, "get_output_embeddings", None)) \
         and model.get_output_embeddings() is not None
@@ -187,6 +190,8 @@ def activation_stats(
     plan = batches(ids, batch_size=batch_size, pad_id=_pad_id(loaded.tokenizer, config))
     current: dict = {}
     comp = ComponentRecorder(targets, lambda: current["batch"])
+    routing = RouterRecorder(routers, lambda: current["batch"], adapter.num_experts) \
+        if routers and hasattr(adapter, "num_experts") else None
     att = AttentionRecorder(attn_modules, lambda: current["batch"], num_texts=len(ids),
                             num_heads=dims.num_attention_heads, causal=causal,
                             model_type=adapter.family) if attention else None
@@ -200,6 +205,8 @@ def activation_stats(
             if do_grad:
                 stack.enter_context(only_grad_for(model, list(weights.values())))
             stack.enter_context(comp)
+            if routing is not None:
+                stack.enter_context(routing)
             if att is not None:
                 stack.enter_context(att)
             # after only_grad_for: the bar's gradient hooks need weights that require grad
@@ -253,14 +260,20 @@ def activation_stats(
         "mean_next_token_loss": loss_sum / count if count else float("nan"),
     }
     ds = build_grid_dataset(int(adapter.num_layers), cells, list(D.GRID_STATS), attrs)
+    if routing is not None:
+        ds = ds.assign(router_variables(routing, int(adapter.num_layers))).assign_coords(
+            expert=("expert", np.arange(routing.num_experts), {"long_name": "routed expert"}))
     return add_head_variables(ds, comp, att, dims, texts, ids)
 
 
 def _map_pieces(adapter, params) -> dict:
-    """``{(layer, component): Piece}`` of the model's parameters, checked like the weight plan."""
+    """``{(layer, component): Piece}`` of the model's parameters, checked like the weight plan (routed
+    experts left out: see :mod:`toolkit.activations.routing` for what the routers do with them)."""
     pieces, seen = {}, {}
     for name in params:
         for p in adapter.pieces(name):
+            if p.expert is not None:
+                continue  # a routed expert has no module of its own (its 3-D stack is one module)
             key = (p.layer, p.component)
             if key in seen:
                 raise UnmappedParametersError(

@@ -137,8 +137,11 @@ class Batch:
 
 
 def token_rows(x: torch.Tensor, batch: Batch, where: str) -> torch.Tensor:
-    """The non-padding rows of ``x``: shape (batch, seq, f) or (batch*seq, f) -> (tokens, f)."""
+    """The non-padding rows of ``x``: shape (batch, seq, f), (batch*seq, f) or (batch, 1, seq, f) (a
+    single-head latent, DeepSeek's ``kv_b_proj`` input) -> (tokens, f)."""
     mask = batch.mask
+    if x.ndim == 4 and x.shape[1] == 1 and (x.shape[0], x.shape[2]) == tuple(mask.shape):
+        x = x[:, 0]
     if x.shape[:-1] == mask.shape or (x.ndim == 2 and x.shape[0] == mask.numel()):
         return x.reshape(-1, x.shape[-1]) if batch.full else x.reshape(-1, x.shape[-1])[mask.reshape(-1)]
     raise ToolkitError(f"{where}: expected a tensor of shape (batch, seq, features) = "

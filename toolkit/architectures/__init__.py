@@ -15,12 +15,14 @@ registered_architectures()
 
 Families: llama, mistral, qwen2, qwen3, olmo, olmo2, granite, smollm3
 (:mod:`.llama`); gemma, gemma2, gemma3, gemma3_text (:mod:`.gemma`); phi3;
-phi; gpt2; gpt_neox; bert, roberta, xlm-roberta (:mod:`.bert`).
+phi; gpt2; gpt_neox; bert, roberta, xlm-roberta (:mod:`.bert`); mixture-of-experts
+mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, llama4, llama4_text (:mod:`.moe`); deepseek_v2, deepseek_v3
+with latent attention (:mod:`.mla`).
 """
 
 from __future__ import annotations
 
-from toolkit.architectures import bert, gemma, gpt2, gpt_neox, llama, phi, phi3  # noqa: F401  (register)
+from toolkit.architectures import bert, gemma, gpt2, gpt_neox, llama, mla, moe, phi, phi3  # noqa: F401  (register)
 from toolkit.architectures.adapter import (
     FamilyAdapter,
     Split,
@@ -30,10 +32,12 @@ from toolkit.architectures.adapter import (
 )
 from toolkit.architectures.base import Adapter, Dims, Piece
 from toolkit.architectures.mapping import Mapping
-from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS, EXTRA_COMPONENTS
 
 __all__ = [
+    "ALL_COMPONENTS",
     "COMPONENTS",
+    "EXTRA_COMPONENTS",
     "Adapter",
     "Dims",
     "FamilyAdapter",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.architectures.base import Adapter, Dims, Extract
-from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS
 from toolkit.errors import DuplicateRegistrationError, MappingError, UnsupportedArchitectureError
 
 
@@ -85,8 +85,8 @@ class Split:
 
 
 def _check_component(comp: str, key: str) -> None:
-    if comp not in COMPONENTS:
-        raise MappingError(key, f"unknown component {comp!r}; components are {', '.join(COMPONENTS)}")
+    if comp not in ALL_COMPONENTS:
+        raise MappingError(key, f"unknown component {comp!r}; components are {', '.join(ALL_COMPONENTS)}")
 
 
 class FamilyAdapter(Adapter):
@@ -141,7 +141,7 @@ class FamilyAdapter(Adapter):
     @property
     def components(self) -> tuple[str, ...]:
         have = {c for parts in self._targets.values() for c, *_ in parts}
-        return tuple(c for c in COMPONENTS if c in have)
+        return tuple(c for c in ALL_COMPONENTS if c in have)
 
     def _match(self, name):
         m = self._pattern.match(name)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS
 from toolkit.config_keys import normalize_config
 from toolkit.errors import MappingError, UnmappedParametersError
 
@@ -33,7 +33,7 @@ class Piece:
     layer : int
         Block index, 0 = closest to the embeddings.
     component : str
-        One of :data:`toolkit.architectures.vocabulary.COMPONENTS`.
+        One of :data:`toolkit.architectures.vocabulary.ALL_COMPONENTS`.
     parameter_name : str
         The stored parameter it comes from (a fused one for split pieces).
     extract : callable
@@ -53,6 +53,10 @@ class Piece:
         to this component (None: all of them). For gpt_neox per-head fused QKV
         this is an index tensor, not a slice. The same index picks the
         component's entries of the module's bias.
+    expert : int or None
+        The routed expert (0 .. E-1) of a mixture-of-experts layer this
+        matrix belongs to; None for every other matrix (attention, dense MLP,
+        router, shared experts).
     """
 
     layer: int
@@ -61,6 +65,12 @@ class Piece:
     extract: Callable[[torch.Tensor], torch.Tensor] = field(repr=False, compare=False)
     module_name: str = ""
     out_index: object = field(default=None, repr=False, compare=False)
+    expert: int | None = None
+
+    @property
+    def key(self) -> tuple:
+        """The grid cell: ``(layer, component)``, or ``(layer, component, expert)`` for a routed expert."""
+        return (self.layer, self.component) if self.expert is None else (self.layer, self.component, self.expert)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +88,9 @@ class Extract:
     rows : int or None
         Rows the whole (out, in) matrix must have, as the config declares for
         a fused tensor; checked before cutting.
+    expert : int or None
+        The stored tensor is a stack of experts, shape (E, ...); take
+        ``tensor[expert]`` first (before transposing and cutting).
 
     Returns
     -------
@@ -88,15 +101,26 @@ class Extract:
     Raises
     ------
     MappingError
-        The tensor is not 2-D, or its row count differs from ``rows``.
+        The tensor is not 2-D (with ``expert``: not 3-D with more than
+        ``expert`` entries), or its row count differs from ``rows``.
     """
 
     parameter_name: str
     transpose: bool = False
     index: object = None
     rows: int | None = None
+    expert: int | None = None
 
     def __call__(self, tensor: torch.Tensor) -> torch.Tensor:
+        if self.expert is not None:
+            if tensor.ndim != 3 or not 0 <= self.expert < tensor.shape[0]:
+                raise MappingError(
+                    self.parameter_name,
+                    f"expert {self.expert} of a stack of experts needs a 3-D (experts, ...) tensor with more "
+                    f"than {self.expert} entries, got shape {tuple(tensor.shape)}; does the config "
+                    "belong to this checkpoint?",
+                )
+            tensor = tensor[self.expert]
         if tensor.ndim != 2:
             raise MappingError(
                 self.parameter_name,
@@ -248,7 +272,7 @@ class Adapter:
         layer, module_name, parts = found
         return [
             Piece(layer, comp, name, extract, module_name=module_name, out_index=index)
-            for comp, extract, index in sorted(parts, key=lambda p: COMPONENTS.index(p[0]))
+            for comp, extract, index in sorted(parts, key=lambda p: ALL_COMPONENTS.index(p[0]))
         ]
 
     def map_names(self, names: Iterable[str]) -> dict[str, list[Piece]]:

@@ -14,5 +14,21 @@ COMPONENTS: tuple[str, ...] = (
     "mlp.gate",
 )
 
+#: Components some architectures add after the canonical seven, in display
+#: order: latent attention's down-projections (DeepSeek MLA ``q_a_proj``,
+#: ``kv_a_proj_with_mqa``), the mixture-of-experts router and the shared
+#: experts. A Dataset has these columns only when the model has the matrix.
+EXTRA_COMPONENTS: tuple[str, ...] = (
+    "attn.q_a",
+    "attn.kv_a",
+    "mlp.router",
+    "mlp.shared.up",
+    "mlp.shared.down",
+    "mlp.shared.gate",
+)
+
+#: Every component an adapter may hand out, canonical ones first.
+ALL_COMPONENTS: tuple[str, ...] = COMPONENTS + EXTRA_COMPONENTS
+
 #: Axis labels as the figures print them (``attn. q`` ...).
-COMPONENT_LABELS: dict[str, str] = {c: c.replace(".", ". ") for c in COMPONENTS}
+COMPONENT_LABELS: dict[str, str] = {c: c.replace(".", ". ") for c in ALL_COMPONENTS}

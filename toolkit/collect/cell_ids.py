@@ -44,4 +44,7 @@ def cut_id(piece: Piece) -> str:
     e = piece.extract
     how = ([bool(e.transpose), encode_index(e.index), e.rows] if isinstance(e, Extract)
            else [type(e).__module__, type(e).__qualname__, repr(e)])
-    return f"{piece.layer}|{piece.component}|{digest(how)[:16]}"
+    if isinstance(e, Extract) and e.expert is not None:
+        how.append(["expert", e.expert])
+    expert = "" if piece.expert is None else f"|expert={piece.expert}"
+    return f"{piece.layer}|{piece.component}{expert}|{digest(how)[:16]}"

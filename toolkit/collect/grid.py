@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from toolkit._version import __version__
-from toolkit.architectures.vocabulary import COMPONENTS
+from toolkit.architectures.vocabulary import COMPONENTS, EXTRA_COMPONENTS
 
 
 @dataclass
@@ -94,7 +94,8 @@ def build_grid_dataset(
         Number of rows; layers are labelled ``0 .. num_layers - 1``.
     cells : dict
         ``{(layer, component): Cell}``; missing cells stay NaN with an empty
-        ``parameter_name``.
+        ``parameter_name``. Routed experts of an MoE layer are keyed
+        ``(layer, component, expert)`` (:mod:`toolkit.collect.experts`).
     metrics : list of toolkit.metrics.Metric
         One float64 data variable each, with the metric's attrs.
     attrs : dict
@@ -110,15 +111,29 @@ def build_grid_dataset(
         ``parameter_name``, ``nan_reason`` (str) and ``n_rows``, ``n_cols``
         (int64, 0 where the model has no such matrix). With ``spectra``:
         ``eigenvalues`` (layer, component, index) float64, descending,
-        NaN-padded to the longest spectrum.
+        NaN-padded to the longest spectrum. The component coordinate is the
+        seven canonical components, then those of
+        :data:`~toolkit.architectures.vocabulary.EXTRA_COMPONENTS` some cell
+        has. With routed experts: ``<metric>_per_expert`` (layer, component,
+        expert), coord ``parameter_name_per_expert``, the (layer, component)
+        cell of an expert component the mean over its experts (no spectrum),
+        attrs ``num_experts`` and ``moe_layers``.
     """
-    shape = (num_layers, len(COMPONENTS))
+    from toolkit.collect.experts import expert_grid, mean_note, split_cells
+
+    cells, routed = split_cells(cells)
+    present = {key[1] for key in (*cells, *routed)}
+    components = list(COMPONENTS) + [c for c in EXTRA_COMPONENTS if c in present]
+    experts = expert_grid(routed, metrics, num_layers, components) if routed else None
+    if experts is not None:
+        cells = {**cells, **experts[0]}
+    shape = (num_layers, len(components))
     data = {m.name: np.full(shape, np.nan) for m in metrics}
     pname = np.full(shape, "", dtype=object)
     reason = np.full(shape, "", dtype=object)
     n_rows = np.zeros(shape, dtype=np.int64)
     n_cols = np.zeros(shape, dtype=np.int64)
-    col = {c: j for j, c in enumerate(COMPONENTS)}
+    col = {c: j for j, c in enumerate(components)}
     for (layer, comp), cell in cells.items():
         i, j = layer, col[comp]
         pname[i, j] = cell.parameter_name
@@ -131,7 +146,7 @@ def build_grid_dataset(
         {m.name: (dims, data[m.name], m.attrs()) for m in metrics},
         coords={
             "layer": ("layer", np.arange(num_layers), {"long_name": "layer (0 = closest to the embeddings)"}),
-            "component": ("component", list(COMPONENTS)),
+            "component": ("component", components),
             "parameter_name": (dims, pname.astype(str)),
             "nan_reason": (dims, reason.astype(str)),
             "n_rows": (dims, n_rows, {"long_name": "out_features"}),
@@ -139,18 +154,23 @@ def build_grid_dataset(
         },
     )
     if spectra:
-        ds["eigenvalues"] = _eigenvalues(num_layers, cells)
+        ds["eigenvalues"] = _eigenvalues(num_layers, cells, components)
+    if experts is not None:
+        ds = ds.assign_coords(experts[1]["coords"]).assign(experts[1]["variables"])
+        for m in metrics:
+            ds[m.name].attrs["expert_reduction"] = mean_note(m.name, experts[2]["moe_layers"])
+        attrs = {**attrs, **experts[2]}
     ds.attrs.update(attrs)
     ds.attrs["toolkit_version"] = __version__
     ds.attrs["created"] = datetime.now(UTC).isoformat(timespec="seconds")
     return ds
 
 
-def _eigenvalues(num_layers: int, cells: dict) -> xr.DataArray:
+def _eigenvalues(num_layers: int, cells: dict, components: list[str]) -> xr.DataArray:
     """The ``eigenvalues`` variable: every cell's spectrum, descending, NaN-padded."""
     width = max((len(c.eigenvalues) for c in cells.values() if c.eigenvalues is not None), default=0)
-    data = np.full((num_layers, len(COMPONENTS), width), np.nan)
-    col = {c: j for j, c in enumerate(COMPONENTS)}
+    data = np.full((num_layers, len(components), width), np.nan)
+    col = {c: j for j, c in enumerate(components)}
     for (layer, comp), cell in cells.items():
         if cell.eigenvalues is not None:
             data[layer, col[comp], : len(cell.eigenvalues)] = np.asarray(cell.eigenvalues, dtype=np.float64)

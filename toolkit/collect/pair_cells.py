@@ -196,7 +196,7 @@ class PairMeasurement:
         totals : dict
             ``{TOTALS name: value}`` of the stored tensor pair.
         cells : dict
-            ``{(layer, component): Cell}``.
+            ``{Piece.key: Cell}`` (``(layer, component, expert)`` for a routed expert).
         """
         totals = work.totals
         if fresh is not None and fresh["totals"] is not None:
@@ -211,7 +211,7 @@ class PairMeasurement:
                 shape, new = fresh["cells"][e]
                 store.put(c.cell_id, new, shape)
                 cached = {**cached, **new}
-            cells[(c.piece.layer, c.piece.component)] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
+            cells[c.piece.key] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
         return totals, cells
 
 

@@ -15,6 +15,7 @@ from functools import cached_property
 
 from toolkit.architectures import resolve_adapter
 from toolkit.architectures.base import Piece
+from toolkit.collect.experts import check_dropped_experts, check_experts, planned_units
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import check_source_arguments, open_source
 from toolkit.sources.base import Source, TensorRecord
@@ -131,6 +132,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
         folder has no ``config.json`` the message says so.
     """
     check_unchanged(src)
+    check_dropped_experts(src)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
     try:
@@ -144,15 +146,16 @@ def plan_source(src: Source, mapping=None) -> Plan:
     for rec in all_records:
         pieces = adapter.pieces(rec.name)
         for p in pieces:
-            key = (p.layer, p.component)
+            key = p.key
             if key in seen:
+                what = "" if p.expert is None else f" expert {p.expert}"
                 raise UnmappedParametersError(
-                    f"two parameters map to layer {p.layer} {p.component}: {seen[key]!r} and {rec.name!r}; "
+                    f"two parameters map to layer {p.layer} {p.component}{what}: {seen[key]!r} and {rec.name!r}; "
                     "fix the mapping so each component has one matrix per layer"
                 )
             seen[key] = rec.name
         if pieces:
-            tensors.append(PlannedTensor(rec, tuple(pieces)))
+            tensors.extend(planned_units(rec, pieces))
     if not tensors:
         raise UnmappedParametersError(
             f"no parameter of {src.location!r} maps to an attention or MLP component "
@@ -161,7 +164,8 @@ def plan_source(src: Source, mapping=None) -> Plan:
             names,
         )
     if getattr(src, "covers_every_layer", True):  # a LoRA adapter may adapt only some layers
-        adapter.check_layers({layer for layer, _ in seen})
+        adapter.check_layers({key[0] for key in seen})
+    check_experts(adapter, seen)
     return Plan(src, tensors, int(adapter.num_layers), adapter)
 
 

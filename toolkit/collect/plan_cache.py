@@ -32,6 +32,7 @@ from toolkit.collect.cell_ids import decode_index, encode_index
 from toolkit.collect.plan import Plan, PlannedTensor, dequantizer_versions
 from toolkit.errors import CheckpointChangedError
 from toolkit.sources.base import Source, TensorRecord
+from toolkit.sources.expert_slices import find_record
 from toolkit.sources.identity import file_identity, files_identity
 
 KIND = "plans"
@@ -110,9 +111,9 @@ def _encode_piece(p: Piece) -> dict:
     if not isinstance(e, Extract):
         raise TypeError("a piece whose extract is not an Extract cannot be cached")
     return {"layer": p.layer, "component": p.component, "parameter_name": p.parameter_name,
-            "module_name": p.module_name, "out_index": encode_index(p.out_index),
+            "module_name": p.module_name, "out_index": encode_index(p.out_index), "expert": p.expert,
             "extract": {"parameter_name": e.parameter_name, "transpose": e.transpose,
-                        "index": encode_index(e.index), "rows": e.rows}}
+                        "index": encode_index(e.index), "rows": e.rows, "expert": e.expert}}
 
 
 def _int(x, low: int = 0, high: int | None = None) -> int:
@@ -136,18 +137,26 @@ def _index(raw, rows: int):
 
 
 def _decode_piece(raw: dict, num_layers: int, shapes: dict) -> Piece:
-    from toolkit.architectures.vocabulary import COMPONENTS
+    from toolkit.architectures.vocabulary import ALL_COMPONENTS
 
     e = raw["extract"]
-    if not isinstance(e["transpose"], bool) or raw["component"] not in COMPONENTS:
+    if not isinstance(e["transpose"], bool) or raw["component"] not in ALL_COMPONENTS:
         raise ValueError("bad piece")
     shape = shapes[e["parameter_name"]]
+    stack = e.get("expert")
+    if stack is not None:  # a piece of a whole stack of experts: (E, ...), its expert first
+        _int(stack, 0, shape[0])
+        shape = shape[1:]
+    if len(shape) != 2:
+        raise ValueError("not a matrix")
     rows = shape[1] if e["transpose"] else shape[0]
     if e["rows"] is not None and _int(e["rows"], 1) != rows:
         raise ValueError("fused size does not match the tensor")
-    extract = Extract(str(e["parameter_name"]), e["transpose"], _index(e["index"], rows), e["rows"])
+    extract = Extract(str(e["parameter_name"]), e["transpose"], _index(e["index"], rows), e["rows"], stack)
+    expert = raw.get("expert")
     return Piece(_int(raw["layer"], 0, num_layers), raw["component"], str(raw["parameter_name"]), extract,
-                 module_name=str(raw["module_name"]), out_index=_index(raw["out_index"], rows))
+                 module_name=str(raw["module_name"]), out_index=_index(raw["out_index"], rows),
+                 expert=None if expert is None else _int(expert))
 
 
 def _adapter_name(model_type) -> str:
@@ -230,11 +239,12 @@ def load(request: PlanRequest) -> Plan | None:
             [_int(n) for n in r["shape"]]
         source = PlannedSource(request, meta, data["records"])
         records = {r.name: r for r in source.tensors()}
-        shapes = {name: tuple(rec.shape) for name, rec in records.items() if len(rec.shape) == 2}
-        tensors = [PlannedTensor(records[name], tuple(_decode_piece(p, num_layers, shapes) for p in ps))
+        found = {name: find_record(records, name) for name in data["pieces"]}
+        shapes = {name: tuple(rec.shape) for name, rec in found.items()}
+        tensors = [PlannedTensor(found[name], tuple(_decode_piece(p, num_layers, shapes) for p in ps))
                    for name, ps in data["pieces"].items()]
-        cells = [(p.layer, p.component) for t in tensors for p in t.pieces]
-        if not tensors or len(set(cells)) != len(cells) or {layer for layer, _ in cells} != set(range(num_layers)):
+        cells = [p.key for t in tensors for p in t.pieces]
+        if not tensors or len(set(cells)) != len(cells) or {key[0] for key in cells} != set(range(num_layers)):
             return None
         return Plan(source, tensors, num_layers)
     except Exception:  # noqa: BLE001 - any unreadable entry (RecursionError, OverflowError...) is a miss

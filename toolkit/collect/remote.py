@@ -126,10 +126,12 @@ class SourceSpec:
 
     def record(self, name: str):
         """The :class:`~toolkit.sources.TensorRecord` called ``name``."""
-        records = self.open()[1]
-        if name not in records:
+        from toolkit.sources.expert_slices import find_record
+
+        record = find_record(self.open()[1], name)  # an expert slice's name too
+        if record is None:
             raise ToolkitError(f"{self.location!r} has no tensor {name!r} on this worker")
-        return records[name]
+        return record
 
 
 _SOURCES: OrderedDict = OrderedDict()

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from toolkit.collect.cell_ids import cut_id
+from toolkit.collect.experts import with_expert_slices
 from toolkit.collect.plan import Plan
 from toolkit.errors import CheckpointMismatchError
 from toolkit.sources.base import TensorRecord
@@ -75,8 +76,7 @@ def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]
         one side lacks, whose shape differs, or that maps to other
         components; the message says both sides' architecture and layers.
     """
-    b_recs = {r.name: r for r in base.source.tensors()}
-    t_recs = {r.name: r for r in target.source.tensors()}
+    b_recs, t_recs = with_expert_slices(base), with_expert_slices(target)  # a sliced expert stack: per expert
     b_pieces = {t.record.name: list(t.pieces) for t in base.tensors}
     t_pieces = {t.record.name: list(t.pieces) for t in target.tensors}
     tied_b, tied_t = _tied(base, b_recs), _tied(target, t_recs)
@@ -112,9 +112,8 @@ def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]
             mismatch(name, f"shape {tuple(b.shape)}", f"shape {tuple(t.shape)}", "shapes differ")
         bp = b_pieces.get(b.name, [])
         tp = t_pieces.get(t.name, [])
-        if [(p.layer, p.component) for p in bp] != [(p.layer, p.component) for p in tp]:
-            mismatch(name, [(p.layer, p.component) for p in bp], [(p.layer, p.component) for p in tp],
-                     "it holds different components on each side")
+        if [p.key for p in bp] != [p.key for p in tp]:
+            mismatch(name, [p.key for p in bp], [p.key for p in tp], "it holds different components on each side")
         if [cut_id(p) for p in bp] != [cut_id(p) for p in tp]:
             mismatch(name, _cuts(bp), _cuts(tp), "its fused components are split differently on each side (the "
                      "configs declare other head counts or sizes); fix the config that does not belong to its weights")

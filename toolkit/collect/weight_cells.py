@@ -146,7 +146,8 @@ class WeightMeasurement:
                 if c.work_left else None for c in work.cells]
 
     def finish(self, store: ResultCache, work: TensorWork, fresh: list | None) -> dict:
-        """Store ``fresh`` (None: all cached) and give ``{(layer, component): Cell}``."""
+        """Store ``fresh`` (None: all cached) and give ``{Piece.key: Cell}`` (``(layer, component)``, or
+        ``(layer, component, expert)`` for a routed expert)."""
         out = {}
         for c, got in zip(work.cells, fresh or [None] * len(work.cells), strict=True):
             cached, shape, spectrum = c.cached, c.shape, c.spectrum
@@ -156,6 +157,6 @@ class WeightMeasurement:
                     spectrum = tuple(float(v) for v in got.eigenvalues)
                 store.put(c.cell_id, keep, got.shape, spectrum if got.eigenvalues is not None else None)
                 cached, shape = {**cached, **new}, got.shape
-            out[(c.piece.layer, c.piece.component)] = cell_from(
+            out[c.piece.key] = cell_from(
                 c.piece, shape, cached, self.chosen, self.keys, spectrum if self.spectra else None)
         return out

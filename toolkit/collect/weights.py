@@ -178,7 +178,7 @@ def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
 
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
-                  cache: bool = True) -> xr.Dataset:
+                  cache: bool = True, expert: int | None = None) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.
 
     The same pipeline and cache as :func:`weight_stats` (``keep_spectra=True``),
@@ -193,11 +193,15 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     component : str
     metrics : sequence of str
         Weight metrics to compute with it (default: the power-law fit).
+    expert : int, optional
+        The routed expert, for an expert component of an MoE layer (required there).
 
     Returns
     -------
     xarray.Dataset
         As :func:`weight_stats` with ``eigenvalues``; every other cell NaN.
+        With ``expert``: the expert's matrix is the (layer, component) cell
+        and the attr ``expert`` names it.
 
     Raises
     ------
@@ -212,13 +216,20 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     with cache_run(), executor_for(None, device):
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         measurement = measurement_for(plan, measurement)
-        found = [PlannedTensor(t.record, tuple(p for p in t.pieces if (p.layer, p.component) == (layer, component)))
-                 for t in plan.tensors]
+        want = (layer, component) if expert is None else (layer, component, expert)
+        found = [PlannedTensor(t.record, tuple(p for p in t.pieces if p.key == want)) for t in plan.tensors]
         found = [t for t in found if t.pieces]
         if not found:
-            raise ToolkitError(f"{plan.source.location!r} has no matrix at layer {layer} {component!r} "
-                               f"(layers 0..{plan.num_layers - 1}; components: "
+            routed = any(p.key[:2] == (layer, component) and p.expert is not None for t in plan.tensors
+                         for p in t.pieces)
+            raise ToolkitError(f"{plan.source.location!r} has no matrix at layer {layer} {component!r}"
+                               + (f" expert {expert}" if expert is not None else "")
+                               + (" (routed experts there: pass expert=0, 1...)" if routed and expert is None else "")
+                               + f" (layers 0..{plan.num_layers - 1}; components: "
                                f"{sorted({p.component for t in plan.tensors for p in t.pieces})})")
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
         results = run_units(measurement, found, store, SerialExecutor(), lambda name: None, [plan.source])
-    return build_grid_dataset(plan.num_layers, results[0], list(measurement.chosen), plan.attrs(), spectra=True)
+    cells, attrs = results[0], plan.attrs()
+    if expert is not None:  # the expert's matrix, with its spectrum, in the (layer, component) cell
+        cells, attrs = {key[:2]: cell for key, cell in cells.items()}, {**attrs, "expert": int(expert)}
+    return build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True)

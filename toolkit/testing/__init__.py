@@ -22,7 +22,16 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["TINY_FAMILIES", "tiny_config", "tiny_model", "write_tiny_adapter", "write_tiny_checkpoint"]
+from toolkit.testing.moe import (
+    MOE_FAMILIES,
+    tiny_moe_config,
+    tiny_moe_model,
+    write_tiny_moe_checkpoint,
+    write_tiny_moe_gguf,
+)
+
+__all__ = ["MOE_FAMILIES", "TINY_FAMILIES", "tiny_config", "tiny_model", "tiny_moe_config", "tiny_moe_model",
+           "write_tiny_adapter", "write_tiny_checkpoint", "write_tiny_moe_checkpoint", "write_tiny_moe_gguf"]
 
 _TOKENS = dict(vocab_size=128, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 _DECODER = dict(
