@@ -27,4 +27,10 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     assert not any("<Figure size" in o.get("data", {}).get("text/plain", "") and "image/png" not in o.data
                    for o in outputs if o.output_type == "display_data")
     assert (out / "weight_stats.nc").stat().st_size > 0
+    moe_cell = next(c for c in nb.cells if "explore(moe" in c.source)
+    printed = "".join(o.get("text", "") for o in moe_cell.outputs if o.output_type == "stream")
+    assert "MoE layers: [1, 2, 3, 4, 5] | routed experts: 4" in printed  # DeepSeek-V3 layout: dense layer 0
+    assert "'mlp.router'" in printed and "'mlp.shared.up'" in printed and "'attn.kv_a'" in printed
+    moe_views = [o.data for o in moe_cell.outputs if "image/png" in o.get("data", {})]
+    assert len(moe_views) == 1 and WIDGET_VIEW in moe_views[0]  # the MoE explorer, shown once (bars aside)
     assert list(out.glob("*.png"))
