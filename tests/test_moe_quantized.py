@@ -32,20 +32,24 @@ def gpt_oss_mxfp4(tmp_path_factory):
     return write_mxfp4_experts(root / "mxfp4", original)
 
 
+def _cut(layer: int, w: dict) -> dict:
+    """``{(layer, component): (E, out, in)}`` of a layer's ``{stack: (E, in, out)}``, cut as ``GptOssExperts``
+    cuts them (x @ W[e]; gate_up[..., ::2] is the gate, [..., 1::2] the up)."""
+    return {(layer, "mlp.gate"): w["gate_up_proj"][..., ::2].transpose(1, 2),
+            (layer, "mlp.up"): w["gate_up_proj"][..., 1::2].transpose(1, 2),
+            (layer, "mlp.down"): w["down_proj"].transpose(1, 2)}
+
+
 def _dequantised(folder) -> dict:
-    """``{(layer, component): (E, out, in)}`` from transformers' ``convert_moe_packed_tensors``, cut as
-    ``GptOssExperts`` cuts them (x @ W[e]; gate_up[..., ::2] is the gate, [..., 1::2] the up)."""
+    """:func:`_cut` of each layer's stacks as transformers' ``convert_moe_packed_tensors`` dequantises them."""
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     stored = load_file(str(folder / "model.safetensors"))
     out = {}
     for layer in range(2):
-        w = {s: convert_moe_packed_tensors(stored[f"model.layers.{layer}.mlp.experts.{s}_blocks"],
-                                           stored[f"model.layers.{layer}.mlp.experts.{s}_scales"],
-                                           dtype=torch.float32) for s in STACKS}
-        out[layer, "mlp.gate"] = w["gate_up_proj"][..., ::2].transpose(1, 2)
-        out[layer, "mlp.up"] = w["gate_up_proj"][..., 1::2].transpose(1, 2)
-        out[layer, "mlp.down"] = w["down_proj"].transpose(1, 2)
+        out.update(_cut(layer, {s: convert_moe_packed_tensors(stored[f"model.layers.{layer}.mlp.experts.{s}_blocks"],
+                                                              stored[f"model.layers.{layer}.mlp.experts.{s}_scales"],
+                                                              dtype=torch.float32) for s in STACKS}))
     return out
 
 
@@ -106,6 +110,24 @@ def test_mxfp4_cached_plan_and_cells_give_the_same_grid(gpt_oss_mxfp4, cache):
     toolkit.weight_stats(gpt_oss_mxfp4, ["frobenius_norm"], progress=False)
     again = toolkit.weight_stats(gpt_oss_mxfp4, ["frobenius_norm"], progress=False)  # plan and cells cached
     np.testing.assert_array_equal(again.frobenius_norm_per_expert.values, fresh.frobenius_norm_per_expert.values)
+
+
+def test_compare_with_the_original_gives_the_quantisation_error_per_expert(gpt_oss_mxfp4):
+    """compare(original, MXFP4 release): ||deq - W|| / ||W|| per expert; attention, stored unquantised, unchanged."""
+    original = gpt_oss_mxfp4.parent / "bf16"
+    ds = toolkit.compare(original, gpt_oss_mxfp4, ["relative_change"], progress=False, cache=False)
+    w = load_file(str(original / "model.safetensors"))
+    stored = {}
+    for layer in range(2):
+        stored.update(_cut(layer, {s: w[f"model.layers.{layer}.mlp.experts.{s}"] for s in STACKS}))
+    for key, deq in _dequantised(gpt_oss_mxfp4).items():
+        layer, comp = key
+        want = (torch.linalg.matrix_norm((deq - stored[key]).double()) / torch.linalg.matrix_norm(
+            stored[key].double())).numpy()
+        np.testing.assert_allclose(ds.relative_change_per_expert.sel(layer=layer, component=comp).values, want,
+                                   rtol=1e-6)
+        assert 0.05 < want.min() and want.max() < 0.2  # a 4-bit error, not zero, not noise
+    assert (ds.relative_change.sel(component=["attn.q", "attn.k", "attn.v", "attn.o", "mlp.router"]) == 0).all()
 
 
 def _deepseek_quantized(name: str) -> bool:
