@@ -97,6 +97,25 @@ def test_weight_stats_bar_opens_the_checkpoint_then_moves_per_tensor(tmp_path, c
     assert set(_frames(capsys.readouterr().err)) == {"weights: opening the checkpoint \u2026"}
 
 
+def test_notebook_bar_shows_the_status_then_the_count():
+    """tqdm's notebook bar (what ``tqdm.auto`` gives in Jupyter) with the status format, then begin()."""
+    pytest.importorskip("ipywidgets")
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    from toolkit.collect.progress import _status_format
+
+    bar = notebook_tqdm(total=None, desc="weights", unit="tensor", bar_format=_status_format("opening the checkpoint"))
+    text = bar.container.children[2]
+    p = Progress(None, bar=bar)
+    assert text.value.replace("\u2007", " ") == "weights: opening the checkpoint"
+    p.begin(3)
+    assert bar.container.children[1].max == 3 and " 0/3 " in text.value.replace("\u2007", " ")
+    for name in "abc":
+        p.step(name)
+    p.close()
+    assert bar.container.children[1].value == 3 and bar.container.children[1].bar_style == "success"
+
+
 def test_compare_bar_opens_each_checkpoint_then_moves_per_tensor(tmp_path, capsys):
     import toolkit
     from toolkit.testing import write_tiny_checkpoint
