@@ -34,14 +34,14 @@ def _linear(name: str) -> bool:
     return name.endswith(".weight") and name.split(".")[-2] in LINEAR
 
 
-def write_fp8(folder: Path, original: Path, block=(16, 24)) -> tuple[Path, dict]:
-    """FP8 e4m3 with ``weight_block_size = block`` (partial edge blocks for the tiny widths) from ``original``;
-    returns (path, {name: (fp8 weight, scale_inv)})."""
+def write_fp8(folder: Path, original: Path, block=(16, 24), quantized=_linear) -> tuple[Path, dict]:
+    """FP8 e4m3 with ``weight_block_size = block`` (partial edge blocks for the tiny widths) from ``original``,
+    for the 2-D weights whose name ``quantized(name)`` accepts; returns (path, {name: (fp8 weight, scale_inv)})."""
     tensors = load_file(str(original / "model.safetensors"))
     config = json.loads((original / "config.json").read_text())
     out, parts = {}, {}
     for name, w in tensors.items():
-        if not _linear(name):
+        if not quantized(name):
             out[name] = w
             continue
         rows, cols = w.shape
@@ -56,6 +56,44 @@ def write_fp8(folder: Path, original: Path, block=(16, 24)) -> tuple[Path, dict]
         parts[name] = (q, scale)
     qc = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(block)}
     return _write(folder, out, config, qc), parts
+
+
+#: e2m1 values of the 16 nibbles, OCP Microscaling Formats v1.0 Table 5 (sign bit 3, exponent bits 2-1, mantissa
+#: bit 0), written out here rather than taken from the toolkit.
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def pack_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A gpt-oss expert stack (E, in, out) as MXFP4 ``(blocks (E, out, in/32, 16) uint8, scales (E, out, in/32))``.
+
+    OCP MX v1.0 §6.3: per block of 32 values along ``in``, the shared exponent is
+    ⌈log2(amax / 6)⌉ (6 = e2m1's largest value), stored as e8m0 (+127); each value is the
+    nearest e2m1 code of v / 2^exponent, two a byte, the even index in the low nibble
+    (gpt-oss's layout, which transformers' ``convert_moe_packed_tensors`` reads).
+    """
+    e, n_in, n_out = w.shape
+    x = w.double().transpose(1, 2).reshape(e, n_out, n_in // 32, 32)
+    exponent = torch.ceil(torch.log2(x.abs().amax(-1).clamp(min=2.0 ** -120) / 6.0))
+    scaled = x / torch.exp2(exponent).unsqueeze(-1)
+    codes = (scaled.unsqueeze(-1) - E2M1_VALUES.double()).abs().argmin(-1)
+    blocks = (codes[..., 0::2] | (codes[..., 1::2] << 4)).to(torch.uint8)
+    return blocks, (exponent + 127).to(torch.uint8)
+
+
+def write_mxfp4_experts(folder: Path, original: Path) -> Path:
+    """``original`` (a gpt-oss folder, expert widths multiples of 32) with its expert stacks
+    ``mlp.experts.{gate_up,down}_proj`` stored as MXFP4, config as the hub's gpt-oss releases have it."""
+    tensors = load_file(str(original / "model.safetensors"))
+    config = json.loads((original / "config.json").read_text())
+    out = {}
+    for name, w in tensors.items():
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            out[f"{name}_blocks"], out[f"{name}_scales"] = pack_mxfp4(w)
+        else:
+            out[name] = w
+    qc = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    return _write(folder, out, config, qc)
 
 
 def _codes(shape, bits, gen):

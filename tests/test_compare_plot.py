@@ -79,3 +79,29 @@ def test_drawing_returns_the_axes_with_one_line_per_component():
         assert ax.get_legend() is None and ax.get_xlabel() == "training step"
     finally:
         plt.close(ax.figure)
+
+
+def test_moe_and_mla_components_get_lines_of_their_own():
+    """A series of an MoE/MLA model: the router, shared-expert and latent-attention columns are drawn too."""
+    from toolkit.architectures.vocabulary import EXTRA_COMPONENTS
+
+    comps = [*COMPONENTS, *EXTRA_COMPONENTS]
+    steps = np.array([0, 10])
+    data = steps[:, None, None] * (np.arange(len(comps)) + 1)[None, None, :] + np.arange(3)[None, :, None] + 0.0
+    data[:, 0, comps.index("mlp.router")] = np.nan  # a dense first layer: the layer mean skips it
+    ds = xr.Dataset({"relative_change": (("checkpoint", "layer", "component"), data, {"long_name": "change"})},
+                    coords={"checkpoint": [0, 1], "layer": [0, 1, 2], "component": comps,
+                            "step": ("checkpoint", steps)})
+    d = prepare_component_lines(ds)
+    assert d.components == tuple(comps) and d.labels[-1] == "mlp. shared. gate"
+    np.testing.assert_allclose(d.values[comps.index("mlp.router")], [1.5, 10 * 10 + 1.5])  # layers 1, 2 only
+    np.testing.assert_allclose(d.values[comps.index("attn.q_a")], [1.0, 81.0])
+    assert d.colors[comps.index("mlp.shared.up")] == COMPONENT_COLORS["mlp.up"]
+    assert d.linestyles == ("-",) * 7 + ("--",) * 6
+    assert prepare_component_lines(ds, components=["mlp.router", "attn.q"]).components == ("attn.q", "mlp.router")
+    fig, ax = plt.subplots()
+    try:
+        component_lines(ds, ax=ax)
+        assert len(ax.lines) == 13 and ax.lines[9].get_linestyle() == "--" and ax.lines[0].get_linestyle() == "-"
+    finally:
+        plt.close(fig)

@@ -248,11 +248,16 @@ def test_a_worker_never_reuses_a_source_opened_on_other_bytes(client, tmp_path):
     xr.testing.assert_equal(ds.frobenius_norm, serial.frobenius_norm)
 
 
-def test_moe_expert_slices_are_one_task_each(client, tmp_path, request):
-    """gpt-oss's 3-D expert stacks: one task per expert slice, re-opened by name on the worker; serial's Dataset."""
+@pytest.mark.parametrize("storage", ["float32", "mxfp4"])
+def test_moe_expert_slices_are_one_task_each(client, tmp_path, request, storage):
+    """gpt-oss's 3-D expert stacks (float, or MXFP4 as the hub stores them): one task per expert slice,
+    re-opened by name on the worker; serial's Dataset."""
+    from _quant_writers import write_mxfp4_experts
     from toolkit.testing import write_tiny_moe_checkpoint
 
-    folder = write_tiny_moe_checkpoint(tmp_path / "gpt_oss", "gpt_oss", num_layers=2)
+    folder = write_tiny_moe_checkpoint(tmp_path / "gpt_oss", "gpt_oss", num_layers=2, intermediate_size=32)
+    if storage == "mxfp4":
+        folder = write_mxfp4_experts(tmp_path / "gpt_oss_mxfp4", folder)
     serial = toolkit.weight_stats(folder, ["frobenius_norm", "stable_rank"], progress=False, cache=False)
     units = [t.record.name for t in plan_pieces(folder, cache=False).tensors]
     names = []

@@ -15,6 +15,14 @@ class FakeBar:
 
     def __init__(self):
         self.n, self.updates, self.postfix, self.closed = 0, [], [], False
+        self.bar_format, self.total, self.shown = None, None, []
+
+    def refresh(self):
+        self.shown.append(self.bar_format)
+
+    def reset(self, total=None):
+        self.n, self.total = 0, total
+        self.refresh()
 
     def update(self, n):
         self.updates.append(n)
@@ -52,6 +60,74 @@ def test_make_progress_gives_a_bar_a_callback_or_nothing(capsys):
     silent = make_progress(False, total=2, desc="x")
     silent.step()
     assert silent.done == 1 and silent._bar is None and silent._callback is None
+
+
+def test_a_bar_made_before_the_plan_says_what_it_opens_then_counts():
+    bar, heard = FakeBar(), []
+    p = Progress(None, callback=lambda *a: heard.append(a), bar=bar)
+    p.status("opening checkpoint 1 of 2 {x}")
+    p.status("opening checkpoint 2 of 2")
+    p.begin(2)
+    p.step("a")
+    p.step("b")
+    assert bar.shown == ["{desc}: opening checkpoint 1 of 2 {{x}}", "{desc}: opening checkpoint 2 of 2", None]
+    assert bar.total == 2 and bar.n == 2 and bar.updates == [1, 1]
+    assert heard == [(1, 2, "a"), (2, 2, "b")]  # the callback hears units only, never a total of None
+
+
+def _frames(err: str) -> list[str]:
+    return [f.strip() for f in err.replace("\r", "\n").split("\n") if f.strip()]
+
+
+def test_weight_stats_bar_opens_the_checkpoint_then_moves_per_tensor(tmp_path, capsys):
+    import toolkit
+    from toolkit.collect.plan import plan_pieces
+    from toolkit.errors import SourceNotFoundError
+    from toolkit.testing import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path / "llama", "llama", num_layers=2)
+    n = len(plan_pieces(path, cache=False).tensors)
+    capsys.readouterr()
+    toolkit.weight_stats(path, ["frobenius_norm"], cache=False)
+    frames = _frames(capsys.readouterr().err)
+    assert frames[0] == "weights: opening the checkpoint \u2026"
+    assert f"0/{n} " in frames[1] and f"{n}/{n} " in frames[-1] and "weights: 100%" in frames[-1]
+    with pytest.raises(SourceNotFoundError):  # the bar is on screen while the plan is made, and closed after
+        toolkit.weight_stats(tmp_path / "missing", ["frobenius_norm"], cache=False)
+    assert set(_frames(capsys.readouterr().err)) == {"weights: opening the checkpoint \u2026"}
+
+
+def test_notebook_bar_shows_the_status_then_the_count():
+    """tqdm's notebook bar (what ``tqdm.auto`` gives in Jupyter) with the status format, then begin()."""
+    pytest.importorskip("ipywidgets")
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    from toolkit.collect.progress import _status_format
+
+    bar = notebook_tqdm(total=None, desc="weights", unit="tensor", bar_format=_status_format("opening the checkpoint"))
+    text = bar.container.children[2]
+    p = Progress(None, bar=bar)
+    assert text.value.replace("\u2007", " ") == "weights: opening the checkpoint"
+    p.begin(3)
+    assert bar.container.children[1].max == 3 and " 0/3 " in text.value.replace("\u2007", " ")
+    for name in "abc":
+        p.step(name)
+    p.close()
+    assert bar.container.children[1].value == 3 and bar.container.children[1].bar_style == "success"
+
+
+def test_compare_bar_opens_each_checkpoint_then_moves_per_tensor(tmp_path, capsys):
+    import toolkit
+    from toolkit.testing import write_tiny_checkpoint
+
+    a = write_tiny_checkpoint(tmp_path / "a", "llama", num_layers=2)
+    b = write_tiny_checkpoint(tmp_path / "b", "llama", num_layers=2, seed=1)
+    capsys.readouterr()
+    toolkit.compare(a, b, ["relative_change"], cache=False)
+    frames = _frames(capsys.readouterr().err)
+    assert frames[:3] == ["compare: opening the checkpoints \u2026", "compare: opening checkpoint 1 of 2 \u2026",
+                          "compare: opening checkpoint 2 of 2 \u2026"]
+    assert "compare:   0%" in frames[3] and "compare: 100%" in frames[-1]
 
 
 def test_layer_progress_counts_each_layer_pass_once_and_completes_each_batch():

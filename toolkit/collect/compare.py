@@ -25,7 +25,7 @@ from toolkit.collect.pair_cells import PairMeasurement
 from toolkit.collect.pair_dataset import pair_dataset, series_name
 from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
-from toolkit.collect.progress import make_progress
+from toolkit.collect.progress import opening_progress
 from toolkit.collect.tensor_pairs import pair_tensors
 from toolkit.errors import EmptyInputError, InvalidOptionError
 
@@ -231,11 +231,16 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
     """
     measurement = PairMeasurement.make(metrics, tolerance, k, device)
     with cache_run(), executor_for(client, device) as executor:
-        plans = merge_adapters([plan_pieces(c, mapping=mapping, cache=cache) for c in checkpoints], pairs, client)
-        matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
-        report = make_progress(progress, total=sum(len(p) for p, _ in matched), desc="compare")
+        report = opening_progress(progress, "compare", "the checkpoints")  # on screen while they are opened
         out = []
         try:
+            plans = []
+            for i, c in enumerate(checkpoints):
+                report.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")
+                plans.append(plan_pieces(c, mapping=mapping, cache=cache))
+            plans = merge_adapters(plans, pairs, client)
+            matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+            report.begin(sum(len(p) for p, _ in matched))
             for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
                 m = measurement.at(bi, ti)
                 store = open_cache(digest(plans[bi].value_identity, plans[ti].value_identity), m.kind,

@@ -13,7 +13,7 @@ from toolkit.collect.grid import build_grid_dataset
 from toolkit.collect.lowrank_cells import measurement_for
 from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
-from toolkit.collect.progress import make_progress
+from toolkit.collect.progress import opening_progress
 from toolkit.collect.weight_cells import WeightMeasurement
 
 
@@ -115,15 +115,12 @@ def weight_stats(
                                                                 mapping=mapping, progress=progress, cache=cache)
     bounds = quality_bounds(quality_thresholds)  # before any work
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra)
-    with cache_run(), executor_for(client, device) as executor:
+    with cache_run(), executor_for(client, device) as executor, opening_progress(progress, "weights") as report:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         measurement = measurement_for(plan, measurement)  # a LoRA adapter: measured from its factors
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
-        report = make_progress(progress, total=len(plan.tensors), desc="weights")
-        try:
-            results = run_units(measurement, plan.tensors, store, executor, report.step, [plan.source])
-        finally:
-            report.close()
+        report.begin(len(plan.tensors))
+        results = run_units(measurement, plan.tensors, store, executor, report.step, [plan.source])
     cells = {key: cell for got in results for key, cell in got.items()}
     ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), plan.attrs(), spectra=keep_spectra)
     return with_quality(ds, bounds)

@@ -14,12 +14,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.architectures.vocabulary import COMPONENT_LABELS, COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENT_LABELS, COMPONENTS
 from toolkit.errors import EmptyInputError, UnknownMetricError
 
-#: One fixed colour per canonical component (seaborn "colorblind"), the same in every figure.
-COMPONENT_COLORS: dict[str, str] = dict(zip(COMPONENTS, (
-    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9"), strict=True))
+#: One fixed colour per component (seaborn "colorblind"), the same in every figure; the components
+#: some architectures add take the colour of the canonical one they sit beside (``attn.q_a`` that
+#: of ``attn.q``, ``mlp.shared.up`` that of ``mlp.up``), the router grey.
+COMPONENT_COLORS: dict[str, str] = {**dict(zip(COMPONENTS, (
+    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc", "#ca9161", "#56b4e9"), strict=True)),
+    "attn.q_a": "#0173b2", "attn.kv_a": "#de8f05", "mlp.router": "#949494", "mlp.shared.up": "#cc78bc",
+    "mlp.shared.down": "#ca9161", "mlp.shared.gate": "#56b4e9"}
+#: Line style per component: solid for the canonical seven, dashed for the added ones (told apart by it).
+COMPONENT_LINESTYLES: dict[str, str] = {c: "-" if c in COMPONENTS else "--" for c in ALL_COMPONENTS}
 REDUCTIONS = ("mean", "median", "max", "min")
 
 
@@ -34,9 +40,10 @@ class ComponentLinesData:
     values : numpy.ndarray, shape (component, checkpoint), float64
         The metric reduced over the selected layers (NaN cells ignored).
     components : tuple of str
-        Canonical components with at least one finite value, in canonical order.
-    labels, colors : tuple of str
-        Legend label and colour per line.
+        The Dataset's components with at least one finite value, in its order (the canonical
+        seven, then those the architecture adds: ``mlp.router``, ``mlp.shared.*``, ``attn.q_a``...).
+    labels, colors, linestyles : tuple of str
+        Legend label, colour and line style per line.
     layers : tuple of int
         Layers the reduction ran over.
     metric, long_name, units, reduce, xlabel, ylabel, title : str
@@ -58,6 +65,7 @@ class ComponentLinesData:
     title: str
     logy: bool = False
     selection: dict = field(default_factory=dict)
+    linestyles: tuple = ()
 
 
 def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str = "mean", layers=None,
@@ -105,7 +113,7 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
         da = da.sel(layer=[x for x in da["layer"].values.tolist() if x in set(wanted)])
     if da.sizes["layer"] == 0:
         raise EmptyInputError(f"no layer selected from {ds['layer'].values.tolist()}")
-    keep = [c for c in COMPONENTS if (components is None or c in set(components)) and c in da["component"].values]
+    keep = [str(c) for c in da["component"].values if components is None or c in set(components)]
     x = ds["step"].values if "step" in ds.coords else ds["checkpoint"].values
     order = np.argsort(x, kind="stable")
     arr = da.sel(component=keep).transpose("component", "layer", "checkpoint").values.astype(float)[:, :, order]
@@ -123,7 +131,9 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
     span = f"layers {rows[0]}-{rows[-1]}" if len(rows) > 1 else f"layer {rows[0]}"
     return ComponentLinesData(
         x=np.asarray(x)[order], values=values, components=tuple(keep),
-        labels=tuple(COMPONENT_LABELS[c] for c in keep), colors=tuple(COMPONENT_COLORS[c] for c in keep),
+        labels=tuple(COMPONENT_LABELS.get(c, c) for c in keep),
+        colors=tuple(COMPONENT_COLORS.get(c, "#949494") for c in keep),
+        linestyles=tuple(COMPONENT_LINESTYLES.get(c, "--") for c in keep),
         layers=rows, metric=metric, long_name=long_name, units=units, reduce=reduce,
         xlabel="training step" if "step" in ds.coords else "checkpoint",
         ylabel=f"{reduce} {long_name}" + (f" ({units})" if units not in ("", "1") else ""),
@@ -137,9 +147,10 @@ def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = Tr
         import matplotlib.pyplot as plt
 
         _, ax = plt.subplots(figsize=(6.4, 4.0), layout="constrained")
-    for label, color, y in zip(data.labels, data.colors, data.values, strict=True):
+    styles = data.linestyles or ("-",) * len(data.labels)
+    for label, color, style, y in zip(data.labels, data.colors, styles, data.values, strict=True):
         ok = np.isfinite(y) & ((y > 0) if data.logy else True)
-        ax.plot(data.x[ok], y[ok], marker=marker, color=color, label=label, lw=1.6, ms=4)
+        ax.plot(data.x[ok], y[ok], marker=marker, color=color, ls=style, label=label, lw=1.6, ms=4)
     if data.logy:
         ax.set_yscale("log")
     if np.issubdtype(np.asarray(data.x).dtype, np.integer):

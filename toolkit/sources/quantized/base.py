@@ -10,6 +10,13 @@ shaped as in the unquantised checkpoint (``model.layers.0.self_attn.q_proj.weigh
 tensor passes through unchanged. A stored tensor that looks like a
 quantisation part but belongs to no complete group is refused, never read
 as weights.
+
+A format that declares its ``stacked`` parts (MXFP4's blocks and scales,
+FP8's weight and scale grid) reads a 3-D parameter, a stack of routed
+experts, one expert at a time: the record's ``_row_reader(start, stop)``
+reads rows ``start:stop`` of those parts alone and dequantises them, so
+:mod:`toolkit.sources.expert_slices` cuts it per expert as it cuts a bf16
+stack, and peak memory stays near one expert's matrix.
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ class Format:
         ``dequantize(parts, prefix) -> torch.Tensor`` from the parts' read tensors: float32, that shape.
     dtype : str
         The record's ``dtype`` label (``"fp8_e4m3 128x128"``, ``"gptq int4"``...).
+    stacked : tuple of str
+        Parts whose first dimension is the first dimension of a 3-D
+        parameter (the expert of an expert stack), so that rows ``a:b`` of
+        them dequantise to rows ``a:b`` of the parameter; ``dequantize``
+        needs only these. Empty (the default): a parameter is read whole.
     """
 
     method: str
@@ -57,6 +69,7 @@ class Format:
     shape: Callable[[dict], tuple]
     dequantize: Callable[[dict], torch.Tensor]
     dtype: str
+    stacked: tuple[str, ...] = ()
 
 
 def _read_group(fmt: Format, records: dict[str, TensorRecord], prefix: str, name: str) -> torch.Tensor:
@@ -69,6 +82,31 @@ def _read_group(fmt: Format, records: dict[str, TensorRecord], prefix: str, name
             f"{name} dequantises to shape {tuple(out.shape)}, not the {tuple(shape)} its parts declare",
         )
     return out.to(torch.float32)
+
+
+def _read_group_rows(fmt: Format, records: dict[str, TensorRecord], prefix: str, name: str, shape: tuple,
+                     start: int, stop: int) -> torch.Tensor:
+    """Rows ``start:stop`` of a stacked parameter from the same rows of its :attr:`Format.stacked` parts."""
+    start, stop = max(0, min(start, shape[0])), max(0, min(stop, shape[0]))
+    stop = max(start, stop)
+    parts = {part: records[part]._row_reader(start, stop) for part in fmt.stacked}
+    out = fmt.dequantize(parts, prefix)
+    if tuple(out.shape) != (stop - start, *shape[1:]):
+        raise UnsupportedQuantizationError(
+            records[fmt.primary].file, fmt.method, [fmt.method],
+            f"rows {start}:{stop} of {name} dequantise to shape {tuple(out.shape)}, not "
+            f"{(stop - start, *shape[1:])}",
+        )
+    return out.to(torch.float32)
+
+
+def _row_reader(fmt: Format, group: dict[str, TensorRecord], prefix: str, name: str, shape: tuple):
+    """The ``_row_reader`` of a stacked 3-D parameter whose stacked parts read rows, else None."""
+    parts = [group.get(p) for p in fmt.stacked]
+    if len(shape) != 3 or not parts or any(
+            r is None or r._row_reader is None or not r.shape or r.shape[0] != shape[0] for r in parts):
+        return None
+    return partial(_read_group_rows, fmt, dict(group), prefix, name, shape)
 
 
 class QuantizedSource(Source):
@@ -125,9 +163,11 @@ class QuantizedSource(Source):
                 )
             name = fmt.output(m["prefix"])
             first = group[fmt.primary]
-            out.append(TensorRecord(name, tuple(fmt.shape(group, m["prefix"])), fmt.dtype,
+            shape = tuple(fmt.shape(group, m["prefix"]))
+            out.append(TensorRecord(name, shape, fmt.dtype,
                                     partial(_read_group, fmt, dict(group), m["prefix"], name), file=first.file,
-                                    stored_name=first.stored_name or first.name))
+                                    stored_name=first.stored_name or first.name,
+                                    _row_reader=_row_reader(fmt, group, m["prefix"], name, shape)))
         return out
 
     def tensors(self):

@@ -88,5 +88,5 @@ def fp8_format(qc: dict, path: str) -> tuple[Format, str]:
         method="fp8", pattern=_PATTERN, primary="weight_scale_inv", required=("weight", "weight_scale_inv"),
         output=lambda prefix: f"{prefix}.weight", shape=lambda parts, _: tuple(parts["weight"].shape),
         dequantize=lambda parts, _: dequantize_fp8(parts["weight"], parts["weight_scale_inv"], block),
-        dtype=f"float8_e4m3fn {what}",
+        dtype=f"float8_e4m3fn {what}", stacked=("weight", "weight_scale_inv") if block else (),
     ), f"fp8 e4m3, {what}"

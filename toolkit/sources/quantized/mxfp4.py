@@ -7,7 +7,9 @@ e = 255 is NaN). Value: v = e2m1(nibble) · 2^(e − 127). The dequantised
 parameter is named ``<param>`` (``model.layers.0.mlp.experts.gate_up_proj``)
 and has the layout the bf16 gpt-oss checkpoint stores it in, (E, G·32, R):
 transformers' ``convert_moe_packed_tensors`` transposes the last two axes
-the same way. A 3-D (expert, in, out) tensor: the MoE side cuts it per expert.
+the same way. A 3-D (expert, in, out) tensor: the MoE side cuts it per expert, and each
+expert reads and dequantises only its own blocks and scales
+(:attr:`~toolkit.sources.quantized.base.Format.stacked`).
 """
 
 from __future__ import annotations
@@ -53,5 +55,5 @@ def mxfp4_format(qc: dict, path: str) -> tuple[Format, str]:
         output=lambda prefix: prefix,
         shape=lambda parts, _: (parts["blocks"].shape[0], parts["blocks"].shape[2] * 32, parts["blocks"].shape[1]),
         dequantize=lambda p, _: dequantize_mxfp4(p["blocks"], p["scales"]),
-        dtype="mxfp4",
+        dtype="mxfp4", stacked=("blocks", "scales"),
     ), "mxfp4 (e2m1 values, e8m0 scales per 32)"
