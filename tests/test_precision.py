@@ -127,3 +127,18 @@ def test_cli_flag():
 
     assert build_parser().parse_args(["weights", "--precision", "float32"]).precision == "float32"
     assert build_parser().parse_args(["weights"]).precision == "float64"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_torch_gram_route_of_cuda_on_the_cpu(dtype):
+    """The route --device cuda takes (torch addmm_ by blocks + torch eigvalsh), run here on the CPU."""
+    from toolkit.metrics.gram import _gram
+
+    w = torch.randn(500, 120, generator=torch.Generator().manual_seed(3))
+    g = _gram(w, dtype)
+    assert g.dtype == dtype and g.shape == (120, 120)
+    ref = w.double().T @ w.double()
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    np.testing.assert_allclose(g.double().numpy(), ref.numpy(), rtol=tol, atol=tol * float(ref.abs().max()))
+    np.testing.assert_allclose(torch.linalg.eigvalsh(g).double().flip(0).sqrt().numpy(),
+                               np.linalg.svd(w.double().numpy(), compute_uv=False), rtol=10 * tol)
