@@ -388,13 +388,18 @@ _DIM_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key
 
 def _gguf_key(table: GGUFTable, key: str) -> str:
     """The metadata key a config key comes from (``llama.block_count`` for ``num_hidden_layers``), else ``key``."""
-    try:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+    from toolkit.sources import gguf_names
 
-        tables = GGUF_TO_TRANSFORMERS_MAPPING["config"].values()
-    except (ImportError, KeyError):
-        return key
     arch = table.architecture
+    if arch in gguf_names.ARCHITECTURES:  # the own table: no transformers import for an error message
+        tables = [gguf_names.CONFIG_KEYS[arch]]
+    else:
+        try:
+            from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+
+            tables = GGUF_TO_TRANSFORMERS_MAPPING["config"].values()
+        except (ImportError, KeyError):
+            return key
     for gguf_key in table.metadata:
         prefix, _, rest = gguf_key.partition(".")
         if prefix == arch and any(names.get(rest) == key for names in tables):

@@ -146,6 +146,32 @@ def own_config(table: GGUFTable) -> dict | None:
     return config
 
 
+def expected_shapes(config: dict) -> dict[str, tuple[int, ...]] | None:
+    """The shape of each parameter (layer prefix dropped) of the model ``config`` describes; None when its
+    sizes are missing or inconsistent (``transformers``' config class then says why, on its path)."""
+    sizes = [config.get(k) for k in ("hidden_size", "intermediate_size", "num_attention_heads",
+                                     "num_key_value_heads", "vocab_size")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes):
+        return None
+    h, inter, heads, kv, vocab = sizes
+    d = config.get("head_dim")
+    if d is None:
+        if h % heads:
+            return None
+        d = h // heads
+    if not (isinstance(d, int) and d > 0) or heads % kv or h % heads:
+        return None
+    shapes = {"model.embed_tokens.weight": (vocab, h), "lm_head.weight": (vocab, h), "model.norm.weight": (h,),
+              "input_layernorm.weight": (h,), "post_attention_layernorm.weight": (h,),
+              "self_attn.q_norm.weight": (d,), "self_attn.k_norm.weight": (d,),
+              "mlp.gate_proj.weight": (inter, h), "mlp.up_proj.weight": (inter, h), "mlp.down_proj.weight": (h, inter),
+              "self_attn.o_proj.weight": (h, heads * d)}
+    for part, rows in (("q", heads * d), ("k", kv * d), ("v", kv * d)):
+        shapes[f"self_attn.{part}_proj.weight"] = (rows, h)
+        shapes[f"self_attn.{part}_proj.bias"] = (rows,)
+    return shapes
+
+
 def _reverse_permute(weights: np.ndarray, n_head: int, num_kv_heads: int | None = None) -> np.ndarray:
     """``LlamaTensorProcessor._reverse_permute_weights``: undo llama.cpp's rotary permutation of q/k rows."""
     if num_kv_heads is not None and n_head != num_kv_heads:
@@ -179,12 +205,18 @@ class OwnPlan:
         if config is None:
             return None
         arch = table.architecture
+        shapes = expected_shapes(config)
+        if shapes is None:
+            return None
         names: dict[int, str] = {}
         for i, info in enumerate(table.tensors):
             if info.name in DROPPED:
                 continue
             name = parameter_name(info.name, arch)
             if name is None or name in names.values():
+                return None
+            kind = re.sub(r"^model\.layers\.\d+\.", "", name)
+            if shapes.get(kind) != tuple(info.shape):  # not the model the metadata describes: transformers says why
                 return None
             names[i] = name
         return cls(table, config, names)
