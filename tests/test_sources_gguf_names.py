@@ -123,6 +123,11 @@ def test_anything_unknown_goes_the_transformers_way(tmp_path):
     assert OwnPlan.of(dataclasses.replace(table, tensors=(*table.tensors[:3], odd, *table.tensors[4:]))) is None
     gemma = dataclasses.replace(table, metadata={**table.metadata, "general.architecture": "gemma3"})
     assert OwnPlan.of(gemma) is None
+    q = next(i for i, t in enumerate(table.tensors) if t.name == "blk.1.attn_q.weight")
+    wrong = dataclasses.replace(table.tensors[q], shape=(48, 64))  # not the 64 x 64 the metadata's model has
+    assert OwnPlan.of(dataclasses.replace(table, tensors=(*table.tensors[:q], wrong, *table.tensors[q + 1:]))) is None
+    heads = dataclasses.replace(table, metadata={**table.metadata, "llama.attention.head_count": 3})  # 64 / 3
+    assert OwnPlan.of(heads) is None
     # renamed 'mistral' by transformers, whose gguf-py name map then refuses it: its error, not our guess
     mistral = dataclasses.replace(table, metadata={**table.metadata, "general.name": "mistral"})
     assert OwnPlan.of(mistral) is None
