@@ -34,12 +34,17 @@ browser-deps:
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache test-artifacts
 
-.PHONY: bench-ww bench-scale bench-cold
+.PHONY: bench-ww bench-scale bench-scale-7b bench-cold
 bench-ww: setup
 	$(BIN)/python benchmarks/bench_weightwatcher.py --reps 3
 
 bench-scale: setup
 	$(BIN)/python benchmarks/bench_scale.py --reps 3
+
+# Qwen2.5-7B shapes, 2 layers (add LAYERS=28 on a quiet machine), WeightWatcher on 1 layer
+LAYERS ?= 2
+bench-scale-7b: setup
+	$(BIN)/python benchmarks/bench_scale.py --shapes 7b --layers $(LAYERS) --ww-layers 1 --reps 1
 
 bench-cold: setup
 	$(BIN)/python benchmarks/bench_cold_start.py --reps 3

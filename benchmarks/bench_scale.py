@@ -22,6 +22,14 @@ Usage::
 
     .venv/bin/python benchmarks/bench_scale.py [--reps 3] [--device cpu|cuda]
         [--keep DIR] [--modes floor,norms,compare,all[,compare-all]] [--heavy-reps 1]
+        [--precision float64|float32]
+
+``--shapes 7b`` runs the Qwen2.5-7B-shapes mode instead (see
+``benchmarks/_scale_7b.py``: all metrics against the linear-algebra floor, the
+float32 mode, WeightWatcher)::
+
+    .venv/bin/python benchmarks/bench_scale.py --shapes 7b --layers 2 [--ww-layers 1]
+        [--modes floor,floor32,all,all32,ww] [--keep DIR]
 
 ``--keep DIR`` generates the checkpoints into DIR once and reuses them
 (default: a temporary folder, deleted at the end).
@@ -39,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
+import _scale_7b as S7  # noqa: E402
 
 QWEN25_15B = {
     "architectures": ["Qwen2ForCausalLM"],
@@ -163,7 +172,7 @@ def child_floor(folder: Path, threads: int | None) -> None:
     H.emit(seconds=time.perf_counter() - t0, elements=n)
 
 
-def child_toolkit(mode: str, folder: Path, device: str, threads: int | None) -> None:
+def child_toolkit(mode: str, folder: Path, device: str, threads: int | None, precision: str = "float64") -> None:
     t0 = time.perf_counter()
     import toolkit  # the import a notebook has already done
 
@@ -177,7 +186,7 @@ def child_toolkit(mode: str, folder: Path, device: str, threads: int | None) -> 
     t0 = time.perf_counter()
     if mode in ("norms", "all"):
         ds = toolkit.weight_stats(str(folder / "base"), ENTRYWISE if mode == "norms" else None,
-                                  device=device, progress=False, cache=False)
+                                  device=device, progress=False, cache=False, precision=precision)
     else:
         from toolkit.collect.compare import compare
 
@@ -201,17 +210,27 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=DEFAULT_MODES, help=f"comma list of {MODES} (default {DEFAULT_MODES})")
     ap.add_argument("--heavy-reps", type=int, default=1, help="repetitions of 'all' and 'compare-all' (default 1)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--precision", default="float64", choices=["float64", "float32"],
+                    help="spectral precision of the 'all' mode (default float64)")
+    ap.add_argument("--shapes", default="1.5b", choices=["1.5b", "7b"],
+                    help="Qwen2.5-1.5B shapes (default) or the Qwen2.5-7B-shapes mode")
+    ap.add_argument("--layers", type=int, default=28, help="7b: layers to generate and measure (default 28)")
+    ap.add_argument("--ww-layers", type=int, default=1, help="7b: layers WeightWatcher analyses (default 1)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dir", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    if args.child and args.child.startswith("7b-"):
+        return child_7b(args)
+    if args.shapes == "7b":
+        return main_7b(args)
     if args.child:
         if args.child == "generate":
             child_generate(args.dir)
         elif args.child == "floor":
             child_floor(args.dir / "base", args.threads)
         else:
-            child_toolkit(args.child, args.dir, args.device, args.threads)
+            child_toolkit(args.child, args.dir, args.device, args.threads, args.precision)
         return 0
 
     modes = [m for m in args.modes.split(",") if m]
@@ -223,7 +242,7 @@ def main(argv=None) -> int:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", **H.thread_env(args.threads)}
-    common = ["--dir", str(folder), "--device", args.device]
+    common = ["--dir", str(folder), "--device", args.device, "--precision", args.precision]
     if args.threads:
         common += ["--threads", str(args.threads)]
     print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; {args.reps} reps per mode")
@@ -251,6 +270,74 @@ def main(argv=None) -> int:
             shutil.rmtree(folder, ignore_errors=True)
 
     figures = report(runs, args)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+def child_7b(args) -> int:
+    mode = args.child.removeprefix("7b-")
+    if mode == "generate":
+        S7.generate(args.dir, args.layers)
+    elif mode in ("floor", "floor32"):
+        S7.child_floor(args.dir, args.threads, "float64" if mode == "floor" else "float32")
+    elif mode in ("all", "all32"):
+        S7.child_toolkit(args.dir, args.device, args.threads, "float64" if mode == "all" else "float32")
+    else:
+        S7.child_ww(args.dir, args.device, args.threads, args.ww_layers)
+    return 0
+
+
+def main_7b(args) -> int:
+    """The 7B-shapes mode: generate (untimed), run each mode in fresh processes, print the table."""
+    from bench_weightwatcher import WW_PY, ensure_ww_venv
+
+    modes = [m for m in (args.modes if args.modes != DEFAULT_MODES else ",".join(S7.MODES)).split(",") if m]
+    unknown = set(modes) - set(S7.MODES)
+    if unknown:
+        raise SystemExit(f"unknown 7b modes {sorted(unknown)}; known: {S7.MODES}")
+    if "ww" in modes:
+        ensure_ww_venv()
+    folder = (args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-7b-"))) / f"qwen25-7b-{args.layers}l"
+    me = [sys.executable, str(Path(__file__).resolve())]
+    env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
+    common = ["--shapes", "7b", "--dir", str(folder), "--device", args.device, "--layers", str(args.layers),
+              "--ww-layers", str(args.ww_layers)] + (["--threads", str(args.threads)] if args.threads else [])
+    print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; Qwen2.5-7B shapes, {args.layers} "
+          f"layer(s); {args.reps} rep(s) per mode; WeightWatcher on {args.ww_layers} layer(s)")
+    try:
+        if not (folder / "model.safetensors.index.json").is_file():
+            print(f"generating {folder} (untimed) ...", flush=True)
+            t0 = time.perf_counter()
+            gen = H.run_child(["nice", "-n", "10"] + me + ["--child", "7b-generate"] + common, env=env)
+            print(f"  {H.fmt_bytes(gen['total_bytes'])}, {time.perf_counter() - t0:.0f} s", flush=True)
+        _warm(folder)
+        runs: dict[str, list[dict]] = {m: [] for m in modes}
+        for rep in range(args.reps):
+            for m in modes:
+                if m == "ww" and rep >= args.heavy_reps:
+                    continue
+                python = [str(WW_PY), me[1]] if m == "ww" else me
+                r = H.run_child(python + ["--child", f"7b-{m}"] + common, env=env, timeout=4 * 3600)
+                runs[m].append(r)
+                print(f"  rep {rep + 1} {m:8s} {r['seconds']:8.1f} s  peak RSS {H.fmt_bytes(r['peak_rss'])}",
+                      flush=True)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(folder.parent, ignore_errors=True)
+    rows, misses, figures = S7.report(runs, args.layers, args.ww_layers)
+    print()
+    print(H.table(rows, ["mode", "median time", "per layer", "ratio", "target", "peak RSS", "RSS target"]))
+    for line in S7.agreement(runs):
+        print(line)
+        if "MISS" in line:
+            misses.append(line)
+    if "ww" in runs and runs["ww"]:
+        print(f"WeightWatcher's from_pretrained (untimed): {H.median_of(runs['ww'], 'load_s'):.1f} s")
+    print(f"largest matrix in float64: {H.fmt_bytes(S7.LARGEST_F64)}; {H.load()} at end")
+    print("all targets met: PASS" if not misses else "MISSED: " + "; ".join(misses))
+    figures.update(machine=H.machine(), load_at_end=H.load(), misses=misses,
+                   agreement=S7.agreement(runs), all_runs=runs)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

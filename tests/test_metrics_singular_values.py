@@ -49,11 +49,11 @@ def test_transposition_invariance(method):
 
 
 def test_gram_blocks_accumulate_exactly(monkeypatch):
-    import toolkit.metrics.spectral as spectral
+    import toolkit.metrics.gram as gram
 
     w = _random((300, 90), torch.float32, seed=5)
     whole = singular_values(w, method="gram")
-    monkeypatch.setattr(spectral, "_GRAM_BLOCK", 5000)  # many small blocks, both orientations
+    monkeypatch.setattr(gram, "_GRAM_BLOCK", 5000)  # many small blocks, both orientations
     np.testing.assert_allclose(singular_values(w, method="gram").numpy(), whole.numpy(), rtol=1e-12)
     np.testing.assert_allclose(singular_values(w.T, method="gram").numpy(), whole.numpy(), rtol=1e-12)
 

@@ -229,6 +229,7 @@ def _cmd_weights(args) -> int:
         revision=args.revision,
         device=args.device,
         progress=not args.quiet,
+        precision=args.precision,
     )
     return _save_outputs(ds, args, plot_metric)
 
@@ -297,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = sub.add_parser("weights", help="statistics of every weight matrix, per layer and component")
     _add_source_args(w, help_default=" (default: the embedded SmolLM2-135M-Instruct GGUF)")
     w.add_argument("--metrics", nargs="+", default=None, help="metric names (default: all registered)")
+    w.add_argument("--precision", choices=["float64", "float32"], default="float64",
+                   help="precision of the singular values (default float64; float32 is ~2x faster, see "
+                        "docs/scaling.md)")
     _add_output_args(w, "stable_rank")
     w.set_defaults(func=_cmd_weights)
 

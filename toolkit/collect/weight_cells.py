@@ -107,21 +107,27 @@ class WeightMeasurement:
         Where the singular values are computed.
     spectra : bool
         Also keep each cell's eigenvalues (``keep_spectra``).
+    precision : str
+        Of the singular values, ``"float64"`` or ``"float32"`` (part of the
+        spectral metrics' cache keys when not float64).
     """
 
     chosen: tuple
     keys: dict
     device: str = "cpu"
     spectra: bool = False
+    precision: str = "float64"
     kind = "weights"
 
     @classmethod
-    def make(cls, metrics, device: str = "cpu", spectra: bool = False) -> WeightMeasurement:
+    def make(cls, metrics, device: str = "cpu", spectra: bool = False,
+             precision: str = "float64") -> WeightMeasurement:
         """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive their cache keys."""
         chosen = tuple(resolve_metrics(metrics, kind="weight"))
-        keys = {m.name: metric_key(m, **dict(m.options), **({"device": str(device)} if m.needs_singular_values else {}))
+        spectral = {"device": str(device), **({"precision": precision} if precision != "float64" else {})}
+        keys = {m.name: metric_key(m, **dict(m.options), **(spectral if m.needs_singular_values else {}))
                 for m in chosen}
-        return cls(chosen, keys, device, bool(spectra))
+        return cls(chosen, keys, device, bool(spectra), precision)
 
     @property
     def float32(self) -> bool:
@@ -131,7 +137,10 @@ class WeightMeasurement:
 
     def lookup(self, store: ResultCache, planned: PlannedTensor) -> TensorWork:
         """The tensor's cells and what the cache already holds for them."""
-        cells = lookup_cells(store, record_id(planned.record), planned.pieces, self.chosen, self.keys, self.spectra)
+        tensor_id = record_id(planned.record)
+        if self.precision != "float64":  # its own cells: a float32 spectrum never stands in for a float64 one
+            tensor_id += f"|{self.precision}"
+        cells = lookup_cells(store, tensor_id, planned.pieces, self.chosen, self.keys, self.spectra)
         return TensorWork(planned.record.name, (planned.record,), (planned.record.name,), cells)
 
     def reader(self, work: TensorWork):
@@ -142,7 +151,7 @@ class WeightMeasurement:
         """Fresh :class:`~toolkit.collect.grid.Cell` of each cell with work left (None for the others)."""
         return [Cell.measured(c.piece.parameter_name,
                               evaluate_matrix(c.piece.extract(tensor), list(c.todo), device=self.device,
-                                              keep_spectrum=c.need_spectrum))
+                                              keep_spectrum=c.need_spectrum, precision=self.precision))
                 if c.work_left else None for c in work.cells]
 
     def finish(self, store: ResultCache, work: TensorWork, fresh: list | None) -> dict:

@@ -42,7 +42,7 @@ class MatrixResult:
 
 
 def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = None, device: str = "cpu",
-                    strict: bool = False, keep_spectrum: bool = False) -> MatrixResult:
+                    strict: bool = False, keep_spectrum: bool = False, precision: str = "float64") -> MatrixResult:
     """Compute ``metrics`` on one matrix.
 
     Parameters
@@ -63,6 +63,12 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     keep_spectrum : bool, default False
         Also return the eigenvalues of WᵀW (:attr:`MatrixResult.eigenvalues`),
         from the same singular values the spectral metrics use.
+    precision : {"float64", "float32"}, default "float64"
+        Of the singular values (:func:`~toolkit.metrics.singular_values`).
+        With ``"float32"``, the metrics that read the smallest singular values
+        (:data:`~toolkit.metrics.spectral.SMALL_VALUE_METRICS`) are NaN, with
+        the reason, where float32 cannot resolve them
+        (:func:`~toolkit.metrics.spectral.float32_resolves`).
 
     Returns
     -------
@@ -73,7 +79,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     """
     from toolkit.metrics.norms import count_nonfinite
     from toolkit.metrics.registry import DegenerateMatrix
-    from toolkit.metrics.spectral import singular_values
+    from toolkit.metrics.spectral import SMALL_VALUE_METRICS, float32_resolves, singular_values
 
     result = MatrixResult((int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (0, 0))
     if w.ndim != 2 or w.numel() == 0:
@@ -88,7 +94,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     s_error = None
     if s is None and (keep_spectrum or any(m.needs_singular_values for m in metrics)):
         try:
-            s = singular_values(w, device=device)
+            s = singular_values(w, device=device, precision=precision)
         except DegenerateMatrix as e:
             s_error = e.reason
         except Exception as e:
@@ -98,9 +104,13 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
             result.errors.update(m.name for m in metrics if m.needs_singular_values)
     if keep_spectrum and s is not None:
         result.eigenvalues = (s.detach().to("cpu", torch.float64) ** 2).numpy()
+    unresolved = float32_resolves(s, result.shape) if precision == "float32" and s is not None else ""
     for m in metrics:
         if m.needs_singular_values and s is None:
             result.values[m.name], result.reasons[m.name] = math.nan, s_error or "no singular values"
+            continue
+        if unresolved and m.name in SMALL_VALUE_METRICS:
+            result.values[m.name], result.reasons[m.name] = math.nan, unresolved
             continue
         try:
             value, reason = m.evaluate(w, s)

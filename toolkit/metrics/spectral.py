@@ -8,21 +8,26 @@ matrix; every spectral metric (``spectral_norm``, ``stable_rank``,
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 
-import numpy as np
 import torch
 
+from toolkit.metrics.gram import (  # noqa: F401 - _BUFFERS and reuse_buffers are used from here
+    _BUFFERS,
+    _gram,
+    _gram_eigenvalues_cpu,
+    _gram_eigenvalues_cpu32,
+    _raise_nonfinite,
+    reuse_buffers,
+)
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-# Elements of W per float64 block while forming the Gram matrix (32 MiB; two
-# passes may run at once, see toolkit.collect.stream).
-_GRAM_BLOCK = 1 << 22
 # float64 input whose spectrum is worse conditioned than this is redone by SVD.
 _GRAM_MAX_COND = 1e4
 _EPS64 = torch.finfo(torch.float64).eps
+_EPS32 = torch.finfo(torch.float32).eps
+#: The precisions of the Gram route (``singular_values(..., precision=)``).
+PRECISIONS = ("float64", "float32")
 
 
 def _resolve_device(device) -> torch.device:
@@ -69,105 +74,74 @@ def check_device(device, *, available: bool = True) -> torch.device:
     return dev
 
 
-def _gram(w: torch.Tensor) -> torch.Tensor:
-    """The smaller Gram matrix, W Wᵀ or WᵀW, accumulated in float64 by blocks."""
-    m, n = w.shape
-    wide = m <= n  # (m, m) = W Wᵀ; else (n, n) = WᵀW
-    k = m if wide else n
-    g = torch.zeros(k, k, dtype=torch.float64, device=w.device)
-    step = max(1, _GRAM_BLOCK // k)
-    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
-        b = blk.to(torch.float64)
-        g.addmm_(b, b.T) if wide else g.addmm_(b.T, b)
-    return g
+def precision_floor(shape: tuple[int, int], precision: str = "float64") -> float:
+    r"""The accuracy floor of the Gram route, relative to :math:`\sigma_{max}`: :math:`\sqrt{\max(m, n)\,\epsilon}`.
 
-
-class _GramBuffers(threading.local):
-    """Per-thread float64 buffers of the CPU Gram route, reused from matrix to matrix
-    inside :func:`reuse_buffers`.
-
-    A pass measures hundreds of matrices of a few shapes; allocating the
-    32 MiB block and the Gram matrix afresh for each made glibc raise its
-    mmap threshold and serve them from the heap, where freed blocks of two
-    threads fragmented it: peak RSS grew by ~400 MiB over a 28-layer pass
-    (benchmarks/bench_scale.py, 'all' mode). Outside :func:`reuse_buffers`
-    (a notebook's main thread, a Dask worker's) each call gets fresh
-    buffers, so no thread holds hundreds of MiB between calls.
+    Singular values at or below ``floor * sigma_max`` are not resolved by the
+    Gram route in that precision (``epsilon`` of float64 or float32):
+    :func:`singular_values` sets them to 0 in float64; in float32 see
+    :func:`float32_resolves`.
     """
-
-    depth = 0
-
-    def take(self, name: str, size: int) -> np.ndarray:
-        if not self.depth:
-            return np.empty(size, dtype=np.float64)
-        buf = getattr(self, name, None)
-        if buf is None or buf.size < size:
-            setattr(self, name, None)  # free the old one first
-            buf = np.empty(size, dtype=np.float64)
-            setattr(self, name, buf)
-        return buf[:size]
-
-    def release(self) -> None:
-        for name in [k for k in vars(self) if k != "depth"]:
-            delattr(self, name)
+    eps = _EPS32 if precision == "float32" else _EPS64
+    return math.sqrt(max(shape) * eps)
 
 
-@contextlib.contextmanager
-def reuse_buffers():
-    """Within this context, the calling thread keeps its Gram buffers from one matrix to the next
-    (freed when the outermost context of the thread exits).
+#: Metrics that read the smallest singular values (condition number, the numerical rank and what
+#: is normalised by it), which the float32 Gram route resolves only for well-conditioned matrices.
+SMALL_VALUE_METRICS = frozenset({"condition_number", "matrix_rank", "rank_loss", "spectral_entropy"})
 
-    Used by each pipeline thread of a pass (:class:`toolkit.collect.executors.SerialExecutor`).
+#: float32 Gram results are trusted for :data:`SMALL_VALUE_METRICS` only when sigma_min is at
+#: least this many times the float32 rounding level f = sqrt(sqrt(max(m, n)) eps32) sigma_max:
+#: then the relative error of sigma_min, about (f / sigma_min)^2 / 2, is at most 1 / (2 * 70^2) = 1e-4.
+FLOAT32_MARGIN = 70.0
+
+
+def float32_resolves(s: torch.Tensor, shape: tuple[int, int]) -> str:
+    r"""Why a float32 spectrum cannot give the metrics of its smallest singular values (``""`` when it can).
+
+    Parameters
+    ----------
+    s : torch.Tensor, shape (k,)
+        Singular values from ``singular_values(..., precision="float32")``, descending.
+    shape : (int, int)
+        The matrix shape.
+
+    Returns
+    -------
+    str
+        ``""`` when :math:`\sigma_{min} \ge 70 f`,
+        :math:`f = \sqrt{\sqrt{\max(m,n)}\,\epsilon_{32}}\,\sigma_{max}` (then every
+        singular value is resolved, the matrix has full numerical rank, and
+        :math:`\kappa` is known to about 1e-4 relative), else the reason to
+        record with the NaN of those metrics.
+
+    Notes
+    -----
+    An eigenvalue of a float32 Gram matrix carries an absolute error of
+    about :math:`\sqrt{\max(m,n)}\,\epsilon_{32}\,\sigma_{max}^2` (rounding errors of
+    the products add up like a random walk; the worst case is :math:`\max(m,n)`
+    times :math:`\epsilon_{32}\sigma_{max}^2`), so :math:`\sigma_i` has a relative
+    error of about :math:`(f / \sigma_i)^2 / 2`. Measured on random bf16
+    matrices of 7B shapes: 512 x 3584 and 18944 x 3584
+    (:math:`\sigma_{min}/\sigma_{max}` 0.46 and 0.40) give :math:`\sigma_{min}`
+    within 1e-6 of float64; 3584 x 3584 (2.7e-4) gives 0 (unresolved). Below
+    70 f the condition number, the numerical rank (NumPy's tolerance
+    :math:`\max(m,n)\,\epsilon_{64}\,\sigma_{max}` is far below f) and the entropy
+    normalised by it cannot be trusted.
     """
-    _BUFFERS.depth += 1
-    try:
-        yield
-    finally:
-        _BUFFERS.depth -= 1
-        if not _BUFFERS.depth:
-            _BUFFERS.release()
+    if s is None or s.numel() == 0 or float(s[0]) == 0.0:
+        return ""  # the metric itself says why
+    floor = math.sqrt(math.sqrt(max(shape)) * _EPS32)
+    ratio = float(s[-1]) / float(s[0])
+    if ratio >= FLOAT32_MARGIN * floor:
+        return ""
+    return (f"precision='float32' resolves sigma_min only above {FLOAT32_MARGIN * floor:.2g} sigma_max here "
+            f"(found {ratio:.2g}, condition number > {1 / (FLOAT32_MARGIN * floor):.3g}); rerun with "
+            "precision='float64'")
 
 
-_BUFFERS = _GramBuffers()
-
-
-def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
-    """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor.
-
-    Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`):
-    each block is converted into one float64 buffer and ``b.T @ b`` (one
-    buffer, once transposed) makes NumPy call BLAS ``dsyrk``, the symmetric
-    product in half the flops of a general one; ``numpy.linalg.eigvalsh``
-    then diagonalises the sum. Both release the GIL, so two passes run side
-    by side. On one core this is 1.5-2x faster than ``addmm_`` +
-    ``torch.linalg.eigvalsh`` for 576-1536 wide matrices. (SciPy's in-place
-    ``dsyrk``/``dsyevd`` would save the product buffer, but its BLAS ran two
-    threads' calls 1.3-2x slower than NumPy's on this machine.)
-    """
-    m, n = w.shape
-    wide = m <= n
-    k = m if wide else n
-    step = max(1, _GRAM_BLOCK // k)
-    g = _BUFFERS.take("gram", k * k).reshape(k, k)
-    g.fill(0.0)
-    product = _BUFFERS.take("product", k * k).reshape(k, k)
-    block = _BUFFERS.take("block", k * min(step, n if wide else m))
-    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
-        rows, cols = blk.shape
-        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
-        b.copy_(blk)
-        x = b.numpy()
-        if wide:
-            np.matmul(x, x.T, out=product)
-        else:
-            np.matmul(x.T, x, out=product)
-        g += product
-    if not np.isfinite(g).all():
-        _raise_nonfinite(w)
-    return torch.from_numpy(np.linalg.eigvalsh(g))
-
-
-def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> torch.Tensor:
+def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
+                    precision: str = "float64") -> torch.Tensor:
     r"""Singular values of a weight matrix, descending, as float64 on the CPU.
 
     Parameters
@@ -184,6 +158,11 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
         ``"svd"``: ``torch.linalg.svdvals`` in the input's precision (at least
         float32). ``"auto"``: Gram, except that float64 input whose spectrum
         is worse conditioned than 1e4 is redone by float64 SVD.
+    precision : {"float64", "float32"}, default "float64"
+        Of the Gram route. ``"float32"`` forms and diagonalises the Gram
+        matrix in float32 (about 2x faster, see Notes for what it
+        resolves); no SVD fallback, no zeroing below the floor (negative
+        eigenvalues are clipped to 0).
 
     Returns
     -------
@@ -222,14 +201,23 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
     :math:`\sigma_{max}` for 4096 x 11008), no worse than a float32 SVD's own
     :math:`\sim\max(m,n)\,\epsilon_{32}\,\sigma_{max}`. So for float32 (or
     lower-precision) weights, Gram-in-float64 is at least as accurate as the
-    SVD in their precision, and never slower; it is never done in float32.
-    Only float64 input can ask for more, hence the SVD fallback for
+    SVD in their precision, and never slower; by default it is never done in
+    float32. Only float64 input can ask for more, hence the SVD fallback for
     ill-conditioned float64 input. Accuracy floors (values at or below
     become 0): Gram, :math:`\sqrt{\max(m,n)\,\epsilon_{64}}\,\sigma_{max}`;
     SVD, :math:`\max(m,n)\,\epsilon\,\sigma_{max}` (the NumPy
     ``matrix_rank`` tolerance).
 
-    *Device.* On CUDA the same float64 Gram route runs on the GPU in torch
+    *precision="float32".* :math:`G` formed (``ssyrk``) and diagonalised
+    (``ssyevd``) in float32: about 2x faster than float64 on 7B shapes
+    (``benchmarks/bench_scale.py --shapes 7b``). The eigenvalues then carry an
+    absolute error up to :math:`\sim\max(m,n)\,\epsilon_{32}\,\sigma_{max}^2`,
+    so the large singular values, and with them the spectral norm, stable rank,
+    effective rank and the power-law fit of the tail, agree with float64 to
+    rounding (measured in ``docs/scaling.md``); the smallest ones do not, which
+    :func:`float32_resolves` judges for the metrics that read them.
+
+    *Device.* On CUDA the same Gram route runs on the GPU in torch
     (``addmm_`` + ``torch.linalg.eigvalsh``; fast on data-centre GPUs,
     consumer GPUs have slow float64).
 
@@ -242,6 +230,8 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
         raise DegenerateMatrix(f"expected a non-empty 2-D matrix, got shape {tuple(w.shape)}")
     if method not in ("auto", "gram", "svd"):
         raise ValueError(f"method must be 'auto', 'gram' or 'svd', got {method!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if not w.is_floating_point():
         w = w.to(torch.float32)
     w = w.to(_resolve_device(device))
@@ -249,6 +239,15 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto") -> t
     big = max(m, n)
     if method == "svd":
         s = _svd(w)
+    elif precision == "float32":
+        if w.device.type == "cpu":
+            lam = _gram_eigenvalues_cpu32(w)
+        else:
+            g = _gram(w, torch.float32)
+            if not bool(torch.isfinite(g).all()):
+                _raise_nonfinite(w)
+            lam = torch.linalg.eigvalsh(g).to(torch.float64)
+        s = lam.flip(0).clamp_min_(0.0).sqrt_()
     else:
         if w.device.type == "cpu":
             lam = _gram_eigenvalues_cpu(w)
@@ -277,13 +276,6 @@ def _svd(w: torch.Tensor) -> torch.Tensor:
         _raise_nonfinite(w)
     s[s <= max(x.shape) * torch.finfo(x.dtype).eps * float(s[0])] = 0.0
     return s
-
-
-def _raise_nonfinite(w: torch.Tensor):
-    bad = int((~torch.isfinite(w)).sum())
-    if bad:
-        raise DegenerateMatrix(f"matrix contains NaN/Inf ({bad} entries)")
-    raise DegenerateMatrix("entries too large: W^T W overflows float64")
 
 
 def _top(s: torch.Tensor, name: str) -> float:

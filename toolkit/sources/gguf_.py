@@ -30,6 +30,7 @@ from toolkit.errors import CheckpointFileError
 from toolkit.sources._common import FileSource, shown, size_problems
 from toolkit.sources._gguf_table import GGUFArray, GGUFTable, read_gguf_table, tensor_data
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.gguf_names import OwnPlan
 
 #: GGUF float types kept in their own dtype by ``read()`` (when exact).
 _FLOAT_TYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64}
@@ -257,14 +258,14 @@ class _Touched(dict):
 class _Plan:
     """What transformers does with each stored tensor of one GGUF file."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, table: GGUFTable | None = None):
         from transformers.modeling_gguf_pytorch_utils import (
             TENSOR_PROCESSORS,
             TensorProcessor,
             get_gguf_hf_weights_map,
         )
 
-        self.table: GGUFTable = read_gguf_table(path)
+        self.table: GGUFTable = table or read_gguf_table(path)
         arch = self.table.architecture
         _refuse_packed_path(path, arch)
         self.raw_config = gguf_config(path, arch, self.table)
@@ -334,15 +335,8 @@ class _Plan:
             info = self.table.tensors[i]
             try:
                 weights = dequantize(tensor_data(info, self.table.path), info.ggml_type)
-            except NotImplementedError as exc:
-                raise CheckpointFileError(self.table.path, f"tensor {info.name!r}: {exc}") from exc
             except _MODEL_CODE_ERRORS as exc:
-                if isinstance(exc, _LET_THROUGH):
-                    raise
-                raise CheckpointFileError(
-                    self.table.path, f"tensor {info.name!r} (shape {info.shape}, {info.type_name}) cannot be "
-                    f"dequantised ({type(exc).__name__}: {_one_line(exc, 200)}); re-download or re-convert the file",
-                ) from exc
+                raise dequantise_error(self.table.path, info, exc) from exc
             with _model_code(self.table.path, f"tensor {info.name!r} cannot be processed"):
                 self._process(weights, info.name, parsed)
         return parsed["tensors"]
@@ -354,6 +348,18 @@ class _Plan:
 _MODEL_CODE_ERRORS = (Exception,)
 #: Never turned into a :class:`CheckpointFileError`: ours already, or no statement about the file.
 _LET_THROUGH = (CheckpointFileError, MemoryError)
+
+
+def dequantise_error(path: str, info, exc: BaseException) -> BaseException:
+    """The error to raise when ``gguf.dequantize`` fails on a stored tensor (``exc`` itself when let through)."""
+    if isinstance(exc, _LET_THROUGH):
+        return exc
+    if isinstance(exc, NotImplementedError):
+        return CheckpointFileError(path, f"tensor {info.name!r}: {exc}")
+    return CheckpointFileError(
+        path, f"tensor {info.name!r} (shape {info.shape}, {info.type_name}) cannot be dequantised "
+        f"({type(exc).__name__}: {_one_line(exc, 200)}); re-download or re-convert the file",
+    )
 
 
 def _one_line(exc: BaseException, limit: int = 300) -> str:
@@ -382,13 +388,18 @@ _DIM_KEYS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key
 
 def _gguf_key(table: GGUFTable, key: str) -> str:
     """The metadata key a config key comes from (``llama.block_count`` for ``num_hidden_layers``), else ``key``."""
-    try:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+    from toolkit.sources import gguf_names
 
-        tables = GGUF_TO_TRANSFORMERS_MAPPING["config"].values()
-    except (ImportError, KeyError):
-        return key
     arch = table.architecture
+    if arch in gguf_names.ARCHITECTURES:  # the own table: no transformers import for an error message
+        tables = [gguf_names.CONFIG_KEYS[arch]]
+    else:
+        try:
+            from transformers.modeling_gguf_pytorch_utils import GGUF_TO_TRANSFORMERS_MAPPING
+
+            tables = GGUF_TO_TRANSFORMERS_MAPPING["config"].values()
+        except (ImportError, KeyError):
+            return key
     for gguf_key in table.metadata:
         prefix, _, rest = gguf_key.partition(".")
         if prefix == arch and any(names.get(rest) == key for names in tables):
@@ -458,9 +469,27 @@ def _refuse_packed_path(path: str, arch: str) -> None:
 
 
 @functools.lru_cache(maxsize=8)
-def _plan(path: str, *identity: int) -> _Plan:
-    """The plan of a file, kept for the same path and stat identity (size, times, inode: a rewrite misses)."""
-    return _Plan(path)
+def _plan(path: str, *identity: int) -> _Plan | OwnPlan:
+    """The plan of a file, kept for the same path and stat identity (size, times, inode: a rewrite misses).
+
+    From the toolkit's own table (:class:`~toolkit.sources.gguf_names.OwnPlan`, no
+    ``transformers`` import) when it covers the file, else from ``transformers``.
+    """
+    table = read_gguf_table(path)
+    own = OwnPlan.of(table)
+    if own is not None:
+        check_declared_sizes(table, own.raw_config)
+        return own
+    return _Plan(path, table)
+
+
+def _normalized(raw: dict) -> dict:
+    """:func:`normalize_config`, asking ``transformers``' config class only for standard keys the header lacks
+    (it fills nothing else; importing it is most of the opening time of a small file)."""
+    from toolkit.config_keys import STANDARD_KEYS
+
+    missing = any(normalize_config(raw, use_transformers=False).get(k) is None for k in STANDARD_KEYS)
+    return normalize_config(raw, use_transformers=missing)
 
 
 class GGUFSource(FileSource):
@@ -491,7 +520,7 @@ class GGUFSource(FileSource):
         st = os.stat(path)
         self._plan = _plan(str(Path(path).resolve()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
         super().__init__(
-            location=location or str(path), format="gguf", config=normalize_config(self._plan.raw_config),
+            location=location or str(path), format="gguf", config=_normalized(self._plan.raw_config),
             files=[path], revision=revision,
         )
         self.dropped = list(self._plan.dropped)

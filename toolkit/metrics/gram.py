@@ -1,0 +1,161 @@
+"""The Gram route of :func:`toolkit.metrics.spectral.singular_values`: W Wᵀ or WᵀW and its eigenvalues.
+
+Float64 (blocked, the default) or float32 (whole matrix), on the CPU in
+NumPy with per-thread reused buffers, on CUDA in torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+import torch
+
+from toolkit.metrics.registry import DegenerateMatrix
+
+# Elements of W per float64 block while forming the Gram matrix (32 MiB; two
+# passes may run at once, see toolkit.collect.stream).
+_GRAM_BLOCK = 1 << 22
+
+
+def _gram(w: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The smaller Gram matrix, W Wᵀ or WᵀW, accumulated in ``dtype`` by blocks."""
+    m, n = w.shape
+    wide = m <= n  # (m, m) = W Wᵀ; else (n, n) = WᵀW
+    k = m if wide else n
+    g = torch.zeros(k, k, dtype=dtype, device=w.device)
+    step = max(1, _GRAM_BLOCK // k)
+    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
+        b = blk.to(dtype)
+        g.addmm_(b, b.T) if wide else g.addmm_(b.T, b)
+    return g
+
+
+class _GramBuffers(threading.local):
+    """Per-thread float64 buffers of the CPU Gram route, reused from matrix to matrix
+    inside :func:`reuse_buffers`.
+
+    A pass measures hundreds of matrices of a few shapes; allocating the
+    32 MiB block and the Gram matrix afresh for each made glibc raise its
+    mmap threshold and serve them from the heap, where freed blocks of two
+    threads fragmented it: peak RSS grew by ~400 MiB over a 28-layer pass
+    (benchmarks/bench_scale.py, 'all' mode). Outside :func:`reuse_buffers`
+    (a notebook's main thread, a Dask worker's) each call gets fresh
+    buffers, so no thread holds hundreds of MiB between calls.
+    """
+
+    depth = 0
+
+    def take(self, name: str, size: int, dtype=np.float64) -> np.ndarray:
+        if not self.depth:
+            return np.empty(size, dtype=dtype)
+        if np.dtype(dtype) != np.float64:
+            name = f"{name}_{np.dtype(dtype).name}"
+        buf = getattr(self, name, None)
+        if buf is None or buf.size < size:
+            setattr(self, name, None)  # free the old one first
+            buf = np.empty(size, dtype=dtype)
+            setattr(self, name, buf)
+        return buf[:size]
+
+    def release(self) -> None:
+        for name in [k for k in vars(self) if k != "depth"]:
+            delattr(self, name)
+
+
+@contextlib.contextmanager
+def reuse_buffers():
+    """Within this context, the calling thread keeps its Gram buffers from one matrix to the next
+    (freed when the outermost context of the thread exits).
+
+    Used by each pipeline thread of a pass (:class:`toolkit.collect.executors.SerialExecutor`).
+    """
+    _BUFFERS.depth += 1
+    try:
+        yield
+    finally:
+        _BUFFERS.depth -= 1
+        if not _BUFFERS.depth:
+            _BUFFERS.release()
+
+
+_BUFFERS = _GramBuffers()
+
+
+def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor.
+
+    Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`):
+    each block is converted into one float64 buffer and ``b.T @ b`` (one
+    buffer, once transposed) makes NumPy call BLAS ``dsyrk``, the symmetric
+    product in half the flops of a general one; torch's ``eigvalsh``
+    (:func:`_eigvalsh`) then diagonalises the sum. Both release the GIL, so two passes run side
+    by side. On one core this is 1.5-2x faster than ``addmm_`` +
+    ``torch.linalg.eigvalsh`` for 576-1536 wide matrices. (SciPy's in-place
+    ``dsyrk``/``dsyevd`` would save the product buffer, but its BLAS ran two
+    threads' calls 1.3-2x slower than NumPy's on this machine.)
+    """
+    m, n = w.shape
+    wide = m <= n
+    k = m if wide else n
+    step = max(1, _GRAM_BLOCK // k)
+    g = _BUFFERS.take("gram", k * k).reshape(k, k)
+    g.fill(0.0)
+    product = _BUFFERS.take("product", k * k).reshape(k, k)
+    block = _BUFFERS.take("block", k * min(step, n if wide else m))
+    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
+        rows, cols = blk.shape
+        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
+        b.copy_(blk)
+        x = b.numpy()
+        if wide:
+            np.matmul(x, x.T, out=product)
+        else:
+            np.matmul(x.T, x, out=product)
+        g += product
+    if not np.isfinite(g).all():
+        _raise_nonfinite(w)
+    return _eigvalsh(g)
+
+
+def _eigvalsh(g: np.ndarray) -> torch.Tensor:
+    """Eigenvalues (ascending, float64) of the symmetric matrix ``g`` (not modified), by torch's LAPACK.
+
+    torch's (MKL's ``syevd``) rather than NumPy's (OpenBLAS's): on one core of
+    this machine 2x faster in float64 (2048: 1.9 s against 3.9 s) and 3x in
+    float32 (1.1-1.2 s against 3.3-4.0 s), load ~9; NumPy's ``dsyrk`` stays the
+    faster Gram product (torch has no ``syrk``; its ``mm`` took 1.6-2x longer).
+    """
+    return torch.linalg.eigvalsh(torch.from_numpy(g)).to(torch.float64)
+
+
+def _gram_eigenvalues_cpu32(w: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues (ascending, returned as float64) of the smaller Gram matrix of a CPU tensor, in float32.
+
+    The whole matrix in one BLAS ``ssyrk`` (NumPy's ``x @ x.T`` / ``x.T @ x``
+    on one buffer), no blocks: a float32 tensor is used as it is, another
+    dtype is converted once into a reused float32 buffer. Then float32
+    ``ssyevd`` (:func:`_eigvalsh`). See
+    :func:`toolkit.metrics.spectral.singular_values` for what this precision resolves.
+    """
+    m, n = w.shape
+    wide = m <= n
+    k = m if wide else n
+    if w.dtype == torch.float32 and w.is_contiguous():
+        x = w.numpy()
+    else:
+        x = _BUFFERS.take("whole", m * n, np.float32).reshape(m, n)
+        torch.from_numpy(x).copy_(w)
+    g = _BUFFERS.take("gram", k * k, np.float32).reshape(k, k)
+    np.matmul(x, x.T, out=g) if wide else np.matmul(x.T, x, out=g)
+    if not np.isfinite(g).all():
+        _raise_nonfinite(w)
+    return _eigvalsh(g)
+
+
+def _raise_nonfinite(w: torch.Tensor):
+    bad = int((~torch.isfinite(w)).sum())
+    if bad:
+        raise DegenerateMatrix(f"matrix contains NaN/Inf ({bad} entries)")
+    raise DegenerateMatrix("entries too large: W^T W overflows float64")
