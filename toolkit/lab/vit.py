@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from toolkit.lab.attention import Attention, AttentionActivation, frobenius_norm
+from toolkit.lab.attention import Attention, AttentionActivation, frobenius_norm, score_statistics
 
 
 class Block(nn.Module):
@@ -91,12 +91,40 @@ class ViT(nn.Module):
         torch.Tensor, shape (layer, head, batch), float64
             ``‖φ(Q Kᵀ/√d_head)‖_F`` per layer, head and image.
         """
+        return self.attention_statistics(images, scores=False)[0]
+
+    @torch.no_grad()
+    def attention_statistics(self, images: torch.Tensor, *, scores: bool = True):
+        """Attention norms and, per layer, the scale of the scores, from one forward pass.
+
+        Parameters
+        ----------
+        images : torch.Tensor, shape (batch, in_chans, H, W)
+        scores : bool
+            Also summarise the scaled scores of each layer
+            (:func:`toolkit.lab.attention.score_statistics`). Default True.
+
+        Returns
+        -------
+        norms : torch.Tensor, shape (layer, head, batch), float64
+            ``‖φ(Q Kᵀ/√d_head)‖_F`` per layer, head and image.
+        stats : list of (float, float, float)
+            Per layer, ``mean |S|``, ``p99 |S|`` and the share of ``|S| > 1``
+            over the batch, the heads and every entry; empty when ``scores``
+            is False.
+        """
         attns = [b.attn for b in self.blocks]
+        norms, stats = [], []
         for a in attns:
             a.record = True
         try:
             self(images)
-            return torch.stack([frobenius_norm(a.last_attention).T for a in attns])
+            for a in attns:
+                norms.append(frobenius_norm(a.last_attention).T)
+                if scores:
+                    stats.append(score_statistics(a.last_scores))
+                a.last_attention = a.last_scores = None  # free each layer's matrices as soon as summarised
+            return torch.stack(norms), stats
         finally:
             for a in attns:
-                a.record, a.last_attention = False, None
+                a.record, a.last_attention, a.last_scores = False, None, None
