@@ -118,3 +118,26 @@ def test_no_checkpoints_leaves_only_the_netcdf(tmp_path):
     ds = run_experiment(["x/16"], epochs=1, out=out, preset="fast", checkpoints=False, **TINY)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.nc"]
     assert read_netcdf(out)["completed_epochs"].values.tolist() == [1] == ds["completed_epochs"].values.tolist()
+
+
+def test_history_older_than_the_score_statistics_lines_up():
+    from toolkit.lab.dataset import build_dataset, complete_history, histories_from_dataset, new_history
+
+    hist = new_history()
+    for e in range(3):
+        for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "skipped_steps", "epoch_time"):
+            hist[k].append(float(e))
+        hist["attention_norm_head"].append(np.ones((2, 1)))
+        hist["attention_norm_max"].append(np.ones((2, 1)))
+    old = {k: v for k, v in hist.items() if not k.startswith("score_")}
+    complete_history(old, 2)
+    old["score_mean_abs"].append(np.array([5.0, 6.0]))  # epoch 3, recorded by a newer toolkit
+    for k in ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "skipped_steps", "epoch_time"):
+        old[k].append(3.0)
+    old["attention_norm_head"].append(np.ones((2, 1)))
+    old["attention_norm_max"].append(np.ones((2, 1)))
+    ds = build_dataset({"x/1": old}, epochs=3, depth=2, heads=1, attrs={})
+    assert np.isnan(ds["score_mean_abs"].values[0, :3]).all()
+    np.testing.assert_array_equal(ds["score_mean_abs"].values[0, 3], [5.0, 6.0])  # at epoch 3, not epoch 0
+    back = histories_from_dataset(ds.drop_vars(["score_p99_abs"]))["x/1"]
+    assert len(back["score_p99_abs"]) == 4 and np.isnan(back["score_p99_abs"][3]).all()

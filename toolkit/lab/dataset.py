@@ -91,6 +91,16 @@ def new_history() -> dict[str, list]:
     return {k: [] for k in SCALARS + HEAD_ARRAYS + LAYER_ARRAYS}
 
 
+def complete_history(hist: dict[str, list], depth: int) -> dict[str, list]:
+    """Give a history recorded before the score statistics NaN rows for them, one per epoch,
+    so that epochs recorded from now on line up with the others; returns ``hist``."""
+    n = len(hist["train_loss"])
+    for k in LAYER_ARRAYS:
+        if k not in hist:
+            hist[k] = [np.full(depth, np.nan) for _ in range(n)]
+    return hist
+
+
 def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: int,
                   heads: int, attrs: dict) -> xr.Dataset:
     """Assemble histories into the lab Dataset.
@@ -176,8 +186,8 @@ def histories_from_dataset(ds: xr.Dataset) -> dict[str, dict[str, list]]:
         n = int(row["completed_epochs"]) + 1
         hist = {k: row[k].values[:n].tolist() for k in SCALARS}
         hist.update({k: list(row[k].values[:n]) for k in HEAD_ARRAYS})
-        hist.update({k: list(row[k].values[:n]) if k in row else [] for k in LAYER_ARRAYS})
-        out[label] = hist
+        hist.update({k: list(row[k].values[:n]) for k in LAYER_ARRAYS if k in row})
+        out[label] = complete_history(hist, ds.sizes["layer"])
     return out
 
 

@@ -311,7 +311,7 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
                 model.load_state_dict(state["model"])
                 opt.load_state_dict(state["optimizer"])
                 gen.set_state(state["generator"])
-                histories[label] = hist = state["history"]
+                histories[label] = hist = lab_ds.complete_history(state["history"], cfg.depth)
             else:
                 _append(hist, _initial_row(model, split, eval_images))
             for epoch in range(len(hist["train_loss"]), cfg.epochs + 1):
