@@ -92,7 +92,7 @@ def levels_figure(table, *, fig=None, figsize=(6.4, 4.0)):
     -------
     matplotlib.figure.Figure
         Runs on x (in the table's order), one line per activation through its
-        mean-over-layers norm, a black bar at √N per run and hollow markers at
+        mean-over-layers norm, a grey dashed bar at √N per run and hollow markers at
         each softmax run's largest norm (never above the bar).
     """
     if fig is None:
@@ -110,7 +110,7 @@ def levels_figure(table, *, fig=None, figsize=(6.4, 4.0)):
             peak = [table.loc[(r, label), "attention_norm_max"] for r in runs]
             ax.plot(x, peak, "o", mfc="none", color=color, label="softmax, largest single image")
     bound = [table.xs(r, level="run")["sqrt_N"].iloc[0] for r in runs]
-    ax.hlines(bound, x - 0.25, x + 0.25, color="0.2", lw=2.5, label="√N (softmax's ceiling)")
+    ax.hlines(bound, x - 0.3, x + 0.3, color="0.55", ls="--", lw=2.0, label="√N (softmax's ceiling)")
     ax.set_yscale("log")
     ax.set_xticks(x, [f"{r}\n(√N = {b:.2f})" for r, b in zip(runs, bound, strict=True)])
     ax.set_xlim(-0.5, len(runs) - 0.5)
