@@ -84,8 +84,9 @@ PRESET_NOTES = {
     "fast": "512 training images, batch 32, lr 2e-3: tests and notebook demos",
     "up16": "the same model and images as full, upsampled (bilinear): 4x the tokens; "
             "9-13 s/epoch loaded; committed: data/attention_lab_n65.nc",
-    "patch1": "as full, one pixel a token. Trains slowly: pre-norm LayerNorm of a one-pixel token keeps "
-              "little of its intensity (a width-16 variant stayed at chance for 20 epochs)",
+    "patch1": "as full, one pixel a token. Trains slowly: with width 16 and 512 images softmax stayed at "
+              "chance for 20 epochs (x/1: 22 %), probably because LayerNorm of a one-pixel token's "
+              "embedding w x + b keeps little of its intensity; up16 has N = 65 and learns",
     "up16-wide": "the paper's ViT head width (64) at N = 65",
     "up32": "the paper's head width at N = 257 (its ImageNet ViT has N = 197)",
 }
