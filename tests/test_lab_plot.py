@@ -153,7 +153,7 @@ def test_widget_panel_redraws_one_png_per_change():
 
 
 def test_explorer_head_selector_draws_the_chosen_head():
-    ds = make_lab()
+    ds = make_lab(depth=4)
     ex = lab_explorer(ds)
     c = ex.controls
     assert c["head"].disabled and c["head"].value is None  # attention_norm has no head dim
