@@ -11,11 +11,24 @@ def test_notebook_is_committed_without_outputs():
     text = committed_sources(NOTEBOOK)
     assert "%matplotlib inline" in text and "load_result()" in text and "lab_explorer(" in text
     assert "\\sqrt N" in text and 'ACTIVATION = "x²/4"' in text
+    assert 'load_result("up16")' in text and "## What sets the level of each curve" in text
+    assert "checkpoints=False" in text  # its own run leaves only the NetCDF behind
+
+
+def test_notebook_names_the_colours_the_figure_draws():
+    from toolkit.plot.layer_grid_figure import ACTIVATION_COLOR_NAMES, ACTIVATION_COLORS
+
+    text = committed_sources(NOTEBOOK)
+    assert set(ACTIVATION_COLOR_NAMES) == set(ACTIVATION_COLORS)
+    for label, name in ACTIVATION_COLOR_NAMES.items():
+        assert f"**{label}** {name}" in text, label
+    for stale in ("orange, red", "green, pink", "(blue)", "Layer 1"):
+        assert stale not in text
 
 
 @pytest.mark.slow
 def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=120, env={"TOOLKIT_OUT": tmp_path})
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=300, env={"TOOLKIT_OUT": tmp_path})
     grid_cell = next(c for c in nb.cells if c.source.startswith('fig = layer_grid(ds, "attention_norm")'))
     assert [o for o in grid_cell.outputs if "image/png" in o.get("data", {})]  # the 3 x 4 grid
     panel_cell = next(c for c in nb.cells if "lab_explorer(" in c.source)
@@ -24,3 +37,6 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     fresh_cell = next(c for c in nb.cells if "run_experiment(" in c.source)
     assert [o for o in fresh_cell.outputs if "image/png" in o.get("data", {})]
     assert (tmp_path / "attention_lab_fresh.nc").stat().st_size > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_lab_fresh.nc"]  # no checkpoint folder left
+    levels = next(c for c in nb.cells if c.source.startswith("runs = {"))
+    assert [o for o in levels.outputs if "image/png" in o.get("data", {})]

@@ -16,9 +16,11 @@ from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
 from toolkit.lab.dataset import build_dataset, new_history  # noqa: E402
 from toolkit.plot.layer_grid_figure import (  # noqa: E402
     ACTIVATION_COLORS,
+    LAYER_NOTE,
     draw_layer_grid,
     layer_grid,
     prepare_layer_grid,
+    series_colors,
     training_curves,
 )
 from toolkit.widgets.lab import lab_explorer  # noqa: E402
@@ -49,7 +51,7 @@ def make_lab(labels=LABELS, epochs=6, depth=12, heads=4, done=None):
 def test_prepared_grid_is_three_by_four_layers_with_one_series_per_activation():
     d = prepare_layer_grid(make_lab(), "attention_norm")
     assert d.values.shape == (12, 5, 7) and (d.nrows, d.ncols) == (3, 4)
-    assert d.panel_titles == tuple(f"Layer {i}" for i in range(1, 13))
+    assert d.panel_titles == tuple(f"layer {i}" for i in range(12))  # 0-based, as every figure
     assert d.series == tuple(LABELS) and d.colors == tuple(ACTIVATION_COLORS[a] for a in LABELS)
     assert d.log and d.bound == pytest.approx(math.sqrt(17))
     lo, hi = d.ylim  # whole decades around the data and √N, shared by every panel
@@ -63,7 +65,7 @@ def test_selection_keeps_colours_and_picks_heads_and_layers():
     d = prepare_layer_grid(ds, "attention_norm_head", activations=["x²/4", "x/16"], layers=[0, 11], head=2)
     assert d.series == ("x²/4", "x/16") and d.colors[1] == ACTIVATION_COLORS["x/16"]
     assert d.colors[0] == prepare_layer_grid(ds, activations=["x²/4"]).colors[0]
-    assert d.panel_titles == ("Layer 1", "Layer 12") and (d.nrows, d.ncols) == (1, 2)
+    assert d.panel_titles == ("layer 0", "layer 11") and (d.nrows, d.ncols) == (1, 2)
     assert d.selection == {"head": 2}
     np.testing.assert_allclose(d.values[1, 1], 3 * 10 ** (np.arange(7) / 6) * 2.1 * 1.02)
 
@@ -94,7 +96,8 @@ def test_drawn_grid_shares_limits_log_scale_and_one_legend():
     fig = layer_grid(make_lab(), "attention_norm")
     try:
         axes = [ax for ax in fig.axes if ax.get_visible()]
-        assert [ax.get_title() for ax in axes] == [f"Layer {i}" for i in range(1, 13)]
+        assert [ax.get_title() for ax in axes] == [f"layer {i}" for i in range(12)]
+        assert fig.get_suptitle() == f"attention norm ({LAYER_NOTE})"
         assert {ax.get_yscale() for ax in axes} == {"log"}
         assert {ax.get_ylim() for ax in axes} == {(1.0, 1000.0)}
         assert all(len(ax.get_lines()) == 6 for ax in axes)  # 5 activations + √N
@@ -127,7 +130,8 @@ def _png(ex) -> bytes:
 def test_widget_panel_redraws_one_png_per_change():
     ex = lab_explorer(make_lab())
     c = ex.controls
-    assert [v for _, v in c["metric"].options][:3] == ["attention_norm", "attention_norm_max", "train_loss"]
+    assert [v for _, v in c["metric"].options][:4] == ["attention_norm", "attention_norm_head", "attention_norm_max",
+                                                       "train_loss"]  # no score scale recorded: not offered
     assert c["scale"].value == "log" and _png(ex)[:4] == b"\x89PNG"
     first = _png(ex)
     c["activations"].value = ("softmax", "x³/1")
@@ -138,8 +142,89 @@ def test_widget_panel_redraws_one_png_per_change():
     assert c["scale"].value == "linear" and not ex.current.log and ex.current.values.shape == (1, 2, 7)
     c["scale"].value = "log"
     assert ex.current.log
-    c["activations"].value = ()
-    assert "no activation" in ex.status.value and ex.current.series == ("softmax", "x³/1")
+    c["activations"].value = ()  # nothing to draw: the message, and no old figure under it
+    assert "pick at least one" in ex.status.value
+    assert ex.output.outputs == () and ex.current is None and "image/png" not in ex._repr_mimebundle_()
+    c["activations"].value = ("x/16",)
+    assert ex.status.value == "" and len(ex.output.outputs) == 1 and ex.current.series == ("x/16",)
     bundle = ex._repr_mimebundle_()
     assert "image/png" in bundle and "application/vnd.jupyter.widget-view+json" in bundle
     assert plt.get_fignums() == []
+
+
+def test_explorer_head_selector_draws_the_chosen_head():
+    ds = make_lab(depth=4)
+    ex = lab_explorer(ds)
+    c = ex.controls
+    assert c["head"].disabled and c["head"].value is None  # attention_norm has no head dim
+    assert [label for label, _ in c["head"].options] == ["mean over heads", "head 0", "head 1", "head 2", "head 3"]
+    c["metric"].value = "attention_norm_head"
+    assert not c["head"].disabled and ex.current.selection == {"head": "mean"}
+    np.testing.assert_allclose(ex.current.values[:, 2], ds["attention_norm_head"].sel(activation="x/16")
+                               .mean("head").transpose("layer", "epoch").values)
+    c["head"].value = 3
+    assert ex.current.selection == {"head": 3}
+    want = ds["attention_norm_head"].sel(activation="x/16", head=3).transpose("layer", "epoch").values
+    np.testing.assert_array_equal(ex.current.values[:, 2], want)  # (1 + 2) * ... * 1.03, not the mean
+    assert not np.allclose(want, ds["attention_norm_head"].sel(activation="x/16").mean("head")
+                           .transpose("layer", "epoch").values)
+    c["metric"].value = "test_loss"
+    assert c["head"].disabled and ex.current.selection == {}
+    with pytest.raises(EmptyInputError, match="heads"):
+        prepare_layer_grid(ds, "attention_norm_head", head=7)
+
+
+@pytest.mark.parametrize("var,layers", [("test_accuracy", None), ("attention_norm", None),
+                                        ("attention_norm", [0, 1])])
+def test_legend_lies_inside_the_explorer_figure(var, layers):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from toolkit.widgets.lab import grid_figure
+
+    fig = grid_figure(prepare_layer_grid(make_lab(), var, layers=layers))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    (legend,) = fig.legends
+    box, page = legend.get_window_extent(canvas.get_renderer()), fig.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1
+    assert [t.get_text() for t in legend.get_texts()][:5] == LABELS  # every activation named
+
+
+def test_training_curves_legend_inside():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = training_curves(make_lab(), ["train_loss", "test_loss", "test_accuracy"], figsize=(7, 3))
+    try:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        box = fig.legends[0].get_window_extent(canvas.get_renderer())
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1
+        assert [t.get_text() for t in fig.legends[0].get_texts()] == LABELS
+    finally:
+        plt.close(fig)
+
+
+def _cvd_views(hex_colors):
+    """Each colour as seen with normal vision and full deuteranomaly, protanomaly, tritanomaly."""
+    from colorspacious import cspace_convert
+
+    rgb = np.array([[int(h[i:i + 2], 16) / 255 for i in (1, 3, 5)] for h in hex_colors])
+    views = [rgb]
+    for cvd in ("deuteranomaly", "protanomaly", "tritanomaly"):
+        sim = cspace_convert(rgb, {"name": "sRGB1+CVD", "cvd_type": cvd, "severity": 100}, "sRGB1")
+        views.append(np.clip(sim, 0, 1))
+    return views
+
+
+def test_five_activation_colours_stay_distinct_for_colour_blind_readers():
+    from colorspacious import deltaE
+
+    colors = [ACTIVATION_COLORS[a] for a in LABELS]
+    worst = min(deltaE(v[i], v[j], input_space="sRGB1") for v in _cvd_views(colors)
+                for i in range(5) for j in range(i + 1, 5))
+    assert worst > 20  # CAM02-UCS; seaborn's colorblind orange vs vermillion was 9.9
+    old = ["#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc"]
+    assert min(deltaE(v[1], v[3], input_space="sRGB1") for v in _cvd_views(old)) < 12  # the defect, measured
+    white = min(deltaE(v[i], [1, 1, 1], input_space="sRGB1") for v in _cvd_views(colors) for i in range(5))
+    assert white > 30  # every line visible on the white axes
+    assert len(set(colors)) == 5 and not set(colors) & set(series_colors(["a", "b", "c"], ["a", "b", "c"]))

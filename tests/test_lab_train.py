@@ -109,3 +109,24 @@ def test_committed_full_run():
     assert float(final.sel(activation="x/1")) > 2 * float(final.sel(activation="softmax"))
     assert float(final.sel(activation="x³/16")) < float(final.sel(activation="softmax"))
     assert float(ds["test_accuracy"].sel(activation="softmax").isel(epoch=-1)) > 0.9
+
+
+def test_committed_n65_run():
+    from toolkit.lab import RESULTS, load_result
+    from toolkit.lab.attention import SCORE_STATISTICS
+
+    path = RESULTS["up16"]
+    assert path.exists(), "data/attention_lab_n65.nc: run `python -m toolkit lab --preset up16 --out ...`"
+    assert path.stat().st_size < 2 * 2**20
+    ds = load_result("up16")
+    assert ds["activation"].values.tolist() == list(PAPER_ACTIVATIONS)
+    assert ds.attrs["preset"] == "up16" and ds.attrs["num_tokens"] == 65 and ds.attrs["image_size"] == 16
+    done = ds["completed_epochs"].values
+    assert (done == done[0]).all() and done[0] >= 30 and ds.sizes["epoch"] == done[0] + 1  # every activation alike
+    bound = math.sqrt(65)
+    assert float(ds["attention_norm_max"].sel(activation="softmax").max()) <= bound + 1e-9
+    assert float(ds["attention_norm_max"].sel(activation="softmax").max()) > math.sqrt(17)  # above N = 17's ceiling
+    for name in SCORE_STATISTICS:
+        assert np.isfinite(ds[name]).all(), name
+    x1 = ds.sel(activation="x/1")  # x/1 is A = S: mean |S| <= ‖S‖_F / N
+    assert (x1["score_mean_abs"] <= x1["attention_norm"] / 65 * (1 + 1e-9)).all()

@@ -26,9 +26,10 @@ WHEEL_FOLDER = "toolkit/data/files"
 def _defaults() -> dict[str, Path]:
     from toolkit.activations.inputs import DEFAULT_PROMPTS
     from toolkit.finetune.run import DEFAULT_TEXT
-    from toolkit.lab import RESULT_PATH
+    from toolkit.lab import RESULT_PATH, RESULTS
 
-    return {"prompts.txt": DEFAULT_PROMPTS, "finetune.txt": DEFAULT_TEXT, "attention_lab.nc": RESULT_PATH}
+    return {"prompts.txt": DEFAULT_PROMPTS, "finetune.txt": DEFAULT_TEXT, "attention_lab.nc": RESULT_PATH,
+            "attention_lab_n65.nc": RESULTS["up16"]}
 
 
 def test_data_path_finds_the_files_in_the_checkout():
@@ -130,16 +131,16 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
         from toolkit.activations.inputs import DEFAULT_PROMPTS, load_prompts
         from toolkit.data import FILES, data_path
         from toolkit.finetune.run import DEFAULT_TEXT
-        from toolkit.lab import RESULT_PATH, load_result
+        from toolkit.lab import RESULT_PATH, RESULTS, load_result
 
         site = Path(sys.argv[1]).resolve()
         assert Path(toolkit.__file__).resolve().is_relative_to(site), toolkit.__file__
         for name in FILES:
             path = data_path(name)
             assert path.resolve() == site / "toolkit" / "data" / "files" / name and path.is_file(), path
-        assert {DEFAULT_PROMPTS, DEFAULT_TEXT, RESULT_PATH} == {data_path(n) for n in FILES}
+        assert {DEFAULT_PROMPTS, DEFAULT_TEXT, RESULT_PATH, RESULTS["up16"]} == {data_path(n) for n in FILES}
         assert len(load_prompts()) >= 30
-        assert load_result().sizes["activation"] == 5
+        assert load_result().sizes["activation"] == 5 == load_result("up16").sizes["activation"]
         print("ok")
     """
     env = {**os.environ, "PYTHONPATH": str(target)}

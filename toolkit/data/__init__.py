@@ -1,16 +1,18 @@
 """Data files of the toolkit: the top-level ``data/`` of the repository, installed with the package.
 
-=====================  =========================================================
-file                   what
-=====================  =========================================================
-``prompts.txt``        default texts of :func:`toolkit.activation_stats`
-                       (prose, code, math, dialogue, several languages;
-                       separated by ``---`` lines)
-``finetune.txt``       default training text of ``python -m toolkit finetune``
-                       (math word problems with worked answers)
-``attention_lab.nc``   the committed 200-epoch run of ``python -m toolkit lab``,
-                       read by :func:`toolkit.lab.load_result`
-=====================  =========================================================
+========================  ======================================================
+file                      what
+========================  ======================================================
+``prompts.txt``           default texts of :func:`toolkit.activation_stats`
+                          (prose, code, math, dialogue, several languages;
+                          separated by ``---`` lines)
+``finetune.txt``          default training text of ``python -m toolkit finetune``
+                          (math word problems with worked answers)
+``attention_lab.nc``      the committed 200-epoch run of ``python -m toolkit lab``
+                          (N = 17 tokens), read by :func:`toolkit.lab.load_result`
+``attention_lab_n65.nc``  the committed N = 65 run (``--preset up16``),
+                          ``load_result("up16")``
+========================  ======================================================
 
 >>> from toolkit.data import data_path
 >>> data_path("prompts.txt").name
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FILES = ("prompts.txt", "finetune.txt", "attention_lab.nc")
+FILES = ("prompts.txt", "finetune.txt", "attention_lab.nc", "attention_lab_n65.nc")
 
 _HERE = Path(__file__).resolve().parent
 

@@ -6,7 +6,8 @@ et al. (arXiv:2410.18613): train a 12-layer ViT once per attention activation
 layer's attention matrix over training.
 
 >>> from toolkit.lab import run_experiment, load_result
->>> ds = load_result()                     # the committed 200-epoch run
+>>> ds = load_result()                     # the committed 200-epoch run, N = 17 tokens
+>>> ds65 = load_result("up16")             # the committed N = 65 run
 >>> fresh = run_experiment(["softmax", "x²/4"], preset="fast", out="my_lab.nc")  # doctest: +SKIP
 """
 
@@ -29,6 +30,8 @@ from toolkit.lab.vit import ViT
 #: The committed result of ``python -m toolkit.lab --preset full``: ``data/attention_lab.nc``,
 #: installed with the package (read-only: new runs go elsewhere).
 RESULT_PATH = data_path("attention_lab.nc")
+#: The committed results by preset: N = 17 (``full``) and N = 65 (``up16``, ``data/attention_lab_n65.nc``).
+RESULTS = {"full": RESULT_PATH, "up16": data_path("attention_lab_n65.nc")}
 
 __all__ = [
     "Attention",
@@ -37,6 +40,7 @@ __all__ = [
     "LabConfigMismatchError",
     "PAPER_ACTIVATIONS",
     "PRESETS",
+    "RESULTS",
     "RESULT_PATH",
     "UnknownActivationError",
     "ViT",
@@ -53,8 +57,10 @@ def load_result(path=None):
 
     Parameters
     ----------
-    path : path, optional
-        A NetCDF written by :func:`run_experiment`; default :data:`RESULT_PATH`.
+    path : path or str, optional
+        A NetCDF written by :func:`run_experiment`, or the name of a committed
+        run in :data:`RESULTS` (``"full"``: N = 17; ``"up16"``: N = 65);
+        default :data:`RESULT_PATH`.
 
     Returns
     -------
@@ -63,6 +69,8 @@ def load_result(path=None):
     """
     from toolkit.lab.dataset import read_netcdf
 
+    if isinstance(path, str) and path in RESULTS:
+        path = RESULTS[path]
     path = Path(path) if path is not None else RESULT_PATH
     if not path.exists():
         from toolkit.errors import SourceNotFoundError

@@ -23,18 +23,18 @@ from pathlib import Path
 from toolkit.options import arg_type, seed, whole_number
 
 #: Default ``--out`` per preset, relative to the current directory.
-DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc"}
+DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc", "up16": "attention_lab_n65.nc"}
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The lab's arguments, added to ``parser`` (a subcommand's) or a new one."""
     from toolkit.cli import Parser
-    from toolkit.lab.train import PAPER_ACTIVATIONS, PRESETS
+    from toolkit.lab.train import PAPER_ACTIVATIONS, PRESET_NOTES, PRESETS
 
     p = parser or Parser(
         prog="python -m toolkit.lab",
         description="Train a 12-layer ViT on the 8x8 digits once per attention activation "
-                    "and record each layer's attention norm per epoch (NetCDF, resumable).")
+                    "and record each layer's attention norm and score scale per epoch (NetCDF, resumable).")
     p.add_argument("--activations", default=",".join(PAPER_ACTIVATIONS),
                    help="comma-separated activations: softmax, x/1, x^3/16, x²/4, x^3/sqrt_n "
                         "(default: the paper's five)")
@@ -42,16 +42,34 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                    help="epochs per activation, >= 0 (default: the preset's)")
     p.add_argument("--out", default=None,
                    help="NetCDF to write after every epoch and resume from "
-                        "(default: ./attention_lab.nc for --preset full, else ./lab_fast.nc; "
+                        "(default: ./attention_lab.nc for --preset full, ./attention_lab_n65.nc for up16, "
+                        "./lab_fast.nc for fast, else ./lab_NAME.nc; "
                         "the committed result shipped in the package is never the default)")
     p.add_argument("--seed", type=arg_type(_seed, "seed"), default=0, help="0 to 2**64 - 1")
-    p.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    p.add_argument("--preset", choices=list(PRESETS), default="full", metavar="NAME",
+                   help=f"model, images and epochs: {', '.join(PRESETS)} (default full; listed below)")
     p.add_argument("--threads", type=arg_type(_threads, "threads"), default=1,
                    help="torch CPU threads, >= 1 (default 1)")
     p.add_argument("--checkpoint-dir", default=None, help="default: <out>.tmp-checkpoints")
     p.add_argument("--no-resume", action="store_true", help="start over even if --out exists")
     p.add_argument("--plot", default=None, metavar="PNG", help="also save the layer grid figure")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter  # keeps the preset list one per line
+    p.epilog = preset_list(PRESETS, PRESET_NOTES)
     return p
+
+
+def preset_list(presets, notes, width: int = 100) -> str:
+    """The ``--help`` table of presets: name, N, width and heads, then the note, wrapped."""
+    import textwrap
+
+    lines = ["presets (--preset NAME):"]
+    for name, cfg in presets.items():
+        head = (f"  {name:<10} N = {cfg.num_tokens:<3} {cfg.image_size}x{cfg.image_size} images, "
+                f"{cfg.patch_size}x{cfg.patch_size} patches, width {cfg.dim}, {cfg.heads} heads of "
+                f"{cfg.dim // cfg.heads}, {cfg.epochs} epochs")
+        lines.append(head)
+        lines += textwrap.wrap(notes[name], width, initial_indent=" " * 15, subsequent_indent=" " * 15)
+    return "\n".join(lines)
 
 
 def _epochs(value, option, where):

@@ -23,8 +23,8 @@ class Split:
 
     Attributes
     ----------
-    x_train, x_test : torch.Tensor, shape (n, 1, 8, 8), float32
-        Pixel intensities scaled to [0, 1].
+    x_train, x_test : torch.Tensor, shape (n, 1, size, size), float32
+        Pixel intensities scaled to [0, 1] (size 8, or the upsampled side).
     y_train, y_test : torch.Tensor, shape (n,), int64
         Class labels 0..9.
     """
@@ -35,8 +35,39 @@ class Split:
     y_test: torch.Tensor
 
 
+def upsample(images: torch.Tensor, size: int) -> torch.Tensor:
+    """Bilinear upsampling of square images to ``size`` × ``size`` pixels.
+
+    Parameters
+    ----------
+    images : torch.Tensor, shape (n, channels, s, s)
+    size : int
+        New side, a whole multiple of ``s`` (16 or 32 for the 8 × 8 digits).
+
+    Returns
+    -------
+    torch.Tensor, shape (n, channels, size, size)
+        ``F.interpolate(mode="bilinear", align_corners=False)``: pixel centres
+        of the new grid sample the old one, values stay in the old range.
+        The same images at more pixels: more tokens, no new information.
+
+    Raises
+    ------
+    InvalidOptionError
+        ``size`` is not a whole multiple of the current side.
+    """
+    from toolkit.errors import InvalidOptionError
+
+    side = images.shape[-1]
+    if size == side:
+        return images
+    if size < side or size % side:
+        raise InvalidOptionError("image_size", size, f"a whole multiple of {side}", "upsample")
+    return torch.nn.functional.interpolate(images, size=(size, size), mode="bilinear", align_corners=False)
+
+
 def load_digits_split(*, test_fraction: float = 0.2, split_seed: int = 0,
-                      train_subset: int | None = None) -> Split:
+                      train_subset: int | None = None, image_size: int = 8) -> Split:
     """Load the digits and split them, stratified by class, with a fixed seed.
 
     Parameters
@@ -47,6 +78,9 @@ def load_digits_split(*, test_fraction: float = 0.2, split_seed: int = 0,
         Seed of the split; fixed (0) so every run tests on the same images.
     train_subset : int, optional
         Keep only the first ``train_subset`` training images (fast preset).
+    image_size : int
+        Side of the images returned: 8 (the originals) or a multiple of 8,
+        reached by :func:`upsample`. Default 8.
 
     Returns
     -------
@@ -62,5 +96,7 @@ def load_digits_split(*, test_fraction: float = 0.2, split_seed: int = 0,
         x, y, test_size=test_fraction, random_state=split_seed, stratify=y)
     if train_subset is not None:
         x_tr, y_tr = x_tr[:train_subset], y_tr[:train_subset]
-    t = torch.from_numpy
-    return Split(t(np.ascontiguousarray(x_tr)), t(y_tr), t(np.ascontiguousarray(x_te)), t(y_te))
+    def t(a):
+        return upsample(torch.from_numpy(np.ascontiguousarray(a)), image_size)
+
+    return Split(t(x_tr), torch.from_numpy(y_tr), t(x_te), torch.from_numpy(y_te))

@@ -16,7 +16,7 @@ import xarray as xr
 
 from toolkit._version import __version__
 from toolkit.atomic import atomic_path
-from toolkit.lab.attention import REFERENCE, parse_activation
+from toolkit.lab.attention import REFERENCE, SCORE_STATISTICS, parse_activation
 
 #: NetCDF engine, the toolkit's (see toolkit.io); labels like "x³/16" round-trip as UTF-8.
 ENGINE = "h5netcdf"
@@ -24,8 +24,13 @@ ENGINE = "h5netcdf"
 SCALARS = ("train_loss", "train_accuracy", "test_loss", "test_accuracy", "skipped_steps", "epoch_time")
 #: Per-epoch (layer, head) arrays of one activation.
 HEAD_ARRAYS = ("attention_norm_head", "attention_norm_max")
+#: Per-epoch (layer,) arrays of one activation: the scale of the scores S = Q Kᵀ/√d_head.
+LAYER_ARRAYS = SCORE_STATISTICS
 
 _NORM_DESC = "‖φ(Q Kᵀ/√d_head)‖_F = (Σ_ij A_ij²)^½ on a fixed batch of held-out images"
+_SCORE_DESC = ("scores S = Q Kᵀ/√d_head before the activation, every entry of every head and image "
+               "of the fixed held-out batch pooled; ")
+_SCORE_REF = "toolkit.lab: what sets a polynomial attention's norm relative to softmax"
 VARIABLE_ATTRS = {
     "attention_norm": dict(
         long_name="attention norm", units="1",
@@ -38,6 +43,17 @@ VARIABLE_ATTRS = {
         long_name="largest attention norm per head", units="1",
         description=_NORM_DESC + "; max over the batch (softmax keeps it <= √N)",
         reference=REFERENCE),
+    "score_mean_abs": dict(
+        long_name="mean |score|", units="1",
+        description=_SCORE_DESC + "mean of |S_ij|", reference=_SCORE_REF),
+    "score_p99_abs": dict(
+        long_name="99th percentile of |score|", units="1",
+        description=_SCORE_DESC + "99th percentile of |S_ij| (linear interpolation, numpy.quantile)",
+        reference=_SCORE_REF),
+    "score_fraction_above_1": dict(
+        long_name="share of |score| above 1", units="1",
+        description=_SCORE_DESC + "share of entries with |S_ij| > 1 (where x³ exceeds x)",
+        reference=_SCORE_REF),
     "train_loss": dict(
         long_name="train loss", units="nat",
         description="mean cross-entropy −log p(y|x) over the epoch's minibatches "
@@ -72,7 +88,17 @@ VARIABLE_ATTRS = {
 
 def new_history() -> dict[str, list]:
     """Empty per-activation history: one list per recorded quantity."""
-    return {k: [] for k in SCALARS + HEAD_ARRAYS}
+    return {k: [] for k in SCALARS + HEAD_ARRAYS + LAYER_ARRAYS}
+
+
+def complete_history(hist: dict[str, list], depth: int) -> dict[str, list]:
+    """Give a history recorded before the score statistics NaN rows for them, one per epoch,
+    so that epochs recorded from now on line up with the others; returns ``hist``."""
+    n = len(hist["train_loss"])
+    for k in LAYER_ARRAYS:
+        if k not in hist:
+            hist[k] = [np.full(depth, np.nan) for _ in range(n)]
+    return hist
 
 
 def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: int,
@@ -84,7 +110,8 @@ def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: 
     histories : dict
         Activation label -> history (see :func:`new_history`); each list
         holds one entry per recorded epoch, starting at epoch 0. Head arrays
-        have shape (layer, head).
+        have shape (layer, head), layer arrays (layer,). A history without
+        the layer arrays (a run older than them) leaves them NaN.
     epochs : int
         Last epoch of the run; the ``epoch`` dim is 0..epochs.
     depth, heads : int
@@ -97,14 +124,16 @@ def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: 
     xarray.Dataset
         dims (activation, epoch, layer, head); variables ``attention_norm``
         (activation, epoch, layer), ``attention_norm_head`` and
-        ``attention_norm_max`` (activation, epoch, layer, head), the scalars
-        of :data:`SCALARS` (activation, epoch) and ``completed_epochs``
-        (activation).
+        ``attention_norm_max`` (activation, epoch, layer, head), the score
+        statistics of :data:`LAYER_ARRAYS` (activation, epoch, layer), the
+        scalars of :data:`SCALARS` (activation, epoch) and
+        ``completed_epochs`` (activation).
     """
     labels = list(histories)
     n_act, n_ep = len(labels), epochs + 1
     data = {k: np.full((n_act, n_ep), np.nan) for k in SCALARS}
     data.update({k: np.full((n_act, n_ep, depth, heads), np.nan) for k in HEAD_ARRAYS})
+    data.update({k: np.full((n_act, n_ep, depth), np.nan) for k in LAYER_ARRAYS})
     done = np.zeros(n_act, dtype=np.int64)
     for i, label in enumerate(labels):
         hist = histories[label]
@@ -115,11 +144,16 @@ def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: 
         for k in HEAD_ARRAYS:
             if n:
                 data[k][i, :n] = np.asarray(hist[k][:n], dtype=float).reshape(n, depth, heads)
+        for k in LAYER_ARRAYS:
+            rows = hist.get(k, [])[:n]
+            if rows:
+                data[k][i, :len(rows)] = np.asarray(rows, dtype=float).reshape(len(rows), depth)
     for k in data:
         data[k][~np.isfinite(data[k])] = np.nan
     head_dims = ("activation", "epoch", "layer", "head")
     variables = {k: (("activation", "epoch"), v) for k, v in data.items() if k in SCALARS}
     variables.update({k: (head_dims, data[k]) for k in HEAD_ARRAYS})
+    variables.update({k: (head_dims[:3], data[k]) for k in LAYER_ARRAYS})
     variables["attention_norm"] = (head_dims[:3], data["attention_norm_head"].mean(axis=-1))
     variables["completed_epochs"] = (("activation",), done)
     coords = {
@@ -129,7 +163,7 @@ def build_dataset(histories: dict[str, dict[str, list]], *, epochs: int, depth: 
         "layer": np.arange(depth),
         "head": np.arange(heads),
     }
-    order = ["attention_norm", *HEAD_ARRAYS, *SCALARS, "completed_epochs"]
+    order = ["attention_norm", *HEAD_ARRAYS, *LAYER_ARRAYS, *SCALARS, "completed_epochs"]
     ds = xr.Dataset({k: variables[k] for k in order}, coords=coords)
     for k in order:
         ds[k].attrs.update(VARIABLE_ATTRS[k])
@@ -152,7 +186,8 @@ def histories_from_dataset(ds: xr.Dataset) -> dict[str, dict[str, list]]:
         n = int(row["completed_epochs"]) + 1
         hist = {k: row[k].values[:n].tolist() for k in SCALARS}
         hist.update({k: list(row[k].values[:n]) for k in HEAD_ARRAYS})
-        out[label] = hist
+        hist.update({k: list(row[k].values[:n]) for k in LAYER_ARRAYS if k in row})
+        out[label] = complete_history(hist, ds.sizes["layer"])
     return out
 
 

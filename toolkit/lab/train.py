@@ -38,6 +38,7 @@ class LabConfig:
     """Everything that decides the numbers of a run (saved as the ``config`` attr)."""
 
     epochs: int = 200
+    image_size: int = 8  # 8 = the digits as they are; 16 or 32 = upsampled (toolkit.lab.data.upsample)
     dim: int = 32
     depth: int = 12
     heads: int = 4
@@ -51,19 +52,44 @@ class LabConfig:
     train_subset: int = 0  # 0 = all 1,437 training images
     seed: int = 0
 
+    @property
+    def num_tokens(self) -> int:
+        """N: ``(image_size / patch_size)²`` patches plus the class token."""
+        return (self.image_size // self.patch_size) ** 2 + 1
+
     def model_json(self) -> str:
         """The config less ``epochs`` (a run may be extended), as JSON."""
         return json.dumps({k: v for k, v in asdict(self).items() if k != "epochs"}, sort_keys=True)
 
 
-#: ``full``: the committed experiment: 12 layers, width 32, 4 heads of 8,
-#: 2 x 2 patches of the 8 x 8 digits -> N = 16 + 1 = 17 tokens (√N ≈ 4.12),
-#: ~0.8 s an epoch on one idle core. ``fast``: 3 epochs of a narrower 12-layer
-#: model on 512 training images, for tests and the notebook's own runs.
+#: The runs the lab knows, by name (``python -m toolkit lab --preset NAME``). ``full``
+#: (N = 17) and ``up16`` (N = 65: the same model and images, 4x the tokens) are committed
+#: under ``data/``; ``fast`` is the tests' and the notebook's own short run. What each is and
+#: costs: :data:`PRESET_NOTES`.
 PRESETS = {
     "full": LabConfig(),
     "fast": LabConfig(epochs=3, dim=16, heads=2, batch_size=32, lr=2e-3, train_subset=512,
                       eval_batch=64),
+    "up16": LabConfig(image_size=16),
+    "patch1": LabConfig(patch_size=1),
+    "up16-wide": LabConfig(image_size=16, dim=128, heads=2),
+    "up32": LabConfig(image_size=32, dim=128, heads=2, eval_batch=64),
+}
+
+#: One line per preset for ``--help``: what it is and what it cost here (one torch thread;
+#: "loaded" = two cores shared with six other jobs, load average ~10).
+PRESET_NOTES = {
+    "full": "the digits as they are; 0.8 s/epoch on an idle core, 1.4-3.6 loaded; "
+            "committed: data/attention_lab.nc",
+    "fast": "512 training images, batch 32, lr 2e-3: tests and notebook demos",
+    "up16": "the same model and images as full, upsampled (bilinear): 4x the tokens; 9 s/epoch at load 2, "
+            "16-24 s at load 10-16 (5 x 200 epochs: ~1.5 h of an idle core, estimated); "
+            "committed: data/attention_lab_n65.nc",
+    "patch1": "as full, one pixel a token. Trains slowly: with width 16 and 512 images softmax stayed at "
+              "chance for 20 epochs (x/1: 22 %), probably because LayerNorm of a one-pixel token's "
+              "embedding w x + b keeps little of its intensity; up16 has N = 65 and learns",
+    "up16-wide": "the paper's ViT head width (64) at N = 65",
+    "up32": "the paper's head width at N = 257 (its ImageNet ViT has N = 197)",
 }
 
 
@@ -101,8 +127,10 @@ def _save_atomic(obj, path: Path) -> None:
 def _evaluate(model: ViT, split: Split, eval_images: torch.Tensor) -> dict:
     model.eval()
     logits = model(split.x_test)
-    norms = model.attention_norms(eval_images)  # (layer, head, batch)
+    norms, stats = model.attention_statistics(eval_images)  # (layer, head, batch); per layer
+    by_name = dict(zip(lab_ds.LAYER_ARRAYS, zip(*stats, strict=True), strict=True))
     return {
+        **{k: list(v) for k, v in by_name.items()},
         "test_loss": F.cross_entropy(logits, split.y_test).item(),
         "test_accuracy": (logits.argmax(-1) == split.y_test).double().mean().item(),
         "attention_norm_head": norms.mean(-1).tolist(),
@@ -157,7 +185,7 @@ def _append(hist: dict, row: dict) -> None:
 def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int | None = None,
                    out: str | os.PathLike | None = None, seed: int = 0, preset: str = "full", *,
                    resume: bool = True, checkpoint_dir: str | os.PathLike | None = None,
-                   threads: int | None = 1, progress: bool = False,
+                   checkpoints: bool = True, threads: int | None = 1, progress: bool = False,
                    callback: Callable[[str, int], None] | None = None,
                    **overrides) -> xr.Dataset:
     """Train the ViT once per activation and record attention norms per epoch.
@@ -174,12 +202,19 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
         file and its checkpoints are continued. None keeps everything in memory.
     seed : int
         Seeds the weights (identical for every activation) and the shuffling.
-    preset : {"full", "fast"}
-        Model and training settings, see :data:`PRESETS`.
+    preset : str
+        Model and training settings, one of :data:`PRESETS` (``"full"``, N = 17;
+        ``"fast"``; ``"up16"``, ``"patch1"``, ``"up16-wide"``, N = 65;
+        ``"up32"``, N = 257).
     resume : bool
         Continue from ``out`` and its checkpoints (default). False starts over.
     checkpoint_dir : path, optional
         Where model/optimizer checkpoints go; default ``<out>.tmp-checkpoints``.
+    checkpoints : bool
+        Save a checkpoint per activation after every epoch (default), so an
+        interrupted or extended run continues where it stopped. False writes
+        none (only ``out``): nothing is left beside it, and a later call
+        retrains from epoch 0 (what a notebook's throw-away run wants).
     threads : int, optional
         torch CPU threads during the run (restored afterwards); default 1, the
         fastest for a model this small. None leaves torch's setting.
@@ -195,7 +230,8 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
     xarray.Dataset
         dims (activation, epoch, layer, head), see
         :func:`toolkit.lab.dataset.build_dataset`. Attrs include
-        ``num_tokens`` (N) and ``sqrt_n_bound`` (√N).
+        ``num_tokens`` (N), ``sqrt_n_bound`` (√N), ``image_size``,
+        ``patch_size`` and ``head_dim``.
 
     Raises
     ------
@@ -224,12 +260,20 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
     out = Path(out) if out is not None else None
     ckdir = Path(checkpoint_dir) if checkpoint_dir else (
         out.with_name(out.name + ".tmp-checkpoints") if out else None)
-    split = load_digits_split(train_subset=cfg.train_subset or None)
+    if not checkpoints:
+        ckdir = None
+    if cfg.image_size % cfg.patch_size:
+        raise InvalidOptionError("patch_size", cfg.patch_size, f"a divisor of image_size {cfg.image_size}",
+                                 "run_experiment")
+    if cfg.dim % cfg.heads:
+        raise InvalidOptionError("heads", cfg.heads, f"a divisor of dim {cfg.dim}", "run_experiment")
+    split = load_digits_split(train_subset=cfg.train_subset or None, image_size=cfg.image_size)
     eval_images = split.x_test[:cfg.eval_batch]
-    n_tokens = (split.x_train.shape[-1] // cfg.patch_size) ** 2 + 1  # patches + class token
+    n_tokens = cfg.num_tokens
     attrs = dict(title="Attention norm per layer over training, per attention activation",
                  preset=preset, config=cfg.model_json(), epochs=cfg.epochs, seed=seed,
-                 num_tokens=n_tokens, sqrt_n_bound=math.sqrt(n_tokens),
+                 num_tokens=n_tokens, sqrt_n_bound=math.sqrt(n_tokens), image_size=cfg.image_size,
+                 patch_size=cfg.patch_size, head_dim=cfg.dim // cfg.heads,
                  dataset=DATASET_NAME, model="ViT, pre-norm, class token, learned positions",
                  reference=REFERENCE, torch_version=str(torch.__version__))
 
@@ -257,8 +301,8 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
                 histories[label] = saved[label]  # already trained this far
                 continue
             torch.manual_seed(cfg.seed)
-            model = ViT(act, patch_size=cfg.patch_size, dim=cfg.dim, depth=cfg.depth,
-                        heads=cfg.heads, mlp_ratio=cfg.mlp_ratio)
+            model = ViT(act, image_size=cfg.image_size, patch_size=cfg.patch_size, dim=cfg.dim,
+                        depth=cfg.depth, heads=cfg.heads, mlp_ratio=cfg.mlp_ratio)
             opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
             gen = torch.Generator().manual_seed(cfg.seed + 1)
             ck = _checkpoint_path(ckdir, label) if ckdir else None
@@ -269,7 +313,7 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
                 model.load_state_dict(state["model"])
                 opt.load_state_dict(state["optimizer"])
                 gen.set_state(state["generator"])
-                histories[label] = hist = state["history"]
+                histories[label] = hist = lab_ds.complete_history(state["history"], cfg.depth)
             else:
                 _append(hist, _initial_row(model, split, eval_images))
             for epoch in range(len(hist["train_loss"]), cfg.epochs + 1):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from toolkit.lab.attention import Attention, AttentionActivation, frobenius_norm
+from toolkit.lab.attention import Attention, AttentionActivation, frobenius_norm, score_statistics
 
 
 class Block(nn.Module):
@@ -46,6 +46,12 @@ class ViT(nn.Module):
         Embedding width, number of layers, heads per layer, MLP expansion.
     in_chans, num_classes : int
         Image channels and classes.
+    init_std : float, optional
+        Draw every ``nn.Linear`` weight from a normal truncated at ±2 std with
+        this standard deviation and zero its bias, as timm's ViT (and so the
+        paper's) does with 0.02. Default None: PyTorch's own initialisation
+        (uniform, ±1/√fan_in), which the lab trains with; it gives scores
+        about 4x larger at initialisation (see :func:`toolkit.lab.initial_levels`).
 
     Examples
     --------
@@ -56,7 +62,8 @@ class ViT(nn.Module):
 
     def __init__(self, activation: str | AttentionActivation = "softmax", *, image_size: int = 8,
                  patch_size: int = 2, dim: int = 32, depth: int = 12, heads: int = 4,
-                 mlp_ratio: int = 2, in_chans: int = 1, num_classes: int = 10):
+                 mlp_ratio: int = 2, in_chans: int = 1, num_classes: int = 10,
+                 init_std: float | None = None):
         super().__init__()
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} is not divisible by patch_size {patch_size}")
@@ -69,6 +76,11 @@ class ViT(nn.Module):
         self.blocks = nn.ModuleList(Block(dim, heads, mlp_ratio, activation) for _ in range(depth))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
+        if init_std is not None:
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.trunc_normal_(m.weight, std=init_std, a=-2 * init_std, b=2 * init_std)
+                    nn.init.zeros_(m.bias)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Class logits. ``images``: (batch, in_chans, H, W) -> (batch, num_classes)."""
@@ -91,12 +103,40 @@ class ViT(nn.Module):
         torch.Tensor, shape (layer, head, batch), float64
             ``‖φ(Q Kᵀ/√d_head)‖_F`` per layer, head and image.
         """
+        return self.attention_statistics(images, scores=False)[0]
+
+    @torch.no_grad()
+    def attention_statistics(self, images: torch.Tensor, *, scores: bool = True):
+        """Attention norms and, per layer, the scale of the scores, from one forward pass.
+
+        Parameters
+        ----------
+        images : torch.Tensor, shape (batch, in_chans, H, W)
+        scores : bool
+            Also summarise the scaled scores of each layer
+            (:func:`toolkit.lab.attention.score_statistics`). Default True.
+
+        Returns
+        -------
+        norms : torch.Tensor, shape (layer, head, batch), float64
+            ``‖φ(Q Kᵀ/√d_head)‖_F`` per layer, head and image.
+        stats : list of (float, float, float)
+            Per layer, ``mean |S|``, ``p99 |S|`` and the share of ``|S| > 1``
+            over the batch, the heads and every entry; empty when ``scores``
+            is False.
+        """
         attns = [b.attn for b in self.blocks]
+        norms, stats = [], []
         for a in attns:
             a.record = True
         try:
             self(images)
-            return torch.stack([frobenius_norm(a.last_attention).T for a in attns])
+            for a in attns:
+                norms.append(frobenius_norm(a.last_attention).T)
+                if scores:
+                    stats.append(score_statistics(a.last_scores))
+                a.last_attention = a.last_scores = None  # free each layer's matrices as soon as summarised
+            return torch.stack(norms), stats
         finally:
             for a in attns:
-                a.record, a.last_attention = False, None
+                a.record, a.last_attention, a.last_scores = False, None, None

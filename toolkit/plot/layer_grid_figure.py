@@ -16,10 +16,19 @@ import numpy as np
 
 from toolkit.errors import EmptyInputError, UnknownMetricError
 
-#: Fixed colours of the paper's five activations (seaborn "colorblind").
-ACTIVATION_COLORS = {"softmax": "#0173b2", "x/1": "#de8f05", "x/16": "#029e73",
-                     "x³/1": "#d55e00", "x³/16": "#cc78bc"}
-_MORE_COLORS = ("#ca9161", "#56b4e9", "#949494", "#ece133", "#fbafe4", "#000000")
+#: Fixed colours of the paper's five activations: Okabe-Ito black, orange, sky blue and blue,
+#: and Tol's wine. Warm for the unscaled polynomials, cool for the scaled ones. Chosen by the
+#: smallest CAM02-UCS distance between any two of them, under normal vision and simulated
+#: deuteranomaly, protanomaly and tritanomaly at full severity (colorspacious): 22, against
+#: 10 for seaborn's "colorblind" orange and vermillion used before (tests/test_lab_plot.py).
+ACTIVATION_COLORS = {"softmax": "#000000", "x/1": "#E69F00", "x/16": "#56B4E9",
+                     "x³/1": "#882255", "x³/16": "#0072B2"}
+#: What the notebook's text calls each colour.
+ACTIVATION_COLOR_NAMES = {"softmax": "black", "x/1": "orange", "x/16": "light blue",
+                          "x³/1": "wine red", "x³/16": "dark blue"}
+_MORE_COLORS = ("#009E73", "#CC79A7", "#D55E00", "#999933", "#332288", "#949494")
+#: How every lab figure numbers layers: from 0, like the heatmaps and the Dataset's ``layer``.
+LAYER_NOTE = "layer 0 = first block after the patch embedding"
 
 
 def grid_variables(ds) -> list[str]:
@@ -28,8 +37,21 @@ def grid_variables(ds) -> list[str]:
 
 
 def default_log(var: str) -> bool:
-    """Log y by default for attention norms and losses, linear otherwise."""
-    return var.startswith("attention_norm") or var.endswith("loss")
+    """Log y by default for attention norms, score scales and losses, linear otherwise."""
+    return var.startswith("attention_norm") or var.endswith("loss") or var in ("score_mean_abs", "score_p99_abs")
+
+
+def _reference_line(ds, var: str, bound: bool):
+    """The dashed line of a variable's panels: √N (softmax's ceiling) for attention norms,
+    |S| = 1 (where x³ crosses x) for the score scales; (None, "") for the rest."""
+    if not bound:
+        return None, ""
+    if var.startswith("attention_norm") and "num_tokens" in ds.attrs:
+        sqrt_n = math.sqrt(float(ds.attrs["num_tokens"]))
+        return sqrt_n, f"√N = {sqrt_n:.2f}"
+    if var in ("score_mean_abs", "score_p99_abs"):
+        return 1.0, "|S| = 1 (x³ = x)"
+    return None, ""
 
 
 def series_colors(labels, known=()) -> tuple[str, ...]:
@@ -62,7 +84,8 @@ class LayerGridData:
     panels : tuple of int
         Layer of each panel (0-based); ``(-1,)`` for a variable without ``layer``.
     panel_titles : tuple of str
-        ``"Layer 1"`` ... (1-based), or the variable's long name.
+        ``"layer 0"`` ... (0-based, as everywhere in the toolkit: :data:`LAYER_NOTE`),
+        or the variable's long name.
     series : tuple of str
         Activation labels, one line each.
     colors : tuple of str
@@ -74,10 +97,14 @@ class LayerGridData:
     ylim : (float, float)
         Shared y limits (decades on a log axis).
     bound : float or None
-        √N, drawn as a dashed line on attention-norm panels.
+        A dashed reference line: √N on attention-norm panels, 1 on score-scale panels.
+    bound_label : str
+        Its legend entry (``"√N = 4.12"``).
     metric, long_name, units, ylabel : str
     selection : dict
         How extra dims were reduced, e.g. ``{"head": "mean"}``.
+    note : str
+        What the figure says about its panels (:data:`LAYER_NOTE` for per-layer variables).
     """
 
     values: np.ndarray
@@ -91,11 +118,13 @@ class LayerGridData:
     log: bool
     ylim: tuple
     bound: float | None
+    bound_label: str
     metric: str
     long_name: str
     units: str
     ylabel: str
     selection: dict = field(default_factory=dict)
+    note: str = ""
 
 
 def _ylim(values: np.ndarray, log: bool, bound: float | None, metric: str) -> tuple[float, float]:
@@ -140,7 +169,8 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
     ncols : int, optional
         Panels per row; default 4 (3 x 4 for 12 layers).
     bound : bool
-        Carry √N (attr ``num_tokens``) for attention-norm variables.
+        Carry the reference line: √N (attr ``num_tokens``) for attention-norm
+        variables, 1 for ``score_mean_abs`` and ``score_p99_abs``.
 
     Returns
     -------
@@ -159,8 +189,11 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
     da = ds[var]
     selection = {}
     if "head" in da.dims:
+        heads = [int(h) for h in ds["head"].values.tolist()]
+        if head is not None and head not in heads:
+            raise EmptyInputError(f"head {head!r} not in the Dataset; it has heads {heads}")
         da = da.mean("head") if head is None else da.sel(head=head)
-        selection["head"] = "mean" if head is None else head
+        selection["head"] = "mean" if head is None else int(head)
     if "activation" in da.dims:
         known = [str(a) for a in ds["activation"].values.tolist()]
         series = known if activations is None else [str(a) for a in activations]
@@ -178,30 +211,29 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
         if not panels:
             raise EmptyInputError("no layer selected; pick at least one")
         da = da.sel(layer=panels)
-        titles = [f"Layer {p + 1}" for p in panels]
+        titles, note = [f"layer {p}" for p in panels], LAYER_NOTE
     else:
         da, panels, titles = da.expand_dims(layer=[-1]), [-1], [da.attrs.get("long_name", var)]
+        note = ""
     values = da.transpose("layer", "activation", "epoch").values.astype(float)
     log = default_log(var) if log is None else bool(log)
-    sqrt_n = None
-    if bound and var.startswith("attention_norm") and "num_tokens" in ds.attrs:
-        sqrt_n = math.sqrt(float(ds.attrs["num_tokens"]))
+    line, line_label = _reference_line(ds, var, bound)
     ncols = min(ncols or 4, len(panels))
     units = str(ds[var].attrs.get("units", ""))
     long_name = str(ds[var].attrs.get("long_name", var))
     return LayerGridData(
         values=values, x=ds["epoch"].values, panels=tuple(panels), panel_titles=tuple(titles),
         series=tuple(series), colors=series_colors(series, known), nrows=math.ceil(len(panels) / ncols),
-        ncols=ncols, log=log, ylim=_ylim(values, log, sqrt_n, var), bound=sqrt_n, metric=var,
+        ncols=ncols, log=log, ylim=_ylim(values, log, line, var), bound=line, bound_label=line_label, metric=var,
         long_name=long_name, units=units,
-        ylabel=long_name + (f" ({units})" if units not in ("", "1") else ""), selection=selection)
+        ylabel=long_name + (f" ({units})" if units not in ("", "1") else ""), selection=selection, note=note)
 
 
 def _draw_panel(ax, data: LayerGridData, i: int, *, title: str | None = None):
     for j, label in enumerate(data.series):
         ax.plot(data.x, data.values[i, j], color=data.colors[j], lw=1.4, label=label)
     if data.bound is not None:
-        ax.axhline(data.bound, color="0.35", ls="--", lw=0.9, label=f"√N = {data.bound:.2f}")
+        ax.axhline(data.bound, color="0.35", ls="--", lw=0.9, label=data.bound_label)
     if data.log:
         ax.set_yscale("log")
     ax.set_ylim(*data.ylim)
@@ -252,11 +284,27 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
         if i >= len(data.panels) - data.ncols:
             ax.set_xlabel("epoch")
     if legend == "shared":
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
-    extra = ", ".join(f"{k} {v}" for k, v in data.selection.items())
-    fig.suptitle(title or (data.long_name + (f" ({extra})" if extra else "")))
+        _shared_legend(fig, axes[0], data.ncols)
+    fig.suptitle(title or _title(data))
     return fig
+
+
+def _title(data: LayerGridData) -> str:
+    """``"<long name> (head 1; layer 0 = …)"``: what was selected and how layers count."""
+    extra = ["head mean" if v == "mean" else f"{k} {v}" for k, v in data.selection.items()]
+    extra += [data.note] if data.note else []
+    return data.long_name + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _shared_legend(fig, ax, ncols: int):
+    """One legend for the figure, sized to fit: below a grid of two or more columns (at most
+    three entries per column of panels, so a narrow figure wraps it onto more rows), right
+    of a single column (a one-panel figure is too narrow for a row of six labels)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ncols == 1:
+        return fig.legend(handles, labels, loc="outside right upper", ncols=1, frameon=False)
+    return fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 3 * ncols),
+                      frameon=False)
 
 
 def layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None, head=None,
@@ -265,7 +313,8 @@ def layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None
     """Line grid: one panel per layer, epochs on x, one line per activation.
 
     The seed figure of Saratchandran et al. (arXiv:2410.18613): 12 layers in
-    3 x 4 panels titled "Layer 1" ... "Layer 12", log-scale attention norm,
+    3 x 4 panels titled "layer 0" ... "layer 11" (0-based, as every figure of
+    the toolkit; the paper counts from 1), log-scale attention norm,
     the same y limits and colours in every panel, one shared legend, and the
     softmax bound √N dashed. Parameters as in :func:`prepare_layer_grid` and
     :func:`draw_layer_grid`.
@@ -311,6 +360,5 @@ def training_curves(ds, variables=("train_loss", "test_accuracy"), *, activation
         _draw_panel(ax, data, 0, title=data.long_name)
         ax.set_xlabel("epoch")
         ax.set_ylabel(data.ylabel)
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), frameon=False)
+    _shared_legend(fig, axes[0], len(prepared))
     return fig
