@@ -116,9 +116,12 @@ class WeightMeasurement:
     kind = "weights"
 
     @classmethod
-    def make(cls, metrics, device: str = "cpu", spectra: bool = False) -> WeightMeasurement:
-        """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive their cache keys."""
+    def make(cls, metrics, device: str = "cpu", spectra: bool = False, fit=None) -> WeightMeasurement:
+        """Resolve ``metrics`` (raises ``UnknownMetricError``), set the options ``fit``
+        (:class:`~toolkit.metrics.fit_options.FitOptions`) gives them, and derive their cache keys."""
         chosen = tuple(resolve_metrics(metrics, kind="weight"))
+        if fit is not None:
+            chosen = fit.apply(chosen)
         keys = {m.name: metric_key(m, **dict(m.options), **({"device": str(device)} if m.needs_singular_values else {}))
                 for m in chosen}
         return cls(chosen, keys, device, bool(spectra))

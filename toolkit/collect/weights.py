@@ -14,6 +14,7 @@ from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import make_progress
 from toolkit.collect.weight_cells import WeightMeasurement
+from toolkit.metrics.fit_options import FitOptions
 
 
 def weight_stats(
@@ -29,6 +30,8 @@ def weight_stats(
     client=None,
     keep_spectra: bool = False,
     quality_thresholds: tuple[float, float] = (2.0, 6.0),
+    fit=None,
+    per_head: bool = False,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
@@ -77,6 +80,19 @@ def weight_stats(
         coordinate ``quality`` labels each cell ``over-trained`` (α < over),
         ``under-trained`` (α > under), ``ok``, or ``not fitted: <reason>``
         (WeightWatcher's warnings; the thresholds are recorded in its attrs).
+    fit : toolkit.FitOptions or dict, optional
+        Options of the spectral fits (:class:`~toolkit.metrics.fit_options.FitOptions`:
+        ``fix_fingers``, ``xmax``, ``xmin_max``, ``max_fingers``,
+        ``finger_thresh``, WeightWatcher's skip rules ``min_evals`` /
+        ``max_evals`` / ``max_N``, the randomized metrics' ``seed``); None:
+        WeightWatcher 0.7.7's defaults. Each is part of the cache key of the
+        metrics that take it and recorded in the attrs as ``fit_<name>``.
+    per_head : bool, default False
+        Also the spectrum of each attention head's slice
+        (:mod:`toolkit.metrics.per_head`): ``alpha_per_head``,
+        ``stable_rank_per_head``, ``spectral_norm_per_head`` (layer,
+        component, head) for ``attn.q`` / ``attn.o`` and ``..._per_kv_head``
+        (layer, component, kv_head) for ``attn.k`` / ``attn.v``.
 
     Returns
     -------
@@ -102,7 +118,8 @@ def weight_stats(
         A name in ``metrics`` is not registered.
     InvalidOptionError
         An empty ``metrics`` list, a flag that is not a bool, a ``progress``
-        that is neither a bool nor a callable... (before any work).
+        that is neither a bool nor a callable, a ``fit`` option it cannot
+        take... (before any work).
 
     Examples
     --------
@@ -113,7 +130,9 @@ def weight_stats(
     metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="weight",
                                                                 mapping=mapping, progress=progress, cache=cache)
     bounds = quality_bounds(quality_thresholds)  # before any work
-    measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra)
+    fit = FitOptions.coerce(fit, where)
+    per_head = options.flag(per_head, "per_head", where)
+    measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit)
     with cache_run(), executor_for(client, device) as executor:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
@@ -124,7 +143,40 @@ def weight_stats(
             report.close()
     cells = {key: cell for got in results for key, cell in got.items()}
     ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), plan.attrs(), spectra=keep_spectra)
+    ds = with_fit_options(ds, fit, measurement.chosen)
+    if per_head:
+        from toolkit.collect.head_stats import with_head_stats
+
+        ds = with_head_stats(ds, plan, fit=fit, device=device, cache=cache)
     return with_quality(ds, bounds)
+
+
+def with_fit_options(ds: xr.Dataset, fit: FitOptions, metrics) -> xr.Dataset:
+    """``ds`` with ``fit`` recorded (Dataset attrs ``fit_<name>``; attr ``fit_options`` of each
+    variable whose metric takes options) and WeightWatcher's skip rules applied.
+
+    With ``min_evals`` / ``max_evals`` / ``max_N`` set, every metric of a cell
+    WeightWatcher would skip is NaN and its ``nan_reason`` says why
+    (:meth:`FitOptions.skip_reason`); the spectra stay.
+    """
+    import numpy as np
+
+    ds = ds.copy()
+    ds.attrs.update(fit.attrs())
+    for m in metrics:
+        if m.options and m.name in ds:
+            ds[m.name].attrs["fit_options"] = ", ".join(f"{k}={v!r}" for k, v in m.options)
+    rows, cols = ds.n_rows.values, ds.n_cols.values
+    skip = np.array([[fit.skip_reason(int(r), int(c)) if r > 0 else "" for r, c in zip(rr, cc, strict=True)]
+                     for rr, cc in zip(rows, cols, strict=True)], dtype=object).reshape(rows.shape)
+    hit = skip != ""
+    if hit.any():
+        for m in metrics:
+            ds[m.name] = ds[m.name].where(~hit)
+        old = ds.nan_reason.values.astype(object)
+        joined = np.where(hit, np.where(old != "", skip + "; " + old, skip), old)
+        ds = ds.assign_coords(nan_reason=(("layer", "component"), joined.astype(str), ds.nan_reason.attrs))
+    return ds
 
 
 def quality_bounds(thresholds) -> tuple[float, float]:
@@ -176,7 +228,7 @@ def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
 
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
-                  cache: bool = True) -> xr.Dataset:
+                  cache: bool = True, fit=None) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.
 
     The same pipeline and cache as :func:`weight_stats` (``keep_spectra=True``),
@@ -185,7 +237,7 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
 
     Parameters
     ----------
-    source, gguf_file, revision, mapping, device, cache
+    source, gguf_file, revision, mapping, device, cache, fit
         As :func:`weight_stats`.
     layer : int
     component : str
@@ -206,7 +258,8 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     from toolkit.collect.plan import PlannedTensor
     from toolkit.errors import ToolkitError
 
-    measurement = WeightMeasurement.make(list(metrics), device, spectra=True)
+    fit = FitOptions.coerce(fit, "toolkit.plot.esd")
+    measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
     with cache_run(), executor_for(None, device):
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         found = [PlannedTensor(t.record, tuple(p for p in t.pieces if (p.layer, p.component) == (layer, component)))
@@ -218,4 +271,5 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
                                f"{sorted({p.component for t in plan.tensors for p in t.pieces})})")
         store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
         results = run_units(measurement, found, store, SerialExecutor(), lambda name: None, [plan.source])
-    return build_grid_dataset(plan.num_layers, results[0], list(measurement.chosen), plan.attrs(), spectra=True)
+    ds = build_grid_dataset(plan.num_layers, results[0], list(measurement.chosen), plan.attrs(), spectra=True)
+    return with_fit_options(ds, fit, measurement.chosen)
