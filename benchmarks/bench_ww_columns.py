@@ -22,13 +22,18 @@ distribution*: a matrix agrees when WeightWatcher's one sample lies in the
 distance, plus one spike for the count); target >= 95 %. Their row also
 gives the means over all matrices of both sides.
 
+``--fix-fingers clip_xmax|xmin_peak`` compares the fit columns of that mode
+instead: ``weight_stats(fit=FitOptions(fix_fingers=...))`` against
+``analyze(fix_fingers=...)`` (``xmin_peak`` with ``pl_package="powerlaw"``: with
+its own package WeightWatcher fails on every matrix), same tolerance.
+
 ``--ww-cache FILE`` keeps WeightWatcher's rows (its run takes 25 min for
 SmolLM2 on 2 cores): read from FILE when it exists, else written there.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
-        [--ww-cache FILE] [--json FILE]
+        [--fix-fingers clip_xmax|xmin_peak] [--ww-cache FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -60,17 +65,30 @@ TARGET, TARGET_RANDOM = 0.99, 0.95
 PREDICTION = 0.99  # two-sided prediction interval of the randomized columns
 RANDOM_SLACK = {"rand_distance": 1e-9, "rand_num_spikes": 1.0}
 MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path"}
+FIX_FINGERS = ("clip_xmax", "xmin_peak")
+# the columns of a fix-fingers run: the fit and what derives from it, and clip_xmax's finger count
+FIT_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_sigma", "num_pl_spikes",
+               "alpha_weighted", "log_alpha_norm")
+
+
+def columns(fix_fingers: str | None) -> dict:
+    """toolkit metric -> WeightWatcher column compared in a run."""
+    if fix_fingers is None:
+        return dict(DETERMINISTIC)
+    # xmin_peak: WeightWatcher's xmax column is the powerlaw package's fit.xmax, None (no upper cut);
+    # the toolkit's alpha_xmax is the largest eigenvalue fitted, so it is not compared there
+    return {k: DETERMINISTIC[k] for k in FIT_COLUMNS if not (fix_fingers == "xmin_peak" and k == "alpha_xmax")}
 
 
 # ---------------------------------------------------------------- children
 
 
-def _metric_names(seeds: int, random: bool) -> list[str]:
+def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None) -> list[str]:
     """The metric names to compute: the ESD columns, opt-in ones included, and the randomized ones
     once per seed (seed 0 is the registered metric; the others are registered here, in this process)."""
     from toolkit.metrics import get_metric, register_metric
 
-    names = list(DETERMINISTIC)
+    names = list(columns(fix_fingers))
     if random:
         for base in RANDOMIZED:
             m = get_metric(base)
@@ -82,13 +100,15 @@ def _metric_names(seeds: int, random: bool) -> list[str]:
     return names
 
 
-def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None) -> None:
+def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None,
+                  fix_fingers: str | None = None) -> None:
     import toolkit
 
     H.set_threads(threads)
-    names = _metric_names(seeds, random)
+    names = _metric_names(seeds, random, fix_fingers)
     t0 = time.perf_counter()
-    ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False)
+    ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False,
+                              fit=toolkit.FitOptions(fix_fingers=fix_fingers))
     work = time.perf_counter() - t0
     rows = []
     pnames = ds.parameter_name.values
@@ -102,7 +122,15 @@ def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | 
     H.emit(seconds=work, matrices=len(rows))
 
 
-def child_ww(gguf: str, out: str, random: bool, threads: int | None) -> None:
+def ww_options(fix_fingers: str | None, random: bool) -> dict:
+    """WeightWatcher's ``analyze()`` keywords of a run: the full default analysis, or one fix-fingers fit
+    (``xmin_peak`` only runs with its ``powerlaw`` package: with its own it fails on every matrix)."""
+    if fix_fingers is None:
+        return {"mp_fit": True, "randomize": random}
+    return {"fix_fingers": fix_fingers, **({"pl_package": "powerlaw"} if fix_fingers == "xmin_peak" else {})}
+
+
+def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None) -> None:
     import logging
 
     import torch
@@ -114,9 +142,9 @@ def child_ww(gguf: str, out: str, random: bool, threads: int | None) -> None:
     path = Path(gguf)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    details = ww.WeightWatcher(model=model).analyze(mp_fit=True, randomize=random)
+    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random))
     work = time.perf_counter() - t0
-    cols = list(DETERMINISTIC.values()) + (list(RANDOMIZED.values()) if random else [])
+    cols = list(columns(fix_fingers).values()) + (list(RANDOMIZED.values()) if random and not fix_fingers else [])
     rows = []
     for _, r in details.iterrows():
         rows.append({"name": str(r.get("longname", r.get("name"))), "M": int(r["M"]), "N": int(r["N"]),
@@ -132,9 +160,9 @@ def _undefined(v: float, ww_side: bool) -> bool:
     return not math.isfinite(v) or (ww_side and v == -1.0)
 
 
-def deterministic_agreement(pairs: list[tuple[dict, dict]]) -> dict:
+def deterministic_agreement(pairs: list[tuple[dict, dict]], compared: dict | None = None) -> dict:
     out = {}
-    for ours_key, ww_key in DETERMINISTIC.items():
+    for ours_key, ww_key in (compared or DETERMINISTIC).items():
         if ours_key not in pairs[0][0]:
             continue
         agree, devs, bad = 0, [], []
@@ -210,16 +238,18 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="thread budget of both sides")
     ap.add_argument("--json", type=Path, default=None, help="also write the table and figures to this JSON file")
     ap.add_argument("--ww-cache", type=Path, default=None, help="reuse (or save) WeightWatcher's rows in this file")
+    ap.add_argument("--fix-fingers", choices=FIX_FINGERS, default=None,
+                    help="compare the fit columns of this fix-fingers mode (no MP fit, no randomized columns)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--gguf", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    random = not args.no_random
+    random = not args.no_random and args.fix_fingers is None
     if args.child == "toolkit":
-        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads)
+        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers)
         return 0
     if args.child == "ww":
-        child_ww(args.gguf, args.out, random, args.threads)
+        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers)
         return 0
 
     gguf = model_path(args.model)
@@ -227,9 +257,11 @@ def main(argv=None) -> int:
     me = str(Path(__file__).resolve())
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
-          f"{'on' if random else 'off'}", flush=True)
+          f"{'on' if random else 'off'}; fix_fingers {args.fix_fingers or 'off'} (WeightWatcher analyze("
+          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random).items())}))", flush=True)
     extra = ["--seeds", str(args.seeds)] + (["--no-random"] if not random else []) + (
-        ["--threads", str(args.threads)] if args.threads else [])
+        ["--threads", str(args.threads)] if args.threads else []) + (
+        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else [])
     with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
         res = {}
         for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
@@ -251,7 +283,7 @@ def main(argv=None) -> int:
     if not pairs:
         print("no matrix matched by name")
         return 1
-    det = deterministic_agreement(pairs)
+    det = deterministic_agreement(pairs, columns(args.fix_fingers))
     rnd = random_agreement(pairs, args.seeds) if random else {}
     rows = [[f"{k} [{m['ww']}]", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %", f"{m['max_dev']:.2g}",
              f">= 99 % {H.verdict(m['share'] >= TARGET)}"] for k, m in det.items()]
