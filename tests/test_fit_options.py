@@ -16,8 +16,9 @@ from safetensors.torch import load_file
 import toolkit
 from toolkit.errors import InvalidOptionError
 from toolkit.metrics.fit_options import FitOptions
-from toolkit.metrics.powerlaw import fit_power_law, fit_xmin_peak
+from toolkit.metrics.powerlaw import fit_power_law
 from toolkit.metrics.truncated_powerlaw import fit_truncated_power_law, tail_moments
+from toolkit.metrics.xmin_peak import fit_xmin_peak
 from toolkit.testing import write_tiny_checkpoint
 
 pytestmark = pytest.mark.usefixtures("cache")
