@@ -62,7 +62,18 @@ def test_attrs_survive_netcdf(ckpt, tmp_path):
     back = xr.open_dataset(tmp_path / "d.nc")
     assert back.attrs["fit_fix_fingers"] == "clip_xmax" and int(back.attrs["fit_seed"]) == 3
     assert int(back.attrs["fit_max_N"]) == 0  # off
+    assert FitOptions.from_attrs(back.attrs) == FitOptions(fix_fingers="clip_xmax", seed=3)
     back.close()
+
+
+def test_esd_figure_refits_with_the_runs_options(ckpt):
+    from toolkit.plot.esd_figure import prepare_esd
+
+    fit = FitOptions(fix_fingers="clip_xmax")
+    ds = toolkit.weight_stats(ckpt, ["stable_rank"], progress=False, keep_spectra=True, fit=fit)
+    p = prepare_esd(ds, layer=1, component="mlp.gate")  # no alpha stored: fitted from the spectrum
+    lam = eigenvalues(ckpt, "model.layers.1.mlp.gate_proj.weight")
+    assert p.alpha == pytest.approx(fit_power_law(lam, fix_fingers="clip_xmax").alpha, rel=1e-9)
 
 
 def test_xmin_peak_equals_the_powerlaw_package():

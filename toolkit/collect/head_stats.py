@@ -141,13 +141,12 @@ def with_head_stats(ds: xr.Dataset, plan, *, fit, device: str = "cpu", cache: bo
     """
     from toolkit.architectures.base import Dims
     from toolkit.errors import ToolkitError
-    from toolkit.metrics.fit_options import FIT_KEYS
 
     dims = Dims.from_config(plan.source.config)
     if not (dims.num_attention_heads and dims.num_key_value_heads and dims.head_dim):
         raise ToolkitError("per_head=True needs num_attention_heads (and head_dim or hidden_size) in the config; "
                            f"{plan.source.location!r} has {dims}")
-    measurement = HeadMeasurement.make(dims, {k: getattr(fit, k) for k in FIT_KEYS}, device)
+    measurement = HeadMeasurement.make(dims, fit.fit_keywords(), device)
     units = [type(t)(t.record, tuple(p for p in t.pieces if p.component in Q_HEAD_COMPONENTS + KV_HEAD_COMPONENTS))
              for t in plan.tensors]
     units = [u for u in units if u.pieces]

@@ -146,9 +146,28 @@ class FitOptions:
         """The defaults with WeightWatcher's skip rules on (:data:`WW_SKIP_DEFAULTS`), then ``changes``."""
         return cls(**{**WW_SKIP_DEFAULTS, **changes})
 
+    @classmethod
+    def from_attrs(cls, attrs: dict) -> FitOptions:
+        """The options a Dataset's ``fit_<name>`` attrs record (:meth:`attrs`); the defaults for absent ones."""
+        got = {}
+        for f in fields(cls):
+            if f"fit_{f.name}" not in attrs:
+                continue
+            value = attrs[f"fit_{f.name}"]
+            if hasattr(value, "item"):
+                value = value.item()  # NetCDF gives NumPy scalars back
+            off = value in ("none", 0, 0.0) and f.name in ("fix_fingers", "xmax", "xmin_max", "min_evals",
+                                                           "max_evals", "max_N")
+            got[f.name] = None if off else value
+        return cls(**got)
+
+    def fit_keywords(self) -> dict:
+        """Keywords of :func:`toolkit.metrics.powerlaw.fit_power_law` (the fit options)."""
+        return {k: getattr(self, k) for k in FIT_KEYS}
+
     def metric_options(self) -> dict:
         """``{option: value}`` that metrics may declare: the fit's and ``seed``."""
-        return {**{k: getattr(self, k) for k in FIT_KEYS}, "seed": self.seed}
+        return {**self.fit_keywords(), "seed": self.seed}
 
     def apply(self, metrics) -> tuple:
         """The metric records with the options each one declares set from here (others unchanged).
@@ -189,10 +208,3 @@ class FitOptions:
             out[f"fit_{f.name}"] = value
         out["fit_xmin_max"] = float(self.xmin_max) if self.xmin_max is not None else 0.0
         return out
-
-    def describe(self) -> str:
-        """One line of the non-default options (``"default (WeightWatcher 0.7.7 analyze())"`` when none)."""
-        default = FitOptions()
-        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                   if getattr(self, f.name) != getattr(default, f.name)]
-        return ", ".join(changed) if changed else "default (WeightWatcher 0.7.7 analyze())"

@@ -92,6 +92,7 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
     """
     from toolkit.errors import ToolkitError
     from toolkit.metrics.esd_fit import esd_quality
+    from toolkit.metrics.fit_options import FitOptions
     from toolkit.metrics.powerlaw import fit_power_law
     from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.plot._select import model_name
@@ -119,8 +120,9 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
         alpha, xmin = _stored(ds, "alpha", layer, component), _stored(ds, "alpha_xmin", layer, component)
     reason = ""
     if not (math.isfinite(alpha) and math.isfinite(xmin)):
-        try:
-            fit = fit_power_law(lam)
+        try:  # the run's fit options (attrs fit_*); an update's fit is the default one, as delta_alpha's
+            options = {} if update else FitOptions.from_attrs(ds.attrs).fit_keywords()
+            fit = fit_power_law(lam, **options)
             alpha, xmin = float(fit.alpha), float(fit.xmin)
         except DegenerateMatrix as e:
             alpha, xmin, reason = math.nan, math.nan, e.reason
