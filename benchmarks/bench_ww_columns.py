@@ -33,7 +33,7 @@ SmolLM2 on 2 cores): read from FILE when it exists, else written there.
 Usage::
 
     .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
-        [--fix-fingers clip_xmax|xmin_peak] [--ww-cache FILE] [--json FILE]
+        [--no-mp] [--fix-fingers clip_xmax|xmin_peak] [--ww-cache FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -71,10 +71,13 @@ FIT_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_
                "alpha_weighted", "log_alpha_norm")
 
 
-def columns(fix_fingers: str | None) -> dict:
-    """toolkit metric -> WeightWatcher column compared in a run."""
+MP_COLUMNS = ("mp_softrank", "mp_num_spikes", "mp_bulk_max")
+
+
+def columns(fix_fingers: str | None, mp: bool = True) -> dict:
+    """toolkit metric -> WeightWatcher column compared in a run (``mp=False``: without the MP fit's)."""
     if fix_fingers is None:
-        return dict(DETERMINISTIC)
+        return {k: v for k, v in DETERMINISTIC.items() if mp or k not in MP_COLUMNS}
     # xmin_peak: WeightWatcher's xmax column is the powerlaw package's fit.xmax, None (no upper cut);
     # the toolkit's alpha_xmax is the largest eigenvalue fitted, so it is not compared there
     return {k: DETERMINISTIC[k] for k in FIT_COLUMNS if not (fix_fingers == "xmin_peak" and k == "alpha_xmax")}
@@ -83,12 +86,12 @@ def columns(fix_fingers: str | None) -> dict:
 # ---------------------------------------------------------------- children
 
 
-def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None) -> list[str]:
+def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None, mp: bool = True) -> list[str]:
     """The metric names to compute: the ESD columns, opt-in ones included, and the randomized ones
     once per seed (seed 0 is the registered metric; the others are registered here, in this process)."""
     from toolkit.metrics import get_metric, register_metric
 
-    names = list(columns(fix_fingers))
+    names = list(columns(fix_fingers, mp))
     if random:
         for base in RANDOMIZED:
             m = get_metric(base)
@@ -101,11 +104,11 @@ def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None) -> l
 
 
 def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None,
-                  fix_fingers: str | None = None) -> None:
+                  fix_fingers: str | None = None, mp: bool = True) -> None:
     import toolkit
 
     H.set_threads(threads)
-    names = _metric_names(seeds, random, fix_fingers)
+    names = _metric_names(seeds, random, fix_fingers, mp)
     t0 = time.perf_counter()
     ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False,
                               fit=toolkit.FitOptions(fix_fingers=fix_fingers))
@@ -122,15 +125,17 @@ def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | 
     H.emit(seconds=work, matrices=len(rows))
 
 
-def ww_options(fix_fingers: str | None, random: bool) -> dict:
-    """WeightWatcher's ``analyze()`` keywords of a run: the full default analysis, or one fix-fingers fit
-    (``xmin_peak`` only runs with its ``powerlaw`` package: with its own it fails on every matrix)."""
+def ww_options(fix_fingers: str | None, random: bool, mp: bool = True) -> dict:
+    """WeightWatcher's ``analyze()`` keywords of a run: the default analysis (with the MP fit unless
+    ``mp`` is False), or one fix-fingers fit (``xmin_peak`` only runs with its ``powerlaw`` package:
+    with its own it fails on every matrix)."""
     if fix_fingers is None:
-        return {"mp_fit": True, "randomize": random}
+        return {"mp_fit": mp, "randomize": random}
     return {"fix_fingers": fix_fingers, **({"pl_package": "powerlaw"} if fix_fingers == "xmin_peak" else {})}
 
 
-def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None) -> None:
+def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None,
+             mp: bool = True) -> None:
     import logging
 
     import torch
@@ -142,9 +147,9 @@ def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers
     path = Path(gguf)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random))
+    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random, mp))
     work = time.perf_counter() - t0
-    cols = list(columns(fix_fingers).values()) + (list(RANDOMIZED.values()) if random and not fix_fingers else [])
+    cols = list(columns(fix_fingers, mp).values()) + (list(RANDOMIZED.values()) if random and not fix_fingers else [])
     rows = []
     for _, r in details.iterrows():
         rows.append({"name": str(r.get("longname", r.get("name"))), "M": int(r["M"]), "N": int(r["N"]),
@@ -238,6 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="thread budget of both sides")
     ap.add_argument("--json", type=Path, default=None, help="also write the table and figures to this JSON file")
     ap.add_argument("--ww-cache", type=Path, default=None, help="reuse (or save) WeightWatcher's rows in this file")
+    ap.add_argument("--no-mp", action="store_true", help="skip the Marchenko-Pastur fit on both sides")
     ap.add_argument("--fix-fingers", choices=FIX_FINGERS, default=None,
                     help="compare the fit columns of this fix-fingers mode (no MP fit, no randomized columns)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -245,11 +251,12 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     random = not args.no_random and args.fix_fingers is None
+    mp = not args.no_mp and args.fix_fingers is None
     if args.child == "toolkit":
-        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers)
+        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers, mp)
         return 0
     if args.child == "ww":
-        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers)
+        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers, mp)
         return 0
 
     gguf = model_path(args.model)
@@ -258,10 +265,10 @@ def main(argv=None) -> int:
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
           f"{'on' if random else 'off'}; fix_fingers {args.fix_fingers or 'off'} (WeightWatcher analyze("
-          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random).items())}))", flush=True)
+          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random, mp).items())}))", flush=True)
     extra = ["--seeds", str(args.seeds)] + (["--no-random"] if not random else []) + (
         ["--threads", str(args.threads)] if args.threads else []) + (
-        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else [])
+        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else []) + (["--no-mp"] if not mp else [])
     with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
         res = {}
         for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
@@ -283,7 +290,7 @@ def main(argv=None) -> int:
     if not pairs:
         print("no matrix matched by name")
         return 1
-    det = deterministic_agreement(pairs, columns(args.fix_fingers))
+    det = deterministic_agreement(pairs, columns(args.fix_fingers, mp))
     rnd = random_agreement(pairs, args.seeds) if random else {}
     rows = [[f"{k} [{m['ww']}]", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %", f"{m['max_dev']:.2g}",
              f">= 99 % {H.verdict(m['share'] >= TARGET)}"] for k, m in det.items()]

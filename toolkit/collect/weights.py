@@ -92,7 +92,9 @@ def weight_stats(
         (:mod:`toolkit.metrics.per_head`): ``alpha_per_head``,
         ``stable_rank_per_head``, ``spectral_norm_per_head`` (layer,
         component, head) for ``attn.q`` / ``attn.o`` and ``..._per_kv_head``
-        (layer, component, kv_head) for ``attn.k`` / ``attn.v``.
+        (layer, component, kv_head) for ``attn.k`` / ``attn.v``; a second,
+        cached pass over the attention tensors, in this process (also with
+        ``client``), without a progress bar.
 
     Returns
     -------
