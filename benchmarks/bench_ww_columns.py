@@ -22,10 +22,10 @@ distribution*: a matrix agrees when WeightWatcher's one sample lies in the
 distance, plus one spike for the count); target >= 95 %. Their row also
 gives the means over all matrices of both sides.
 
-``--fix-fingers clip_xmax|xmin_peak`` compares the fit columns of that mode
-instead: ``weight_stats(fit=FitOptions(fix_fingers=...))`` against
-``analyze(fix_fingers=...)`` (``xmin_peak`` with ``pl_package="powerlaw"``: with
-its own package WeightWatcher fails on every matrix), same tolerance.
+``--fix-fingers clip_xmax`` compares the fit columns of that mode instead:
+``weight_stats(fit=FitOptions(fix_fingers="clip_xmax"))`` against
+``analyze(fix_fingers="clip_xmax")``, same tolerance. (``xmin_peak``:
+WeightWatcher 0.7.7 fails it on every matrix, see ``bench_xmin_peak.py``.)
 
 ``--ww-cache FILE`` keeps WeightWatcher's rows (its run takes 25 min for
 SmolLM2 on 2 cores): read from FILE when it exists, else written there.
@@ -33,7 +33,7 @@ SmolLM2 on 2 cores): read from FILE when it exists, else written there.
 Usage::
 
     .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
-        [--no-mp] [--fix-fingers clip_xmax|xmin_peak] [--ww-cache FILE] [--json FILE]
+        [--no-mp] [--fix-fingers clip_xmax] [--ww-cache FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ TARGET, TARGET_RANDOM = 0.99, 0.95
 PREDICTION = 0.99  # two-sided prediction interval of the randomized columns
 RANDOM_SLACK = {"rand_distance": 1e-9, "rand_num_spikes": 1.0}
 MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path"}
-FIX_FINGERS = ("clip_xmax", "xmin_peak")
+# xmin_peak is not here: WeightWatcher 0.7.7 fails it on every matrix (benchmarks/bench_xmin_peak.py
+# compares the toolkit's with the powerlaw package's fit that WeightWatcher means to call)
+FIX_FINGERS = ("clip_xmax",)
 # the columns of a fix-fingers run: the fit and what derives from it, and clip_xmax's finger count
 FIT_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_sigma", "num_pl_spikes",
                "alpha_weighted", "log_alpha_norm")
@@ -78,9 +80,7 @@ def columns(fix_fingers: str | None, mp: bool = True) -> dict:
     """toolkit metric -> WeightWatcher column compared in a run (``mp=False``: without the MP fit's)."""
     if fix_fingers is None:
         return {k: v for k, v in DETERMINISTIC.items() if mp or k not in MP_COLUMNS}
-    # xmin_peak: WeightWatcher's xmax column is the powerlaw package's fit.xmax, None (no upper cut);
-    # the toolkit's alpha_xmax is the largest eigenvalue fitted, so it is not compared there
-    return {k: DETERMINISTIC[k] for k in FIT_COLUMNS if not (fix_fingers == "xmin_peak" and k == "alpha_xmax")}
+    return {k: DETERMINISTIC[k] for k in FIT_COLUMNS}
 
 
 # ---------------------------------------------------------------- children
@@ -127,11 +127,10 @@ def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | 
 
 def ww_options(fix_fingers: str | None, random: bool, mp: bool = True) -> dict:
     """WeightWatcher's ``analyze()`` keywords of a run: the default analysis (with the MP fit unless
-    ``mp`` is False), or one fix-fingers fit (``xmin_peak`` only runs with its ``powerlaw`` package:
-    with its own it fails on every matrix)."""
+    ``mp`` is False), or the fix-fingers fit."""
     if fix_fingers is None:
         return {"mp_fit": mp, "randomize": random}
-    return {"fix_fingers": fix_fingers, **({"pl_package": "powerlaw"} if fix_fingers == "xmin_peak" else {})}
+    return {"fix_fingers": fix_fingers}
 
 
 def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None,
