@@ -47,9 +47,11 @@ def fit_xmin_peak(x, *, xmin_max: float | None = None, min_eigenvalues: int = MI
 
     Notes
     -----
-    As ``WeightWatcher.fit_powerlaw(fix_fingers="xmin_peak")`` with the
-    ``powerlaw`` package (with its own package WeightWatcher fails on every
-    matrix, so a WeightWatcher user runs it with ``pl_package="powerlaw"``):
+    The fit ``WeightWatcher.fit_powerlaw(fix_fingers="xmin_peak")`` means to
+    run: ``powerlaw.Fit`` with an xmin range (WeightWatcher 0.7.7 itself
+    fails it on every matrix: its own package takes no range, and it passes
+    ``powerlaw`` 2.0 a ``distribution=`` keyword that ``Fit`` refuses; so the
+    reference is the ``powerlaw`` package, ``benchmarks/bench_xmin_peak.py``):
 
     1. peak :math:`p = 10^{e_k}`, :math:`e_k` the left edge of the fullest of
        100 equal bins of :math:`\log_{10}\lambda`;
