@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     print(f"machine: {H.machine()}\n{H.load()} at start; model {args.model}", flush=True)
     ds = toolkit.weight_stats(None if args.model == "smollm2" else gemma3_path(), ["stable_rank"],
                               keep_spectra=True, progress=False)
-    layers = [int(v) for v in args.layers.split(",")] if args.layers else list(ds.layer.values)
+    layers = [int(v) for v in args.layers.split(",")] if args.layers else [int(v) for v in ds.layer.values]
     devs, secs = {k: [] for k in COLUMNS}, {"toolkit": 0.0, "powerlaw": 0.0}
     for layer in layers:
         for comp in ds.component.values:
