@@ -22,13 +22,18 @@ distribution*: a matrix agrees when WeightWatcher's one sample lies in the
 distance, plus one spike for the count); target >= 95 %. Their row also
 gives the means over all matrices of both sides.
 
+``--fix-fingers clip_xmax`` compares the fit columns of that mode instead:
+``weight_stats(fit=FitOptions(fix_fingers="clip_xmax"))`` against
+``analyze(fix_fingers="clip_xmax")``, same tolerance. (``xmin_peak``:
+WeightWatcher 0.7.7 fails it on every matrix, see ``bench_xmin_peak.py``.)
+
 ``--ww-cache FILE`` keeps WeightWatcher's rows (its run takes 25 min for
 SmolLM2 on 2 cores): read from FILE when it exists, else written there.
 
 Usage::
 
     .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
-        [--ww-cache FILE] [--json FILE]
+        [--no-mp] [--fix-fingers clip_xmax] [--ww-cache FILE] [--json FILE]
 """
 
 from __future__ import annotations
@@ -60,17 +65,33 @@ TARGET, TARGET_RANDOM = 0.99, 0.95
 PREDICTION = 0.99  # two-sided prediction interval of the randomized columns
 RANDOM_SLACK = {"rand_distance": 1e-9, "rand_num_spikes": 1.0}
 MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path"}
+# xmin_peak is not here: WeightWatcher 0.7.7 fails it on every matrix (benchmarks/bench_xmin_peak.py
+# compares the toolkit's with the powerlaw package's fit that WeightWatcher means to call)
+FIX_FINGERS = ("clip_xmax",)
+# the columns of a fix-fingers run: the fit and what derives from it, and clip_xmax's finger count
+FIT_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_sigma", "num_pl_spikes",
+               "alpha_weighted", "log_alpha_norm")
+
+
+MP_COLUMNS = ("mp_softrank", "mp_num_spikes", "mp_bulk_max")
+
+
+def columns(fix_fingers: str | None, mp: bool = True) -> dict:
+    """toolkit metric -> WeightWatcher column compared in a run (``mp=False``: without the MP fit's)."""
+    if fix_fingers is None:
+        return {k: v for k, v in DETERMINISTIC.items() if mp or k not in MP_COLUMNS}
+    return {k: DETERMINISTIC[k] for k in FIT_COLUMNS}
 
 
 # ---------------------------------------------------------------- children
 
 
-def _metric_names(seeds: int, random: bool) -> list[str]:
+def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None, mp: bool = True) -> list[str]:
     """The metric names to compute: the ESD columns, opt-in ones included, and the randomized ones
     once per seed (seed 0 is the registered metric; the others are registered here, in this process)."""
     from toolkit.metrics import get_metric, register_metric
 
-    names = list(DETERMINISTIC)
+    names = list(columns(fix_fingers, mp))
     if random:
         for base in RANDOMIZED:
             m = get_metric(base)
@@ -82,13 +103,15 @@ def _metric_names(seeds: int, random: bool) -> list[str]:
     return names
 
 
-def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None) -> None:
+def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None,
+                  fix_fingers: str | None = None, mp: bool = True) -> None:
     import toolkit
 
     H.set_threads(threads)
-    names = _metric_names(seeds, random)
+    names = _metric_names(seeds, random, fix_fingers, mp)
     t0 = time.perf_counter()
-    ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False)
+    ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False,
+                              fit=toolkit.FitOptions(fix_fingers=fix_fingers))
     work = time.perf_counter() - t0
     rows = []
     pnames = ds.parameter_name.values
@@ -102,7 +125,16 @@ def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | 
     H.emit(seconds=work, matrices=len(rows))
 
 
-def child_ww(gguf: str, out: str, random: bool, threads: int | None) -> None:
+def ww_options(fix_fingers: str | None, random: bool, mp: bool = True) -> dict:
+    """WeightWatcher's ``analyze()`` keywords of a run: the default analysis (with the MP fit unless
+    ``mp`` is False), or the fix-fingers fit."""
+    if fix_fingers is None:
+        return {"mp_fit": mp, "randomize": random}
+    return {"fix_fingers": fix_fingers}
+
+
+def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None,
+             mp: bool = True) -> None:
     import logging
 
     import torch
@@ -114,9 +146,9 @@ def child_ww(gguf: str, out: str, random: bool, threads: int | None) -> None:
     path = Path(gguf)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    details = ww.WeightWatcher(model=model).analyze(mp_fit=True, randomize=random)
+    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random, mp))
     work = time.perf_counter() - t0
-    cols = list(DETERMINISTIC.values()) + (list(RANDOMIZED.values()) if random else [])
+    cols = list(columns(fix_fingers, mp).values()) + (list(RANDOMIZED.values()) if random and not fix_fingers else [])
     rows = []
     for _, r in details.iterrows():
         rows.append({"name": str(r.get("longname", r.get("name"))), "M": int(r["M"]), "N": int(r["N"]),
@@ -132,9 +164,9 @@ def _undefined(v: float, ww_side: bool) -> bool:
     return not math.isfinite(v) or (ww_side and v == -1.0)
 
 
-def deterministic_agreement(pairs: list[tuple[dict, dict]]) -> dict:
+def deterministic_agreement(pairs: list[tuple[dict, dict]], compared: dict | None = None) -> dict:
     out = {}
-    for ours_key, ww_key in DETERMINISTIC.items():
+    for ours_key, ww_key in (compared or DETERMINISTIC).items():
         if ours_key not in pairs[0][0]:
             continue
         agree, devs, bad = 0, [], []
@@ -210,16 +242,20 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="thread budget of both sides")
     ap.add_argument("--json", type=Path, default=None, help="also write the table and figures to this JSON file")
     ap.add_argument("--ww-cache", type=Path, default=None, help="reuse (or save) WeightWatcher's rows in this file")
+    ap.add_argument("--no-mp", action="store_true", help="skip the Marchenko-Pastur fit on both sides")
+    ap.add_argument("--fix-fingers", choices=FIX_FINGERS, default=None,
+                    help="compare the fit columns of this fix-fingers mode (no MP fit, no randomized columns)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--gguf", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    random = not args.no_random
+    random = not args.no_random and args.fix_fingers is None
+    mp = not args.no_mp and args.fix_fingers is None
     if args.child == "toolkit":
-        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads)
+        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers, mp)
         return 0
     if args.child == "ww":
-        child_ww(args.gguf, args.out, random, args.threads)
+        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers, mp)
         return 0
 
     gguf = model_path(args.model)
@@ -227,9 +263,11 @@ def main(argv=None) -> int:
     me = str(Path(__file__).resolve())
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
-          f"{'on' if random else 'off'}", flush=True)
+          f"{'on' if random else 'off'}; fix_fingers {args.fix_fingers or 'off'} (WeightWatcher analyze("
+          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random, mp).items())}))", flush=True)
     extra = ["--seeds", str(args.seeds)] + (["--no-random"] if not random else []) + (
-        ["--threads", str(args.threads)] if args.threads else [])
+        ["--threads", str(args.threads)] if args.threads else []) + (
+        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else []) + (["--no-mp"] if not mp else [])
     with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
         res = {}
         for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
@@ -251,7 +289,7 @@ def main(argv=None) -> int:
     if not pairs:
         print("no matrix matched by name")
         return 1
-    det = deterministic_agreement(pairs)
+    det = deterministic_agreement(pairs, columns(args.fix_fingers, mp))
     rnd = random_agreement(pairs, args.seeds) if random else {}
     rows = [[f"{k} [{m['ww']}]", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %", f"{m['max_dev']:.2g}",
              f">= 99 % {H.verdict(m['share'] >= TARGET)}"] for k, m in det.items()]

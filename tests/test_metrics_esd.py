@@ -248,7 +248,7 @@ def test_fix_fingers_clip_xmax_and_xmax_clipping():
     with pytest.raises(powerlaw.DegenerateMatrix, match="more than half"):
         powerlaw.fit_power_law(ev, xmax=-30)
     with pytest.raises(ValueError, match="clip_xmax"):
-        powerlaw.fit_power_law(ev, fix_fingers="xmin_peak")
+        powerlaw.fit_power_law(ev, fix_fingers="peak")  # xmin_peak: tests/test_fit_options.py
 
 
 def test_fit_options_reach_every_column_through_one_fit(monkeypatch):
@@ -266,7 +266,7 @@ def test_fit_options_reach_every_column_through_one_fit(monkeypatch):
     get_metric("alpha_xmin").evaluate(w, s)
     assert len(calls) == 2
     with pytest.raises(TypeError, match="unknown power-law fit option"):
-        get_metric("alpha").evaluate(w, s, xmin_max=3.0)
+        get_metric("alpha").evaluate(w, s, xmin_min=3.0)
 
 
 def test_ww_skip_reason_follows_its_size_rules():

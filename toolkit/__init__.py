@@ -23,11 +23,13 @@ from toolkit.collect.compare import compare, compare_series
 from toolkit.collect.weights import weight_stats
 from toolkit.errors import ToolkitError
 from toolkit.io import load, save
+from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.registry import get_metric, list_metrics, register_metric
 from toolkit.sources import open_source
 
 __all__ = [
     "COMPONENTS",
+    "FitOptions",
     "Mapping",
     "ToolkitError",
     "__version__",

@@ -230,8 +230,38 @@ def _cmd_weights(args) -> int:
         device=args.device,
         progress=not args.quiet,
         precision=args.precision,
+        fit=_fit_options(args),
+        per_head=args.per_head,
     )
     return _save_outputs(ds, args, plot_metric)
+
+
+def _fit_options(args):
+    """The :class:`toolkit.FitOptions` of ``weights``' fit flags."""
+    from toolkit.metrics.fit_options import FitOptions
+
+    return FitOptions(fix_fingers=args.fix_fingers, xmax=args.xmax, min_evals=args.min_evals,
+                      max_evals=args.max_evals, max_N=args.max_n, seed=args.seed)
+
+
+def _positive(value, option, where):
+    return options.whole_number(value, option, where, minimum=1)
+
+
+def _add_fit_args(p: argparse.ArgumentParser) -> None:
+    """The options of the spectral fits (toolkit.FitOptions)."""
+    g = p.add_argument_group("spectral fits (toolkit.FitOptions; default: WeightWatcher 0.7.7's analyze())")
+    g.add_argument("--fix-fingers", choices=["xmin_peak", "clip_xmax"], default=None,
+                   help="WeightWatcher's finger fix of the power-law fit")
+    g.add_argument("--xmax", type=options.arg_type(_positive, "xmax"), default=None, metavar="K",
+                   help="leave the K largest eigenvalues out of the fit (WeightWatcher's xmax=-K)")
+    for flag, name in (("--min-evals", "min_evals"), ("--max-evals", "max_evals"), ("--max-n", "max_N")):
+        g.add_argument(flag, type=options.arg_type(_positive, name), default=None, dest=name.lower(),
+                       help=f"NaN for the matrices WeightWatcher skips by its {name} rule (default: measure all)")
+    g.add_argument("--seed", type=options.arg_type(lambda v, o, w: options.seed(v, w, o), "seed"), default=0,
+                   help="seed of the randomized metrics (rand_distance, rand_num_spikes)")
+    g.add_argument("--per-head", action="store_true",
+                   help="also the spectrum of each attention head (alpha/stable_rank/spectral_norm _per_head)")
 
 
 def _cmd_compare(args) -> int:
@@ -301,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--precision", choices=["float64", "float32"], default="float64",
                    help="precision of the singular values (default float64; float32 is ~2x faster, see "
                         "docs/scaling.md)")
+    _add_fit_args(w)
     _add_output_args(w, "stable_rank")
     w.set_defaults(func=_cmd_weights)
 

@@ -32,7 +32,8 @@ from toolkit.errors import EmptyInputError, InvalidOptionError
 REFERENCES = ("first", "previous")
 
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
-            device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None) -> xr.Dataset:
+            device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
+            keep_spectra: bool = False) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
@@ -67,6 +68,11 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor pair, read by the
         workers themselves; the same Dataset (:mod:`toolkit.collect.executors`).
+    keep_spectra : bool, default False
+        Add the spectrum of each cell's update as ``eigenvalues`` (layer,
+        component, index): the eigenvalues of ΔWᵀΔW, ΔW = W_target − W_base,
+        descending, NaN-padded (attr ``matrix = "update W_target - W_base"``);
+        kept with the cell in the cache, drawn by ``toolkit.plot.esd``.
 
     Returns
     -------
@@ -123,12 +129,15 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     tolerance, k = options.diff_options(where, tolerance, k)
     metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
                                                                 mapping=mapping, progress=progress, cache=cache)
-    return _run([base, target], [(0, 1)], metrics, tolerance, k, mapping, device, progress, cache, client)[1][0]
+    keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
+    return _run([base, target], [(0, 1)], metrics, tolerance, k, mapping, device, progress, cache, client,
+                keep_spectra)[1][0]
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
-                   progress: bool | Callable = True, cache: bool = True, client=None) -> xr.Dataset:
+                   progress: bool | Callable = True, cache: bool = True, client=None,
+                   keep_spectra: bool = False) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
@@ -143,8 +152,9 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         Diff each checkpoint against the first one (cumulative change) or
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
-    metrics, tolerance, k, mapping, device, progress, cache, client
-        As in :func:`compare`.
+    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra
+        As in :func:`compare` (``eigenvalues`` gets the ``checkpoint`` dim; row 0,
+        a checkpoint against itself, is all zeros).
 
     Returns
     -------
@@ -192,7 +202,9 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     if len(steps) != len(checkpoints):
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
-    plans, rows = _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client)
+    keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
+    plans, rows = _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client,
+                       keep_spectra)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -221,7 +233,7 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client=None):
+def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client=None, spectra=False):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
@@ -229,7 +241,7 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
     (one unit per stored tensor pair, :class:`~toolkit.collect.pair_cells.PairMeasurement`)
     on the executor ``client`` chooses; every mismatch is raised before any work.
     """
-    measurement = PairMeasurement.make(metrics, tolerance, k, device)
+    measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=spectra)
     with cache_run(), executor_for(client, device) as executor:
         report = opening_progress(progress, "compare", "the checkpoints")  # on screen while they are opened
         out = []
@@ -249,7 +261,8 @@ def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, c
                 executor.forget({b for b, _ in pairs[j + 1:]})
                 rows = [(tp.name, totals) for tp, (totals, _) in zip(tensor_pairs, got, strict=True)]
                 cells = {key: cell for _, c in got for key, cell in c.items()}
-                out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(m.chosen), skipped, tolerance, k))
+                out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(m.chosen), skipped, tolerance, k,
+                                        spectra=spectra))
         finally:
             report.close()
     return plans, out

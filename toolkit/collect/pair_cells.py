@@ -64,8 +64,8 @@ class PairWork:
 
     @property
     def whole(self) -> bool:
-        """Some cell has work left, so both tensors are read whole."""
-        return any(c.todo for c in self.cells) or (self.totals is None and bool(self.cells))
+        """Some cell has work left (a metric or its update's spectrum), so both tensors are read whole."""
+        return any(c.work_left for c in self.cells) or (self.totals is None and bool(self.cells))
 
     @property
     def todo(self) -> bool:
@@ -84,8 +84,9 @@ class PairMeasurement:
     """What every tensor pair of one (base, target) comparison shares.
 
     ``chosen``: the diff metrics; ``keys``/``total_keys``: their cache keys;
-    ``options``: each metric's options; ``bi``/``ti``: the checkpoints'
-    indices (keys of the subspace memo of a series).
+    ``options``: each metric's options; ``spectra``: also keep each cell's
+    update spectrum (eigenvalues of ΔWᵀΔW, ``keep_spectra``); ``bi``/``ti``:
+    the checkpoints' indices (keys of the subspace memo of a series).
     """
 
     chosen: tuple
@@ -94,13 +95,14 @@ class PairMeasurement:
     total_keys: dict
     tolerance: float
     device: str
+    spectra: bool = False
     bi: int = 0
     ti: int = 1
     kind = "compare"
     float32 = False
 
     @classmethod
-    def make(cls, metrics, tolerance: float, k: int, device: str) -> PairMeasurement:
+    def make(cls, metrics, tolerance: float, k: int, device: str, spectra: bool = False) -> PairMeasurement:
         """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive the options and cache keys."""
         chosen = tuple(resolve_metrics(metrics, kind="diff"))
         overrides = {"tolerance": float(tolerance), "k": int(k)}
@@ -110,7 +112,7 @@ class PairMeasurement:
         keys = {m.name: metric_key(m, **options[m.name], pair=(float(tolerance), int(k)),
                                    **({"device": str(device)} if m.needs_matrices else {})) for m in chosen}
         total_keys = {n: f"{n}:{digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
-        return cls(chosen, keys, options, total_keys, float(tolerance), device)
+        return cls(chosen, keys, options, total_keys, float(tolerance), device, bool(spectra))
 
     def at(self, bi: int, ti: int) -> PairMeasurement:
         """The same measurement for another pair of checkpoints."""
@@ -124,7 +126,7 @@ class PairMeasurement:
                   if all(key in cached for key in self.total_keys.values()) else None)
         if totals is not None and not _valid_totals(totals, tp.base.shape):
             totals = None  # not this tensor's sums: computed again
-        cells = lookup_cells(store, tid, tp.pieces, self.chosen, self.keys)
+        cells = lookup_cells(store, tid, tp.pieces, self.chosen, self.keys, self.spectra)
         return PairWork(tp, (tp.base.name, tp.target.name), tid, totals, cells)
 
     def reader(self, work: PairWork):
@@ -150,16 +152,18 @@ class PairMeasurement:
         -------
         dict
             ``totals``: ``{TOTALS name: value}`` or None when cached; ``cells``:
-            per cell, ``(shape, {cache key: (value, reason)})`` or None when cached.
+            per cell, ``(shape, {cache key: (value, reason)}, eigenvalues)`` or None
+            when cached; ``eigenvalues`` (of ΔWᵀΔW, descending) when the cell's
+            spectrum is asked for and computable, else None.
         """
         cells, sums = [], []
         for c in work.cells:
-            if not c.todo:
+            if not c.work_left:
                 cells.append(None)
                 continue
             wb, wt = c.piece.extract(tensors[0]), c.piece.extract(tensors[1])
-            shape, new, s = self._measure_cell(wb, wt, c.todo, c.piece, memo)
-            cells.append((shape, new))
+            shape, new, s, ev = self._measure_cell(wb, wt, c.todo, c.piece, memo, c.need_spectrum)
+            cells.append((shape, new, ev))
             sums.append(s)
         totals = None
         if work.totals is None:
@@ -172,7 +176,7 @@ class PairMeasurement:
             totals = {n: float(getattr(s, n)) for n in TOTALS}
         return {"totals": totals, "cells": cells}
 
-    def _measure_cell(self, wb, wt, todo, piece, memo: dict):
+    def _measure_cell(self, wb, wt, todo, piece, memo: dict, spectrum: bool = False):
         bases, cut = {}, cut_id(piece)  # the cut is in the key: a checkpoint's cells are cut by the pair's base
         for side, i in (("base", self.bi), ("target", self.ti)):
             for k in {o["k"] for o in self.options.values() if "k" in o}:
@@ -182,11 +186,11 @@ class PairMeasurement:
         shape = (int(wb.shape[0]), int(wb.shape[1]))
         if not ctx.sums.finite:
             bad = count_nonfinite(wb, wt)
-            return shape, {self.keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}, ctx.sums
+            return shape, {self.keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}, ctx.sums, None
         new = {self.keys[m.name]: tuple(_diff.evaluate_diff(m, ctx, self.options[m.name])) for m in todo}
         for (side, k), u in ctx.bases.items():
             memo[(self.bi if side == "base" else self.ti, cut, k)] = u
-        return shape, new, ctx.sums
+        return shape, new, ctx.sums, update_spectrum(ctx) if spectrum else None
 
     def finish(self, store: ResultCache, work: PairWork, fresh: dict | None) -> tuple[dict, dict]:
         """Store ``fresh`` (from :meth:`measure`; None when all was cached) and assemble the pair.
@@ -207,12 +211,33 @@ class PairMeasurement:
         cells = {}
         for e, c in enumerate(work.cells):
             cached, shape = c.cached, c.shape
-            if c.todo:
-                shape, new = fresh["cells"][e]
-                store.put(c.cell_id, new, shape)
+            spectrum = c.spectrum
+            if c.work_left:
+                shape, new, ev = fresh["cells"][e]
+                if ev is not None:
+                    spectrum = tuple(float(v) for v in ev)
+                store.put(c.cell_id, new, shape, spectrum if ev is not None else None)
                 cached = {**cached, **new}
-            cells[c.piece.key] = cell_from(c.piece, shape, cached, self.chosen, self.keys)
+            cells[c.piece.key] = cell_from(c.piece, shape, cached, self.chosen, self.keys,
+                                           spectrum if self.spectra else None)
         return totals, cells
+
+
+def update_spectrum(ctx):
+    """Eigenvalues of ΔWᵀΔW, ΔW = W_t − W_b (float64, descending, length min(m, n)): the squared
+    singular values the spectral diff metrics share (zeros for an unchanged matrix, without a
+    factorisation); None where they cannot be computed."""
+    import numpy as np
+
+    from toolkit.metrics.registry import DegenerateMatrix
+
+    if ctx.identical:
+        return np.zeros(min(ctx.stored[0].shape))
+    try:
+        s = ctx.delta_singular_values
+    except DegenerateMatrix:
+        return None
+    return (s.detach().to("cpu").double() ** 2).numpy()
 
 
 def _valid_totals(totals: dict, shape) -> bool:

@@ -27,6 +27,17 @@ _MODEL_VARS = {
 }
 
 
+#: Attrs of a comparison's ``eigenvalues``: the spectrum of the update, not of a weight matrix.
+UPDATE_SPECTRUM_ATTRS = {
+    "long_name": "eigenvalues of dWᵀdW, the update's ESD",
+    "matrix": "update W_target - W_base",
+    "description": "lambda_i = sigma_i(dW)^2, dW = W_target - W_base (float32 difference of the stored values), "
+                   "descending; 0 for an unchanged matrix; NaN past a matrix's min(out, in) eigenvalues and where "
+                   "no spectrum could be computed",
+    "reference": "Martin & Mahoney 2021, JMLR 22(165); Mukherjee et al. 2025, arXiv:2505.11711",
+}
+
+
 def short_name(location: str) -> str:
     """The last part of a local path; a hub id as it is."""
     text = str(location).rstrip("/\\")
@@ -46,11 +57,12 @@ def series_name(locations: list[str]) -> str:
     return f"{short_name(locations[-1])} ({len(locations)} checkpoints)"
 
 
-def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k) -> xr.Dataset:
+def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, spectra: bool = False) -> xr.Dataset:
     """The Dataset of one pair (see :func:`toolkit.collect.compare.compare` for its layout).
 
     ``cells``: ``{(layer, component): Cell}``; ``rows``: ``[(tensor name, {total: value})]``
-    with the :data:`TOTALS` of each stored tensor pair.
+    with the :data:`TOTALS` of each stored tensor pair; ``spectra``: add the cells' update
+    spectra as ``eigenvalues`` (:data:`UPDATE_SPECTRUM_ATTRS`).
     """
     cfg = bplan.source.config
     attrs = {
@@ -60,7 +72,9 @@ def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k) -> xr
         "model_type": str(cfg.get("model_type", "")), "num_hidden_layers": int(bplan.num_layers),
         "tolerance": float(tolerance), "subspace_k": int(k), "skipped_tensors": ", ".join(skipped),
     }
-    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs)
+    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs, spectra=spectra)
+    if spectra:
+        ds["eigenvalues"].attrs.update(UPDATE_SPECTRUM_ATTRS)
     tot = {n: np.array([r[n] for _, r in rows], dtype=np.float64) for n in TOTALS}
     base_sq = tot["sumsq_base"].sum()
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -120,10 +120,13 @@ class WeightMeasurement:
     kind = "weights"
 
     @classmethod
-    def make(cls, metrics, device: str = "cpu", spectra: bool = False,
+    def make(cls, metrics, device: str = "cpu", spectra: bool = False, fit=None,
              precision: str = "float64") -> WeightMeasurement:
-        """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive their cache keys."""
+        """Resolve ``metrics`` (raises ``UnknownMetricError``), set the options ``fit``
+        (:class:`~toolkit.metrics.fit_options.FitOptions`) gives them, and derive their cache keys."""
         chosen = tuple(resolve_metrics(metrics, kind="weight"))
+        if fit is not None:
+            chosen = fit.apply(chosen)
         spectral = {"device": str(device), **({"precision": precision} if precision != "float64" else {})}
         keys = {m.name: metric_key(m, **dict(m.options), **(spectral if m.needs_singular_values else {}))
                 for m in chosen}

@@ -15,6 +15,7 @@ from toolkit.collect.pipeline import run_units
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.progress import opening_progress
 from toolkit.collect.weight_cells import WeightMeasurement
+from toolkit.metrics.fit_options import FitOptions
 
 
 def weight_stats(
@@ -31,6 +32,8 @@ def weight_stats(
     keep_spectra: bool = False,
     quality_thresholds: tuple[float, float] = (2.0, 6.0),
     precision: str = "float64",
+    fit=None,
+    per_head: bool = False,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
@@ -88,6 +91,21 @@ def weight_stats(
         singular values, are NaN with the reason where float32 cannot resolve
         them. Recorded as the attr ``spectral_precision``; results of the two
         precisions are cached apart.
+    fit : toolkit.FitOptions or dict, optional
+        Options of the spectral fits (:class:`~toolkit.metrics.fit_options.FitOptions`:
+        ``fix_fingers``, ``xmax``, ``xmin_max``, ``max_fingers``,
+        ``finger_thresh``, WeightWatcher's skip rules ``min_evals`` /
+        ``max_evals`` / ``max_N``, the randomized metrics' ``seed``); None:
+        WeightWatcher 0.7.7's defaults. Each is part of the cache key of the
+        metrics that take it and recorded in the attrs as ``fit_<name>``.
+    per_head : bool, default False
+        Also the spectrum of each attention head's slice
+        (:mod:`toolkit.metrics.per_head`): ``alpha_per_head``,
+        ``stable_rank_per_head``, ``spectral_norm_per_head`` (layer,
+        component, head) for ``attn.q`` / ``attn.o`` and ``..._per_kv_head``
+        (layer, component, kv_head) for ``attn.k`` / ``attn.v``; a second,
+        cached pass over the attention tensors, in this process (also with
+        ``client``), without a progress bar.
 
     Returns
     -------
@@ -114,7 +132,8 @@ def weight_stats(
     InvalidOptionError
         An empty ``metrics`` list, a flag that is not a bool, a ``progress``
         that is neither a bool nor a callable, a ``precision`` other than
-        "float64" or "float32"... (before any work).
+        "float64" or "float32", a ``fit`` option it cannot take... (before
+        any work).
 
     Examples
     --------
@@ -126,7 +145,9 @@ def weight_stats(
                                                                 mapping=mapping, progress=progress, cache=cache)
     bounds = quality_bounds(quality_thresholds)  # before any work
     precision = checked_precision(precision, where)
-    measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, precision=precision)
+    fit = FitOptions.coerce(fit, where)
+    per_head = options.flag(per_head, "per_head", where)
+    measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
     with cache_run(), executor_for(client, device) as executor, opening_progress(progress, "weights") as report:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         measurement = measurement_for(plan, measurement)  # a LoRA adapter: measured from its factors
@@ -136,6 +157,11 @@ def weight_stats(
     cells = {key: cell for got in results for key, cell in got.items()}
     attrs = {**plan.attrs(), "spectral_precision": precision}
     ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra)
+    ds = with_fit_options(ds, fit, measurement.chosen)
+    if per_head:
+        from toolkit.collect.head_stats import with_head_stats
+
+        ds = with_head_stats(ds, plan, fit=fit, device=device, cache=cache)
     return with_quality(ds, bounds)
 
 
@@ -153,6 +179,34 @@ def checked_precision(precision, where: str = "") -> str:
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise InvalidOptionError("precision", precision, "'float64' (the default) or 'float32'", where)
     return precision
+
+
+def with_fit_options(ds: xr.Dataset, fit: FitOptions, metrics) -> xr.Dataset:
+    """``ds`` with ``fit`` recorded (Dataset attrs ``fit_<name>``; attr ``fit_options`` of each
+    variable whose metric takes options) and WeightWatcher's skip rules applied.
+
+    With ``min_evals`` / ``max_evals`` / ``max_N`` set, every metric of a cell
+    WeightWatcher would skip is NaN and its ``nan_reason`` says why
+    (:meth:`FitOptions.skip_reason`); the spectra stay.
+    """
+    import numpy as np
+
+    ds = ds.copy()
+    ds.attrs.update(fit.attrs())
+    for m in metrics:
+        if m.options and m.name in ds:
+            ds[m.name].attrs["fit_options"] = ", ".join(f"{k}={v!r}" for k, v in m.options)
+    rows, cols = ds.n_rows.values, ds.n_cols.values
+    skip = np.array([[fit.skip_reason(int(r), int(c)) if r > 0 else "" for r, c in zip(rr, cc, strict=True)]
+                     for rr, cc in zip(rows, cols, strict=True)], dtype=object).reshape(rows.shape)
+    hit = skip != ""
+    if hit.any():
+        for m in metrics:
+            ds[m.name] = ds[m.name].where(~hit)
+        old = ds.nan_reason.values.astype(object)
+        joined = np.where(hit, np.where(old != "", skip + "; " + old, skip), old)
+        ds = ds.assign_coords(nan_reason=(("layer", "component"), joined.astype(str), ds.nan_reason.attrs))
+    return ds
 
 
 def quality_bounds(thresholds) -> tuple[float, float]:
@@ -204,7 +258,7 @@ def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
 
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
-                  cache: bool = True, expert: int | None = None) -> xr.Dataset:
+                  cache: bool = True, expert: int | None = None, fit=None) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.
 
     The same pipeline and cache as :func:`weight_stats` (``keep_spectra=True``),
@@ -213,7 +267,7 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
 
     Parameters
     ----------
-    source, gguf_file, revision, mapping, device, cache
+    source, gguf_file, revision, mapping, device, cache, fit
         As :func:`weight_stats`.
     layer : int
     component : str
@@ -238,7 +292,8 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     from toolkit.collect.plan import PlannedTensor
     from toolkit.errors import ToolkitError
 
-    measurement = WeightMeasurement.make(list(metrics), device, spectra=True)
+    fit = FitOptions.coerce(fit, "toolkit.plot.esd")
+    measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
     with cache_run(), executor_for(None, device):
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
         measurement = measurement_for(plan, measurement)
@@ -258,4 +313,5 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     cells, attrs = results[0], plan.attrs()
     if expert is not None:  # the expert's matrix, with its spectrum, in the (layer, component) cell
         cells, attrs = {key[:2]: cell for key, cell in cells.items()}, {**attrs, "expert": int(expert)}
-    return build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True)
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True)
+    return with_fit_options(ds, fit, measurement.chosen)

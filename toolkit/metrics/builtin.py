@@ -6,7 +6,8 @@ entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 (:mod:`~toolkit.metrics.powerlaw`), the rest of WeightWatcher's columns
 (:mod:`~toolkit.metrics.esd_fit`: fit, norms, rank, entropy), the opt-in
 Marchenko-Pastur and shuffled-matrix ones (:mod:`~toolkit.metrics.marchenko_pastur`,
-:mod:`~toolkit.metrics.correlation_traps`; ``opt_in=True``: computed only when
+:mod:`~toolkit.metrics.correlation_traps`, the truncated power law
+:mod:`~toolkit.metrics.truncated_powerlaw`; ``opt_in=True``: computed only when
 named); then the diff metrics
 (:mod:`~toolkit.metrics.diff`, ``kind="diff"``).
 """
@@ -18,4 +19,5 @@ from toolkit.metrics import powerlaw  # noqa: F401, I001
 from toolkit.metrics import esd_fit  # noqa: F401, I001
 from toolkit.metrics import marchenko_pastur  # noqa: F401, I001
 from toolkit.metrics import correlation_traps  # noqa: F401, I001
+from toolkit.metrics import truncated_powerlaw  # noqa: F401, I001
 from toolkit.metrics import diff  # noqa: F401, I001

@@ -42,7 +42,7 @@ import math
 import numpy as np
 import torch
 
-from toolkit.metrics.powerlaw import PowerLawFit, spectrum_fit
+from toolkit.metrics.powerlaw import FIT_METRIC_OPTIONS, PowerLawFit, spectrum_fit
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
 OVER_TRAINED = "over-trained"  # WeightWatcher constants.OVER_TRAINED
@@ -354,7 +354,7 @@ _FIT_COLUMNS = [
 ]
 for _name, _func, _long, _col, _desc in _FIT_COLUMNS:
     register_metric(_name, _func, long_name=_long, units="1", description=f"{_desc} ({_WW_FIT})",
-                    reference=_REF_FIT + _col, needs_singular_values=True)
+                    reference=_REF_FIT + _col, needs_singular_values=True, options=FIT_METRIC_OPTIONS)
 
 register_metric(
     "log_norm", log_norm, long_name="log10 squared Frobenius norm", units="1",

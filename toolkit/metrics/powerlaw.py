@@ -102,7 +102,7 @@ class PowerLawFit(NamedTuple):
 
 def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES,
                   xmax: int | None = None, fix_fingers: str | None = None, max_fingers: int = MAX_FINGERS,
-                  finger_thresh: float = FINGER_THRESH) -> PowerLawFit:
+                  finger_thresh: float = FINGER_THRESH, xmin_max: float | None = None) -> PowerLawFit:
     r"""Continuous power-law fit of an eigenvalue tail, xmin by minimum KS distance.
 
     Parameters
@@ -120,7 +120,11 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
         WeightWatcher's ``xmax=-k`` (or ``k``): leave the ``|k|`` largest
         eigenvalues out of the spectrum before anything else (its
         ``num_pl_spikes`` is then counted without them too). None: no clipping.
-    fix_fingers : {None, "clip_xmax"}
+    fix_fingers : {None, "xmin_peak", "clip_xmax"}
+        ``"xmin_peak"``: WeightWatcher's ``xmin_peak``
+        (:func:`toolkit.metrics.xmin_peak.fit_xmin_peak`):
+        xmin searched only up to ``xmin_max`` (default 1.5 × the peak of
+        the ESD's log-spaced histogram).
         ``"clip_xmax"``: WeightWatcher's finger fix. After the fit of the
         whole tail, refit without the ``idx`` largest eigenvalues for
         ``idx = 2 .. max_fingers - 1`` and keep the first refit whose alpha is
@@ -128,13 +132,15 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
         idx - 1``, WeightWatcher's count); stop without one at a refit with
         alpha <= 2. ``xmin``, ``xmax``, D, sigma come from the kept fit,
         ``num_pl_spikes`` counts every eigenvalue >= its xmin, ``raw_alpha``
-        is the first fit's. (WeightWatcher's ``"xmin_peak"`` is not offered:
-        with its default power-law package it fails on every matrix.)
+        is the first fit's.
     max_fingers : int, default 10
         WeightWatcher's ``max_fingers`` (it replaces any value below half the
         spectrum's size by 10; here the value is used as given).
     finger_thresh : float, default 1.0
         WeightWatcher's ``finger_thresh``.
+    xmin_max : float or None, default None
+        ``fix_fingers="xmin_peak"``: top of the xmin range (WeightWatcher's
+        ``xmin_max``); None: 1.5 × the peak.
 
     Returns
     -------
@@ -176,8 +182,8 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
     the quality of state-of-the-art neural networks without access to
     training or testing data. *Nature Communications* 12, 4122.
     """
-    if fix_fingers not in (None, False, "clip_xmax"):
-        raise ValueError(f"fix_fingers must be None or 'clip_xmax', got {fix_fingers!r}")
+    if fix_fingers not in (None, False, "clip_xmax", "xmin_peak"):
+        raise ValueError(f"fix_fingers must be None, 'xmin_peak' or 'clip_xmax', got {fix_fingers!r}")
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64).ravel())
     if xmax:
         k = abs(int(xmax))
@@ -185,6 +191,10 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
             raise DegenerateMatrix(f"xmax={xmax} clips more than half of the {lam.size} eigenvalues", "alpha")
         lam = lam[:-k]
     x = lam[lam > threshold]
+    if fix_fingers == "xmin_peak":
+        from toolkit.metrics.xmin_peak import fit_xmin_peak
+
+        return fit_xmin_peak(x, xmin_max=xmin_max, min_eigenvalues=min_eigenvalues, threshold=threshold)
     first = _fit_kept(x, threshold, min_eigenvalues)
     if not fix_fingers:
         return first
@@ -324,7 +334,10 @@ _FITS = TensorMemo()
 
 
 FIT_DEFAULTS = {"threshold": EVALS_THRESHOLD, "min_eigenvalues": MIN_EIGENVALUES, "xmax": None, "fix_fingers": None,
-                "max_fingers": MAX_FINGERS, "finger_thresh": FINGER_THRESH}
+                "max_fingers": MAX_FINGERS, "finger_thresh": FINGER_THRESH, "xmin_max": None}
+#: The fit options a fit metric registers (and :class:`~toolkit.metrics.fit_options.FitOptions` sets).
+FIT_METRIC_OPTIONS = {"fix_fingers": None, "xmax": None, "xmin_max": None, "max_fingers": MAX_FINGERS,
+                      "finger_thresh": FINGER_THRESH}
 
 
 def spectrum_fit(s: torch.Tensor, **fit_options) -> PowerLawFit:
@@ -417,4 +430,5 @@ register_metric(
         "Clauset, Shalizi & Newman (2009) SIAM Rev. 51(4)"
     ),
     needs_singular_values=True,
+    options=FIT_METRIC_OPTIONS,
 )

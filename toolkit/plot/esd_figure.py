@@ -10,6 +10,11 @@ Drawn from a Dataset's stored ``eigenvalues`` (``weight_stats(...,
 keep_spectra=True)``); the fit's numbers come from the Dataset when it holds
 them (``alpha``, ``alpha_xmin``) and are otherwise fitted here from the stored
 spectrum with :func:`toolkit.metrics.powerlaw.fit_power_law`, the same fit.
+
+A comparison Dataset (``compare(..., keep_spectra=True)``, its ``eigenvalues``
+with attr ``matrix = "update W_target - W_base"``) gives the ESD of the
+update ΔW, fitted here as ``delta_alpha`` is (the default fit of the same
+eigenvalues); the title says "update".
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class ESDData:
         ``over-trained`` / ``under-trained`` / ``ok`` or why there is no fit.
     title : str
     kind : str
+    update : bool
+        The spectrum is of an update ΔW = W_target − W_base (a comparison Dataset).
     """
 
     eigenvalues: np.ndarray
@@ -45,6 +52,7 @@ class ESDData:
     quality: str
     title: str
     kind: str = "loglog"
+    update: bool = False
 
     @property
     def tail_fraction(self) -> float:
@@ -59,26 +67,32 @@ def _stored(ds, name: str, layer, component) -> float:
     return float(ds[name].sel(layer=layer, component=component))
 
 
-def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog") -> ESDData:
+def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpoint: int | None = None) -> ESDData:
     """The numbers of one cell's ESD figure, from the Dataset's stored spectrum.
 
     Parameters
     ----------
     ds : xarray.Dataset
         With ``eigenvalues`` (layer, component, index): ``weight_stats(...,
-        keep_spectra=True)``.
+        keep_spectra=True)``, or ``compare(..., keep_spectra=True)`` (the update's
+        spectrum); ``compare_series`` adds ``checkpoint``.
     layer : int
     component : str
     kind : {"loglog", "linear", "logx", "singular_values"}
+    checkpoint : int, optional
+        The row of a Dataset with a ``checkpoint`` dim (``compare_series``); required there.
 
     Raises
     ------
     ToolkitError
         No stored spectrum (the message says how to get one), an unknown
-        ``kind``, or a cell without eigenvalues (the model has no such matrix).
+        ``kind``, a ``checkpoint`` missing or out of range, or a cell without
+        eigenvalues (the model has no such matrix) or with only zeros (an
+        unchanged matrix of a comparison).
     """
     from toolkit.errors import ToolkitError
     from toolkit.metrics.esd_fit import esd_quality
+    from toolkit.metrics.fit_options import FitOptions
     from toolkit.metrics.powerlaw import fit_power_law
     from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.plot._select import model_name
@@ -87,24 +101,54 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog") -> ESDD
         raise ToolkitError(f"kind must be one of {KINDS}, got {kind!r}")
     if "eigenvalues" not in ds:
         raise ToolkitError("the Dataset holds no spectra: compute it with toolkit.weight_stats(..., "
-                           "keep_spectra=True), or pass the checkpoint itself to toolkit.plot.esd")
+                           "keep_spectra=True) (or compare(..., keep_spectra=True)), or pass the checkpoint "
+                           "itself to toolkit.plot.esd")
+    ds = _one_checkpoint(ds, checkpoint)
+    update = str(ds.eigenvalues.attrs.get("matrix", "")).startswith("update")
     lam = np.asarray(ds.eigenvalues.sel(layer=layer, component=component).values, dtype=np.float64)
     lam = lam[~np.isnan(lam)]
     if lam.size == 0:
         raise ToolkitError(f"no eigenvalues for layer {layer} {component}: the model has no such matrix, or its "
                            "spectrum could not be computed (see the nan_reason coordinate)")
-    alpha, xmin = _stored(ds, "alpha", layer, component), _stored(ds, "alpha_xmin", layer, component)
+    if not (lam > 0).any():
+        raise ToolkitError(f"layer {layer} {component}: every eigenvalue is 0 ("
+                           f"{'the matrix did not change: dW = 0' if update else 'an all-zero matrix'}), "
+                           "nothing to draw")
+    if update:  # the update's fit is delta_alpha's: the default fit of these eigenvalues
+        alpha = xmin = math.nan
+    else:
+        alpha, xmin = _stored(ds, "alpha", layer, component), _stored(ds, "alpha_xmin", layer, component)
     reason = ""
     if not (math.isfinite(alpha) and math.isfinite(xmin)):
-        try:
-            fit = fit_power_law(lam)
+        try:  # the run's fit options (attrs fit_*); an update's fit is the default one, as delta_alpha's
+            options = {} if update else FitOptions.from_attrs(ds.attrs).fit_keywords()
+            fit = fit_power_law(lam, **options)
             alpha, xmin = float(fit.alpha), float(fit.xmin)
         except DegenerateMatrix as e:
             alpha, xmin, reason = math.nan, math.nan, e.reason
     quality = esd_quality(alpha, reason=reason)
     head = model_name(ds.attrs)
-    title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {alpha:.3g} ({quality})"
-    return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind)
+    if update:
+        title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {alpha:.3g}"
+    else:
+        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {alpha:.3g} ({quality})"
+    return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind, update)
+
+
+def _one_checkpoint(ds, checkpoint):
+    """``ds`` at ``checkpoint`` when it has that dim (then required), else ``ds``."""
+    from toolkit.errors import ToolkitError
+
+    if "checkpoint" not in ds.eigenvalues.dims:
+        if checkpoint is not None:
+            raise ToolkitError("checkpoint= is for a Dataset with a checkpoint dim (compare_series); this one has none")
+        return ds
+    n = ds.sizes["checkpoint"]
+    if checkpoint is None or isinstance(checkpoint, bool) or not isinstance(checkpoint, (int, np.integer)) \
+            or not 0 <= int(checkpoint) < n:
+        raise ToolkitError(f"this Dataset has {n} checkpoints: pass checkpoint=0..{n - 1} (a row of the "
+                           f"checkpoint dim), got {checkpoint!r}")
+    return ds.isel(checkpoint=int(checkpoint))
 
 
 def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
@@ -120,7 +164,7 @@ def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("rank i")
-        ax.set_ylabel("singular value σ_i")
+        ax.set_ylabel("singular value σ_i of ΔW" if p.update else "singular value σ_i")
         ax.set_title(p.title)
         return ax
     positive = lam[lam > 0]
@@ -141,14 +185,15 @@ def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
         ax.set_xscale("log")
     if p.kind == "loglog":
         ax.set_yscale("log")
-    ax.set_xlabel("eigenvalue λ of WᵀW")
+    ax.set_xlabel("eigenvalue λ of ΔWᵀΔW" if p.update else "eigenvalue λ of WᵀW")
     ax.set_ylabel("density")
     ax.set_title(p.title)
     ax.legend(fontsize="small", frameon=False)
     return ax
 
 
-def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100, **source_options):
+def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100,
+        checkpoint: int | None = None, **source_options):
     """WeightWatcher's ESD figure of one cell: log-log histogram of λ with the fitted power law.
 
     Parameters
@@ -165,8 +210,10 @@ def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins
         fit; ``linear`` / ``logx``: the same on linear or log-x axes;
         ``singular_values``: the rank plot of σ_i.
     bins : int, default 100
+    checkpoint : int, optional
+        The row of a ``compare_series`` Dataset (its ``checkpoint`` dim).
     **source_options
-        With a checkpoint: ``gguf_file``, ``revision``, ``mapping``, ``cache``.
+        With a checkpoint: ``gguf_file``, ``revision``, ``mapping``, ``cache``, ``fit``.
 
     Returns
     -------
@@ -193,4 +240,5 @@ def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins
         from toolkit.collect.weights import cell_spectrum
 
         data = cell_spectrum(data, layer=layer, component=component, **source_options)
-    return draw_esd(prepare_esd(data, layer=layer, component=component, kind=kind), ax=ax, bins=bins)
+    prepared = prepare_esd(data, layer=layer, component=component, kind=kind, checkpoint=checkpoint)
+    return draw_esd(prepared, ax=ax, bins=bins)

@@ -1,0 +1,182 @@
+"""``weight_stats(fit=FitOptions(...))``: fix_fingers, xmax, WeightWatcher's skip rules, seed, the truncated power law.
+
+References are independent: NumPy's eigenvalues of the stored matrices, and the
+``powerlaw`` package (the one WeightWatcher calls for ``xmin_peak`` and ``fit="TPL"``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import xarray as xr
+from safetensors.torch import load_file
+
+import toolkit
+from toolkit.errors import InvalidOptionError
+from toolkit.metrics.fit_options import FitOptions
+from toolkit.metrics.powerlaw import fit_power_law
+from toolkit.metrics.truncated_powerlaw import fit_truncated_power_law, tail_moments
+from toolkit.metrics.xmin_peak import fit_xmin_peak
+from toolkit.testing import write_tiny_checkpoint
+
+pytestmark = pytest.mark.usefixtures("cache")
+FIT = ["alpha", "alpha_xmin", "num_pl_spikes"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("fit") / "m", "llama", num_layers=2, seed=5)
+
+
+def eigenvalues(ckpt, name) -> np.ndarray:
+    w = load_file(str(ckpt / "model.safetensors"))[name].double().numpy()
+    return np.linalg.eigvalsh(w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T)
+
+
+@pytest.mark.parametrize("fit, kwargs", [
+    (FitOptions(fix_fingers="clip_xmax"), dict(fix_fingers="clip_xmax")),
+    (FitOptions(fix_fingers="xmin_peak"), dict(fix_fingers="xmin_peak")),
+    ({"xmax": 2}, dict(xmax=2)),
+])
+def test_fit_options_reach_every_fit_column(ckpt, fit, kwargs):
+    ds = toolkit.weight_stats(ckpt, FIT, progress=False, fit=fit)
+    default = toolkit.weight_stats(ckpt, FIT, progress=False)
+    lam = eigenvalues(ckpt, "model.layers.1.mlp.gate_proj.weight")
+    want = fit_power_law(lam, **kwargs)
+    cell = ds.sel(layer=1, component="mlp.gate")
+    assert float(cell.alpha) == pytest.approx(want.alpha, rel=1e-9)
+    assert float(cell.alpha_xmin) == pytest.approx(want.xmin, rel=1e-9)
+    assert float(cell.num_pl_spikes) == want.num_pl_spikes
+    # the cache did not hand back the default fit (the options are in the key)
+    assert not np.allclose(ds.alpha.values, default.alpha.values, equal_nan=True)
+    assert ds.attrs["fit_fix_fingers"] == kwargs.get("fix_fingers", "none")
+    assert ds.attrs["fit_xmax"] == kwargs.get("xmax", 0)
+    assert "fix_fingers=" in ds.alpha.attrs["fit_options"]
+
+
+def test_attrs_survive_netcdf(ckpt, tmp_path):
+    ds = toolkit.weight_stats(ckpt, ["alpha"], progress=False, fit=FitOptions(fix_fingers="clip_xmax", seed=3))
+    ds.to_netcdf(tmp_path / "d.nc")
+    back = xr.open_dataset(tmp_path / "d.nc")
+    assert back.attrs["fit_fix_fingers"] == "clip_xmax" and int(back.attrs["fit_seed"]) == 3
+    assert int(back.attrs["fit_max_N"]) == 0  # off
+    assert FitOptions.from_attrs(back.attrs) == FitOptions(fix_fingers="clip_xmax", seed=3)
+    back.close()
+
+
+def test_esd_figure_refits_with_the_runs_options(ckpt):
+    from toolkit.plot.esd_figure import prepare_esd
+
+    fit = FitOptions(fix_fingers="clip_xmax")
+    ds = toolkit.weight_stats(ckpt, ["stable_rank"], progress=False, keep_spectra=True, fit=fit)
+    p = prepare_esd(ds, layer=1, component="mlp.gate")  # no alpha stored: fitted from the spectrum
+    lam = eigenvalues(ckpt, "model.layers.1.mlp.gate_proj.weight")
+    assert p.alpha == pytest.approx(fit_power_law(lam, fix_fingers="clip_xmax").alpha, rel=1e-9)
+
+
+def test_xmin_peak_equals_the_powerlaw_package():
+    powerlaw = pytest.importorskip("powerlaw")
+    rng = np.random.default_rng(1)
+    w = rng.standard_t(3, size=(300, 120))
+    x = np.sort(np.linalg.svd(w, compute_uv=False) ** 2)
+    got = fit_xmin_peak(x)
+    counts, edges = np.histogram(np.log10(x), bins=100)
+    peak = 10 ** edges[np.argmax(counts)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = powerlaw.Fit(x, xmin=(np.log10(0.95 * peak), 1.5 * peak), verbose=False)  # as WeightWatcher 0.7.7
+    assert got.alpha == pytest.approx(ref.alpha, rel=1e-12)
+    assert got.xmin == ref.xmin and got.ks_distance == pytest.approx(ref.D, rel=1e-12)
+    assert got.sigma == pytest.approx(ref.sigma, rel=1e-12)
+    assert got.num_pl_spikes == int(np.sum(x >= ref.xmin))
+    assert fit_power_law(x, fix_fingers="xmin_peak") == got
+
+
+def _tpl_sample(alpha, lam, n, seed):
+    """n draws of x^-alpha e^(-lam x) on x >= 1: power-law proposals, accepted with e^(-lam (x - 1))."""
+    rng = np.random.default_rng(seed)
+    out = np.empty(0)
+    while out.size < n:
+        x = (1 - rng.random(4 * n)) ** (-1 / (alpha - 1))
+        out = np.concatenate([out, x[rng.random(x.size) < np.exp(-lam * (x - 1))]])
+    return out[:n]
+
+
+def test_truncated_power_law_is_the_mle():
+    powerlaw = pytest.importorskip("powerlaw")
+    x = 3.0 * _tpl_sample(2.2, 0.05, 2000, seed=2)  # xmin = 3: lambda is in 1 / units of x
+    fit = fit_truncated_power_law(x)
+    assert fit.xmin == x.min() and fit.n == x.size
+    # the score equations, by independent quadrature: model means of ln(x / xmin) and x / xmin = the sample's
+    _, mean_log, mean_t = tail_moments(fit.alpha, fit.lam * fit.xmin)
+    assert mean_log == pytest.approx(np.log(x / fit.xmin).mean(), rel=1e-6)
+    assert mean_t == pytest.approx((x / fit.xmin).mean(), rel=1e-6)
+    # the powerlaw package's numerical fit at the same xmin: the same optimum, to its optimiser's tolerance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = powerlaw.Fit(x, xmin=fit.xmin, verbose=False).truncated_power_law
+        ref_ll = float(np.sum(ref.loglikelihoods(x)))
+    assert fit.alpha == pytest.approx(ref.alpha, rel=2e-3) and fit.lam == pytest.approx(ref.Lambda, rel=2e-2)
+    assert fit.loglik >= ref_ll - 1e-6
+    # and near the truth (2000 draws)
+    assert fit.alpha == pytest.approx(2.2, abs=0.15) and fit.lam == pytest.approx(0.05 / 3.0, rel=0.3)
+
+
+def test_tpl_metrics_use_the_power_law_tail(ckpt):
+    ds = toolkit.weight_stats(ckpt, ["alpha_xmin", "alpha_tpl", "tpl_lambda"], progress=False)
+    assert "alpha_tpl" in toolkit.list_metrics(opt_in=True) and "alpha_tpl" not in toolkit.list_metrics()
+    lam = eigenvalues(ckpt, "model.layers.0.mlp.up_proj.weight")
+    xmin = float(ds.alpha_xmin.sel(layer=0, component="mlp.up"))
+    want = fit_truncated_power_law(lam[lam >= xmin])
+    assert float(ds.alpha_tpl.sel(layer=0, component="mlp.up")) == pytest.approx(want.alpha, rel=1e-9)
+    assert float(ds.tpl_lambda.sel(layer=0, component="mlp.up")) == pytest.approx(want.lam, rel=1e-9)
+
+
+def test_weightwatcher_skip_rules_blank_cells(ckpt):
+    ds = toolkit.weight_stats(ckpt, ["alpha", "frobenius_norm"], progress=False,
+                              fit=FitOptions.like_weightwatcher(min_evals=20))
+    k = ds.sel(layer=0, component="attn.k")  # 16 x 32: M = 16 < 20
+    assert np.isnan(float(k.alpha)) and np.isnan(float(k.frobenius_norm))
+    assert "M = 16 < min_evals = 20 (WeightWatcher skips it)" in str(k.nan_reason.values)
+    assert str(k.quality.values).startswith("not fitted: M = 16 < min_evals = 20")
+    assert np.isfinite(float(ds.alpha.sel(layer=0, component="mlp.up")))  # 64 x 32: kept
+    assert ds.attrs["fit_min_evals"] == 20 and ds.attrs["fit_max_N"] == 50000
+
+
+def test_seed_reaches_the_randomized_metrics(ckpt):
+    a = toolkit.weight_stats(ckpt, ["rand_distance"], progress=False, fit={"seed": 1})
+    b = toolkit.weight_stats(ckpt, ["rand_distance"], progress=False, fit={"seed": 2})
+    again = toolkit.weight_stats(ckpt, ["rand_distance"], progress=False, fit={"seed": 1})
+    assert not np.allclose(a.rand_distance.values, b.rand_distance.values, equal_nan=True)
+    np.testing.assert_array_equal(a.rand_distance.values, again.rand_distance.values)
+
+
+@pytest.mark.parametrize("bad, word", [
+    (dict(fix_fingers="peak"), "fix_fingers"), (dict(xmax=0), "xmax"), (dict(xmax=2.0), "xmax"),
+    (dict(xmax=3, fix_fingers="clip_xmax"), "refuses the two together"), (dict(seed=-1), "seed"),
+    (dict(min_evals=True), "min_evals"),
+])
+def test_bad_fit_options_are_named(bad, word):
+    with pytest.raises(InvalidOptionError, match=word):
+        FitOptions(**bad)
+
+
+def test_fit_argument_is_checked_before_any_work(ckpt):
+    with pytest.raises(InvalidOptionError, match="fit"):
+        toolkit.weight_stats(ckpt, ["alpha"], progress=False, fit="clip_xmax")
+    with pytest.raises(InvalidOptionError, match="unknown: \\['fixfingers'\\]"):
+        toolkit.weight_stats(ckpt, ["alpha"], progress=False, fit={"fixfingers": "clip_xmax"})
+
+
+def test_cli_fit_flags(ckpt, tmp_path):
+    from toolkit.cli import main
+
+    out = tmp_path / "w.nc"
+    assert main(["weights", str(ckpt), "--metrics", "alpha", "--fix-fingers", "clip_xmax", "--max-n", "40",
+                 "-q", "-o", str(out)]) == 0
+    back = xr.open_dataset(out)
+    assert back.attrs["fit_fix_fingers"] == "clip_xmax" and int(back.attrs["fit_max_N"]) == 40
+    assert np.isnan(back.alpha.sel(layer=0, component="mlp.up"))  # 64 x 32: N = 64 > 40
+    back.close()
