@@ -121,6 +121,9 @@ def test_metric_change_redraws_the_heatmap(voila_url, tmp_path):
         metric.wait_for(state="visible", timeout=PAGE_TIMEOUT_MS)
         img = page.locator(PLOT_IMG).first
         img.wait_for(state="visible", timeout=60_000)
+        # notebook 01 shows two explorers: the model's, and the mixture-of-experts one of section 8
+        page.wait_for_function("sel => document.querySelectorAll(sel).length === 2", arg=PLOT_IMG,
+                               timeout=PAGE_TIMEOUT_MS)
         before = img.get_attribute("src")
         assert before and before.startswith("data:image/png")
         options = metric.locator("option").all_inner_texts()
@@ -132,7 +135,7 @@ def test_metric_change_redraws_the_heatmap(voila_url, tmp_path):
             arg=[PLOT_IMG, before], timeout=60_000)
         after = page.locator(PLOT_IMG).first.get_attribute("src")
         assert after != before and after.startswith("data:image/png")
-        assert page.locator(PLOT_IMG).count() == 1  # the output area holds one figure
+        assert page.locator(PLOT_IMG).count() == 2  # still one figure per explorer, none added
         page.locator(PLOT_IMG).first.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / "notebook01_metric_changed.png"), full_page=True)
         text = page.inner_text("body")
