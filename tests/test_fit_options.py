@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 import xarray as xr
 from safetensors.torch import load_file
 
@@ -151,6 +152,29 @@ def test_seed_reaches_the_randomized_metrics(ckpt):
     again = toolkit.weight_stats(ckpt, ["rand_distance"], progress=False, fit={"seed": 1})
     assert not np.allclose(a.rand_distance.values, b.rand_distance.values, equal_nan=True)
     np.testing.assert_array_equal(a.rand_distance.values, again.rand_distance.values)
+
+
+def test_options_left_at_their_defaults_keep_a_metrics_own(ckpt):
+    """A metric registered with its own seed keeps it unless ``fit`` sets the seed (it once got seed 0)."""
+    from toolkit.metrics import correlation_traps as traps
+    from toolkit.metrics.registry import get_metric, register_metric, unregister_metric
+
+    base = get_metric("rand_distance")
+    register_metric("rand_distance_seed3", base.func, long_name="rand distance, seed 3",
+                    needs_singular_values=True, options={"seed": 3})
+    try:
+        ds = toolkit.weight_stats(ckpt, ["rand_distance", "rand_distance_seed3"], progress=False)
+        w = load_file(str(ckpt / "model.safetensors"))["model.layers.0.self_attn.q_proj.weight"].double()
+        s = torch.linalg.svdvals(w)
+        cell = dict(layer=0, component="attn.q")
+        assert float(ds.rand_distance_seed3.sel(**cell)) == pytest.approx(traps.rand_distance(w, s, seed=3), rel=1e-6)
+        assert float(ds.rand_distance.sel(**cell)) == pytest.approx(traps.rand_distance(w, s, seed=0), rel=1e-6)
+        assert float(ds.rand_distance_seed3.sel(**cell)) != float(ds.rand_distance.sel(**cell))
+        forced = toolkit.weight_stats(ckpt, ["rand_distance_seed3"], progress=False, fit={"seed": 1})
+        assert float(forced.rand_distance_seed3.sel(**cell)) == pytest.approx(traps.rand_distance(w, s, seed=1),
+                                                                              rel=1e-6)
+    finally:
+        unregister_metric("rand_distance_seed3")
 
 
 @pytest.mark.parametrize("bad, word", [

@@ -172,6 +172,10 @@ class FitOptions:
     def apply(self, metrics) -> tuple:
         """The metric records with the options each one declares set from here (others unchanged).
 
+        Only fields set away from their defaults are applied: a field left at its
+        default keeps whatever value a metric declares itself (a metric registered
+        with ``options={"seed": 3}`` keeps seed 3 under ``FitOptions()``).
+
         Parameters
         ----------
         metrics : sequence of toolkit.metrics.Metric
@@ -181,7 +185,8 @@ class FitOptions:
         tuple of Metric
             Same names and functions; ``options`` updated, so the cache key follows them.
         """
-        mine = self.metric_options()
+        defaults = type(self)().metric_options()
+        mine = {k: v for k, v in self.metric_options().items() if v != defaults[k]}
         out = []
         for m in metrics:
             declared = dict(m.options)
