@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
+from toolkit.activations.hooks import LayerHooks
 from toolkit.errors import AttentionUnavailableError
 
 
@@ -121,7 +122,7 @@ def check_attention_map(a: torch.Tensor, *, causal: bool, where: str, rows=None)
             where, f"attention rows sum to 1 +- {err:.3g}, not a softmax distribution over the text's tokens")
 
 
-class AttentionRecorder:
+class AttentionRecorder(LayerHooks):
     """Hooks on each layer's attention module that keep per-head statistics per text.
 
     Parameters
@@ -183,16 +184,8 @@ class AttentionRecorder:
             raise AttentionUnavailableError(
                 f"{self.model_type} layers {missing}", "the attention module was never called on this batch")
 
-    def __enter__(self):
-        for layer, module in self._modules.items():
-            self._handles.append(module.register_forward_hook(self._hook(layer)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        return False
+    def _hooked_modules(self) -> dict:
+        return self._modules
 
 
 @contextmanager

@@ -21,6 +21,25 @@ import torch
 from toolkit.errors import ToolkitError
 
 
+class LayerHooks:
+    """Context manager base: one forward hook per layer, registered on entry, removed on exit.
+
+    Subclasses define ``_hooked_modules()`` (``{layer: torch.nn.Module}``) and
+    ``_hook(layer)`` (the forward hook for that layer's module).
+    """
+
+    def __enter__(self):
+        self._handles = [module.register_forward_hook(self._hook(layer))
+                         for layer, module in self._hooked_modules().items()]
+        return self
+
+    def __exit__(self, *exc):
+        for h in getattr(self, "_handles", ()):
+            h.remove()
+        self._handles = []
+        return False
+
+
 class Moments:
     """Streaming power sums of a (tokens, features) stream about a fixed centre, in float64.
 

@@ -24,13 +24,13 @@ import numpy as np
 import torch
 import xarray as xr
 
-from toolkit.activations.hooks import token_rows
+from toolkit.activations.hooks import LayerHooks, token_rows
 from toolkit.errors import ToolkitError
 
 __all__ = ["RouterRecorder", "router_variables"]
 
 
-class RouterRecorder:
+class RouterRecorder(LayerHooks):
     """Forward hooks on the router module of each MoE layer; a context manager.
 
     Parameters
@@ -76,16 +76,8 @@ class RouterRecorder:
 
         return hook
 
-    def __enter__(self):
-        for layer, module in self._routers.items():
-            self._handles.append(module.register_forward_hook(self._hook(layer)))
-        return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
-        return False
+    def _hooked_modules(self) -> dict:
+        return self._routers
 
 
 def _routing(module, output, where: str) -> tuple[torch.Tensor, torch.Tensor]:
