@@ -12,7 +12,8 @@ not. Modes, each a fresh process with the cache off and the same threads:
   floor     the linear algebra alone: for every component matrix (read and
             converted untimed), the smaller Gram matrix (NumPy ``x.T @ x``,
             BLAS syrk) and its ``eigvalsh`` (torch's LAPACK), in float64;
-            ``floor32`` the same in float32
+            ``floor32`` the product in float32, widened and diagonalised in
+            float64 (what ``precision="float32"`` computes)
   all       ``weight_stats(folder)``: every default metric, float64
   all32     ``weight_stats(folder, precision="float32")``
   ww        WeightWatcher 0.7.7 ``analyze()`` of ``model.model.layers`` (the
@@ -127,7 +128,7 @@ def child_floor(folder: Path, threads: int | None, precision: str) -> None:
             t0 = time.perf_counter()
             g = x @ x.T if x.shape[0] <= x.shape[1] else x.T @ x
             t1 = time.perf_counter()
-            torch.linalg.eigvalsh(torch.from_numpy(g))
+            torch.linalg.eigvalsh(torch.from_numpy(g.astype(np.float64, copy=False)))
             t2 = time.perf_counter()
             gram_s, eig_s, total = gram_s + t1 - t0, eig_s + t2 - t1, total + t2 - t0
             del x, g
