@@ -160,7 +160,7 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
         is worse conditioned than 1e4 is redone by float64 SVD.
     precision : {"float64", "float32"}, default "float64"
         Of the Gram route's product. ``"float32"`` forms the Gram matrix in
-        float32 and diagonalises it in float64 (1.4-1.6x faster on 7B
+        float32 and diagonalises it in float64 (1.7x faster on 7B
         shapes, see Notes for what it resolves); no SVD fallback, no zeroing
         below the floor (negative eigenvalues are clipped to 0).
 
@@ -211,7 +211,7 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
     *precision="float32".* :math:`G` formed in float32 (``ssyrk``), then
     widened and diagonalised in float64 (``dsyevd``): the product is most of
     the work for tall matrices (18944 x 3584: ``dsyrk`` 3.4 s, ``ssyrk`` 1.4 s,
-    the 3584 x 3584 eigensolve 2.2 s), so 7B shapes run 1.4-1.6x faster
+    the 3584 x 3584 eigensolve 2.2 s), so 7B shapes run 1.7x faster
     (``benchmarks/bench_scale.py --shapes 7b``). The eigenvalues then carry an
     absolute error of about :math:`\sqrt{\max(m,n)}\,\epsilon_{32}\,\sigma_{max}^2`
     (measured: 2e-7 to 3e-7 relative on the tail of random 7B-shape
