@@ -5,8 +5,8 @@ None of these needs the singular values. Each is a pure function
 undefined cases raise :class:`~toolkit.metrics.registry.DegenerateMatrix`.
 
 All of them read the same few reductions of the entries, accumulated in
-float64: the sum and the central second and fourth moments (one chunked
-pass, :func:`central_moments`) and the largest magnitude. Like the singular
+float64: the mean and the central second and fourth moments (one chunked,
+cache-resident pass, :func:`central_moments`) and the largest magnitude. Like the singular
 values, these are computed once per matrix and shared: they are memoised on the last tensor object seen (checked by
 identity and ``Tensor._version``, so an in-place change recomputes), which
 is how :func:`~toolkit.metrics.evaluate.evaluate_matrix` and every metric
@@ -25,11 +25,23 @@ import torch
 from toolkit.metrics.pair_sums import flat_entries
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-# Elements per chunk of the float64 moment pass (two 2 MiB buffers): large enough
-# that the per-chunk Python calls cost little (two pipelines then hardly contend
-# for the GIL), small enough to stay in the CPU cache. Measured on 2 cores, norms
-# mode of benchmarks/bench_scale.py: 2^13 3.1 s, 2^16 2.3 s, 2^18 2.2 s.
-_CHUNK = 1 << 18
+# Entries per chunk of the float64 moment pass. Its buffer holds two float64 rows
+# of this length (the centred entries and their squares, 1 MiB at 2^16), which stay
+# in a core's L2 cache (2 MiB on the benchmark machine) through the chunk's three
+# passes; larger chunks spill out of it and smaller ones pay more per-call overhead.
+# Measured (central_moments of an 8960 x 1536 float32 matrix, one thread, 2 shared
+# cores): 2^14 2.1, 2^15 1.6, 2^16 1.4, 2^17 1.9, 2^18 2.7 ns an entry (the previous
+# seven-pass version: 3.2-3.7 at 2^18).
+_CHUNK = 1 << 16
+
+# The sums about a pivot c are accepted when (mean - c)^2 <= _PIVOT_TOL * mean((x - c)^2),
+# i.e. |mean - c| <= sigma / 32 roughly; the conversion to central sums then loses at most
+# a factor 1 + _PIVOT_TOL (M2) or about 1.15 (M4) in relative precision.
+_PIVOT_TOL = 2.0 ** -10
+# At most this many passes over one chunk (the first, then re-centred ones): one for
+# trained weights, two when |mean| / sigma is large (up to about 1e13), three for some
+# constant float64 chunks (re-centred exactly on their value).
+_MAX_PASSES = 4
 
 _memo = threading.local()
 
@@ -64,20 +76,51 @@ def count_nonfinite(w: torch.Tensor) -> int:
 def central_moments(w: torch.Tensor) -> tuple[float, float, float]:
     r"""``(mean, m2, m4)`` of the entries, :math:`m_k = \frac{1}{N}\sum (W_{ij} - \bar W)^k`.
 
-    One pass over the entries, in float64: chunk by chunk (``_CHUNK``
-    entries, converted into a reused float64 buffer that stays in the CPU
-    cache), the chunk's exact mean and centred sums :math:`M_2, M_3, M_4`;
-    chunks are merged with the exact pairwise update formulas, so no
-    moment is ever formed as a difference of large raw power sums. A
-    NaN/Inf entry makes the mean non-finite. Memoised per tensor.
+    One pass over the entries in float64, chunk by chunk (``_CHUNK``
+    entries), any floating dtype. Each chunk is converted into a reused
+    float64 buffer that stays in the CPU cache, shifted by a pivot
+    :math:`c` (:math:`d = x - c`), squared, and reduced in two calls to
+    the shifted sums :math:`T_p = \sum d^p`, :math:`p = 1..4`. The pivot
+    is 0 (no shift) while the chunks' means are small beside their spread,
+    as for trained weights, and the previous chunk's mean otherwise. A
+    chunk's sums are kept only when the pivot lies near its mean,
+    :math:`\delta^2 \le 2^{-10}\, T_2 / k` with :math:`\delta = T_1 / k`
+    (``_PIVOT_TOL``); else the chunk, still in the cache, is reduced again
+    about :math:`c + \delta`. So the chunk's mean :math:`c + \delta` and
+    central sums
+
+    .. math::
+
+        M_2 = T_2 - k\delta^2, \quad
+        M_3 = T_3 - 3\delta T_2 + 2k\delta^3, \quad
+        M_4 = T_4 - 4\delta T_3 + 6\delta^2 T_2 - 3k\delta^4
+
+    lose at most a factor of about 1.15 in relative precision to
+    cancellation, however large the mean is beside the spread (a constant
+    chunk is re-centred on its exact value: :math:`M_2 = 0`). The chunks
+    are then combined about the grand mean :math:`\bar W` with
+    :math:`\Delta_c = \bar x_c - \bar W`:
+    :math:`M_2 = \sum_c (M_{2,c} + k_c\Delta_c^2)` and
+    :math:`M_4 = \sum_c (M_{4,c} + 4\Delta_c M_{3,c} + 6\Delta_c^2 M_{2,c}
+    + k_c\Delta_c^4)` (terms free of cancellation beyond a small bounded
+    factor), so no moment is formed as a difference of large raw power
+    sums. :math:`\Delta_c` is formed from the pivots' offsets and the
+    :math:`\delta`'s, never from rounded chunk means, and the grand mean's
+    offset is corrected once (the corrected two-pass algorithm of Chan et
+    al. 1983), so a mean :math:`10^{12}` times the spread still gives
+    :math:`m_2, m_4` to float64 rounding. A NaN/Inf entry makes the
+    mean non-finite. Memoised per tensor (the key includes ``_CHUNK``).
 
     References
     ----------
-    Chan, Golub & LeVeque (1979), "Updating formulae and a pairwise algorithm
-    for computing sample variances", Stanford CS report STAN-CS-79-773;
+    Chan, Golub & LeVeque (1983), "Algorithms for computing the sample
+    variance: analysis and recommendations", The American Statistician
+    37(3), 242-247 (shifted sums: the error grows with
+    :math:`(\bar x - c)^2 / \sigma^2`);
     Pébay (2008), "Formulas for robust, one-pass parallel computation of
     covariances and arbitrary-order statistical moments", Sandia report
-    SAND2008-6212, eqs. 3.1 and 3.2.
+    SAND2008-6212, section 3 (combining central sums of disjoint sets by
+    binomial expansion about the combined mean; eqs. 3.1 and 3.2 for two sets).
     """
     memo = _shared(w)
     key = ("moments", _CHUNK)  # the chunking is part of the key, so a test can vary it
@@ -86,46 +129,69 @@ def central_moments(w: torch.Tensor) -> tuple[float, float, float]:
         if x.device.type != "cpu":
             x = x.cpu()
         n = x.numel()
-        size = max(1, min(_CHUNK, n))
-        bt = torch.empty(size, dtype=torch.float64)  # torch converts any dtype (bf16 too) into it
-        buf, sq = bt.numpy(), np.empty(size, dtype=np.float64)
-        mean, m2, m4 = _moment_pass(x, bt, buf, sq, size)
+        mean, m2, m4 = _moment_pass(x, max(1, min(_CHUNK, n)))
         memo[key] = (mean, m2 / n, m4 / n)
     return memo[key]
 
 
-def _moment_pass(x, bt, buf, sq, size) -> tuple[float, float, float]:
-    """Mean and centred sums M2, M4 of ``x`` chunk by chunk (see :func:`central_moments`)."""
+def _moment_pass(x: torch.Tensor, size: int) -> tuple[float, float, float]:
+    """Mean and central sums M2, M4 of the 1-D ``x``, ``size`` entries a chunk (see :func:`central_moments`)."""
     n = x.numel()
-    na = 0
-    mean = m2 = m3 = m4 = 0.0
-    for start in range(0, n, size):
-        stop = min(n, start + size)
-        k = stop - start
-        d, d2 = (buf, sq) if k == size else (buf[:k], sq[:k])
-        (bt if k == size else bt[:k]).copy_(x[start:stop])
-        mb = float(d.sum()) / k
-        np.subtract(d, mb, out=d)
-        np.multiply(d, d, out=d2)
-        b2, b3, b4 = float(d2.sum()), float(d2 @ d), float(d2 @ d2)
-        if na == 0:
-            mean, m2, m3, m4 = mb, b2, b3, b4
-        else:
-            mean, m2, m3, m4 = _merge(na, mean, m2, m3, m4, k, mb, b2, b3, b4)
-        na += k
+    nchunks = -(-n // size)
+    buf = torch.empty(2, size, dtype=torch.float64)  # rows: d = x - c (torch converts any dtype), d^2
+    sums = torch.empty(nchunks, 4, dtype=torch.float64)  # per chunk: T1, T2 | T3, T4
+    pivots = np.zeros(nchunks)
+    pivot = 0.0
+    for i, start in enumerate(range(0, n, size)):
+        k = min(size, n - start)
+        b = buf if k == size else buf[:, :k]
+        d, d2 = b[0], b[1]
+        chunk, out = x[start:start + k], sums[i]
+        c, delta = pivot, 0.0
+        for attempt in range(_MAX_PASSES):
+            if attempt:
+                c += delta  # re-centre on this chunk's mean (d^4 overflowing about 0 is fixed so too)
+            d.copy_(chunk)
+            if c != 0.0:
+                d.sub_(c)  # exact (Sterbenz) for entries within a factor 2 of c
+            torch.mul(d, d, out=d2)
+            torch.sum(b, dim=1, out=out[:2])  # T1, T2
+            torch.mv(b, d2, out=out[2:])  # T3, T4
+            t1, t2, _, t4 = out.tolist()
+            delta = t1 / k
+            if not math.isfinite(delta):  # a NaN/Inf entry: nothing to refine, the mean shows it
+                break
+            if delta * delta <= _PIVOT_TOL * (t2 / k) and math.isfinite(t4):
+                break
+        pivots[i] = c
+        if math.isfinite(delta):  # the next chunk starts from 0 or, in an offset matrix, this one's mean
+            mc = c + delta
+            pivot = 0.0 if mc * mc <= _PIVOT_TOL * (t2 / k - delta * delta + mc * mc) else mc
+    counts = np.full(nchunks, float(size))
+    counts[-1] = n - size * (nchunks - 1)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf entries: a non-finite mean, no warning
+        return _combine(n, counts, pivots, *sums.numpy().T)
+
+
+def _combine(n, counts, pivots, t1, t2, t3, t4) -> tuple[float, float, float]:
+    """Grand mean and central sums M2, M4 from each chunk's count, pivot and shifted sums T1..T4."""
+    delta = t1 / counts  # chunk mean - pivot, kept apart: c + delta would round at |c|'s scale
+    c2 = t2 - t1 * delta
+    c3 = t3 - delta * (3.0 * t2 - 2.0 * t1 * delta)
+    c4 = t4 - delta * (4.0 * t3 - delta * (6.0 * t2 - 3.0 * t1 * delta))
+    # Each chunk's mean less the grand mean, dm, from the pivots' offsets from the first
+    # pivot (exact when they lie within a factor 2 of it) and the deltas; the grand mean's
+    # offset g is corrected once, as in the corrected two-pass algorithm (Chan et al. 1983).
+    ref = pivots[0]
+    shift = pivots - ref
+    g = float(np.dot(counts, shift + delta)) / n
+    dm = (shift - g) + delta
+    r = float(np.dot(counts, dm)) / n
+    dm -= r
+    mean = ref + (g + r)  # exact for a constant matrix
+    m2 = float(np.sum(c2 + counts * dm * dm))
+    m4 = float(np.sum(c4 + dm * (4.0 * c3 + dm * (6.0 * c2 + counts * dm * dm))))
     return mean, m2, m4
-
-
-def _merge(na, ma, a2, a3, a4, nb, mb, b2, b3, b4):
-    """Mean and centred sums M2, M3, M4 of the union of two sets (Pébay 2008, eqs. 3.1-3.2)."""
-    n = na + nb
-    delta = mb - ma
-    dn = delta / n
-    m2 = a2 + b2 + delta * dn * na * nb
-    m3 = a3 + b3 + delta * dn * dn * na * nb * (na - nb) + 3.0 * dn * (na * b2 - nb * a2)
-    m4 = (a4 + b4 + delta * dn ** 3 * na * nb * (na * na - na * nb + nb * nb)
-          + 6.0 * dn * dn * (na * na * b2 + nb * nb * a2) + 4.0 * dn * (na * b3 - nb * a3))
-    return ma + dn * nb, m2, m3, m4
 
 
 def max_abs(w: torch.Tensor) -> float:
