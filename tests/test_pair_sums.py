@@ -150,3 +150,128 @@ def test_embedding_totals_from_row_blocks_equal_whole_reads(tmp_path, monkeypatc
     np.testing.assert_allclose(blocks.tensor_relative_change, whole.tensor_relative_change, rtol=1e-12)
     assert float(blocks.model_update_sparsity) == float(whole.model_update_sparsity)
 
+
+
+# ------------------------------------------------------------------ against math.fsum
+
+
+def fsum_reference(b: torch.Tensor, t: torch.Tensor) -> dict:
+    """Each sum as math.fsum of the float64 terms (exact products for bf16/float16/float32 input, so
+    the reference is the correctly rounded sum), with the sum of the terms' magnitudes (the error scale)."""
+    x, y = b.double().numpy().ravel(), t.double().numpy().ravel()
+    d = y - x
+    terms = {"sumsq_base": x * x, "sumsq_target": y * y, "dot": x * y, "sumsq_delta": d * d}
+    return {k: (math.fsum(v.tolist()), math.fsum(np.abs(v).tolist())) for k, v in terms.items()}
+
+
+def bits_unchanged(b: torch.Tensor, t: torch.Tensor) -> int:
+    view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[b.element_size()]
+    return int((b.reshape(-1).view(view) == t.reshape(-1).view(view)).sum())
+
+
+def assert_matches_fsum(s: PairSums, b: torch.Tensor, t: torch.Tensor, rel: float = 1e-14) -> None:
+    for name, (value, scale) in fsum_reference(b, t).items():
+        assert abs(getattr(s, name) - value) <= rel * scale, (name, getattr(s, name), value)
+
+
+def _pair(shape, dtype, seed, offset=0.0, scale=0.02, step=1e-3):
+    g = torch.Generator().manual_seed(seed)
+    b = offset + scale * torch.randn(shape, generator=g, dtype=torch.float64)
+    moved = torch.rand(shape, generator=g) < 1 / 3
+    t = b + step * torch.randn(shape, generator=g, dtype=torch.float64) * moved
+    return b.to(dtype), t.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk", [1, 1000, 4096, 1 << 16])
+def test_sums_match_fsum_with_a_ragged_last_chunk(dtype, chunk):
+    b, t = _pair((61, 97), dtype, seed=4)  # 5917 entries: the last chunk is ragged for every chunk size
+    s = pair_sums(b, t, chunk=chunk)
+    assert_matches_fsum(s, b, t)
+    assert s.unchanged == bits_unchanged(b, t) and s.n == b.numel()
+    tol = 5e-4
+    ref = int((t.double() - b.double()).abs().le(tol).sum())
+    assert pair_sums(b, t, tol, chunk=chunk).unchanged == ref
+
+
+def test_a_last_chunk_of_one_entry():
+    b, t = _pair((3, 11, 3), torch.bfloat16, seed=5)  # 99 entries, chunks of 98
+    s = pair_sums(b, t, chunk=98)
+    assert_matches_fsum(s, b, t)
+    assert s.unchanged == bits_unchanged(b, t)
+
+
+@pytest.mark.parametrize("dtype, offset, step", [(torch.float32, 1e3, 1e-6), (torch.float64, 1e6, 1e-9),
+                                                 (torch.bfloat16, -300.0, 2.0)])
+def test_large_offsets_keep_the_update_sum_accurate(dtype, offset, step):
+    # sum (t - b)^2 is summed directly: as sum t^2 - 2 sum bt + sum b^2 it would lose ~12 digits here
+    b, t = _pair((50, 300), dtype, seed=6, offset=offset, scale=1e-2, step=step)
+    s = pair_sums(b, t, chunk=4096)
+    assert_matches_fsum(s, b, t, rel=1e-14 if dtype != torch.float64 else 1e-13)
+    ref_delta = fsum_reference(b, t)["sumsq_delta"][0]
+    assert ref_delta > 0 and s.sumsq_delta == pytest.approx(ref_delta, rel=1e-13)
+
+
+def test_float32_extremes_stay_finite_and_exact():
+    b = torch.tensor([3e38, -3e38, 1e-38, 1e-45, 0.0, 2.0], dtype=torch.float32)
+    t = torch.tensor([-3e38, 3e38, 1e-45, 1e-38, -0.0, 2.0], dtype=torch.float32)
+    s = pair_sums(b, t, chunk=4)
+    assert s.finite and not s.identical
+    assert_matches_fsum(s, b, t, rel=1e-15)
+    assert s.unchanged == 1  # 2.0 only: 0.0 and -0.0 differ in their bits
+
+
+def test_nan_and_inf_entries_anywhere():
+    b, t = _pair((40, 50), torch.bfloat16, seed=7)
+    b[3, 4], t[20, 1] = float("nan"), float("inf")
+    b[30, 30] = t[30, 30] = float("-inf")  # equal bits: unchanged at tolerance 0, not under a tolerance
+    for chunk in (64, 1 << 16):
+        s = pair_sums(b, t, chunk=chunk)
+        assert not s.finite and not s.identical
+        assert math.isnan(s.sumsq_base) and math.isinf(s.sumsq_target)
+        assert s.unchanged == bits_unchanged(b, t)
+        with np.errstate(invalid="ignore"):
+            ref = int(np.count_nonzero(np.abs(t.double().numpy() - b.double().numpy()) <= 1e-2))
+        assert pair_sums(b, t, 1e-2, chunk=chunk).unchanged == ref
+    nan_both = torch.tensor([float("nan")], dtype=torch.bfloat16)
+    assert pair_sums(nan_both, nan_both.clone()).unchanged == 1  # same bits
+    assert pair_sums(nan_both, nan_both.clone(), 1.0).unchanged == 0  # |NaN| <= tol is false
+
+
+def test_infinities_of_both_signs_across_chunks():
+    # chunk dots of +inf and -inf: NaN (no error from the exact chunk summation)
+    b = torch.tensor([float("inf"), float("inf"), 1.0])
+    t = torch.tensor([1.0, -1.0, 1.0])
+    s = pair_sums(b, t, chunk=1)
+    assert math.isnan(s.dot) and s.sumsq_base == math.inf and not s.finite
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_identical_tensors_give_an_exact_zero_update(dtype):
+    b, _ = _pair((70, 33), dtype, seed=8)
+    for tol in (0.0, 1e-6):
+        s = pair_sums(b, b.clone(), tol, chunk=1000)
+        assert s.sumsq_delta == 0.0 and s.identical and s.unchanged == s.n == b.numel()
+        assert s.sumsq_base == s.sumsq_target == s.dot
+        assert_matches_fsum(s, b, b)
+    z = torch.zeros(5, dtype=dtype)
+    nz = -z
+    s = pair_sums(z, nz)
+    assert s.identical and s.unchanged == 0 and pair_sums(z, nz, 1e-9).unchanged == 5
+
+
+def test_the_tolerance_is_inclusive():
+    step = 2.0 ** -7  # one bf16 ulp at 1.0
+    b = torch.ones(10, dtype=torch.bfloat16)
+    t = b.clone()
+    t[::2] = 1.0 + step
+    assert pair_sums(b, t, step).unchanged == 10
+    assert pair_sums(b, t, math.nextafter(step, 0.0)).unchanged == 5
+    b32, t32 = b.float(), t.float()  # mixed dtypes: rounded to bf16, then the same rule
+    assert pair_sums(b32, t, step).unchanged == 10 and pair_sums(b, t32, math.nextafter(step, 0.0)).unchanged == 5
+    assert pair_sums(b32, t32, step).unchanged == 10
+
+
+def test_empty_tensors():
+    s = pair_sums(torch.zeros(0, 4, dtype=torch.bfloat16), torch.zeros(0, 4, dtype=torch.bfloat16))
+    assert s == PairSums() and s.finite

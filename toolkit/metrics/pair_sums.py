@@ -6,27 +6,34 @@ the same few sums over the entries of a base tensor :math:`B` and a target
 tensor :math:`T` of the same shape:
 
 - :math:`\sum b^2`, :math:`\sum t^2`, :math:`\sum b t`, :math:`\sum (t - b)^2`
-  accumulated in float64 (each stored value converts to float64 exactly, so
-  the only rounding is the summation's);
+  accumulated in float64 (each stored value converts to float64 exactly; for
+  bfloat16, float16 and float32 values the products are exact too, and so is
+  :math:`t - b` unless the two exponents lie more than 29 binades apart, so
+  the only rounding is the summation's; float64 input rounds its products);
 - the number of unchanged entries (see :mod:`toolkit.metrics.diff` for the
   rule: bit equality in the coarser storage dtype, or
   :math:`|t - b| \le` ``tolerance``);
 - the number of entries.
 
 :func:`pair_sums` computes all of them in one pass over the stored bytes:
-the tensors are walked in chunks of :data:`CHUNK` entries, each chunk is
-converted to float64 into two reused buffers that stay in the CPU cache,
-the sums are BLAS dot products on those buffers, and unchanged entries are
-counted on integer views of the stored bits. Neither side is ever
-converted whole (no float32 or float64 copy of the matrix), so the pass
-costs about what converting both sides to float32 costs, and its extra
-memory is two chunk buffers.
+the tensors are walked in chunks of :data:`CHUNK` entries; each chunk of
+both sides is converted once to float64 into the two rows of a reused
+buffer (1 MiB, which stays in a core's L2 cache), and reduced there in
+three calls: the 2 x 2 Gram matrix of the rows (``torch.mm``:
+:math:`\sum b^2, \sum b t, \sum t^2`), the difference :math:`t - b`
+written over the base row, and its dot product with itself
+(:math:`\sum (t - b)^2`, summed directly). Unchanged entries are counted
+on integer views of the stored bits or, with a tolerance, on the
+difference row. The chunks' sums are added with :func:`math.fsum`.
+Neither side is ever converted whole (no float32 or float64 copy of the
+matrix), and the extra memory is the 1 MiB buffer.
 
-Threads: the dot products run on NumPy's BLAS with its current thread
-count. Several passes at once must each get fewer BLAS threads, or every
-call waits at a barrier for a descheduled thread (measured at load 6 on 2
-cores: 7.2 ms per 2^18-entry dot with 2 BLAS threads against 0.34 ms with
-one). :func:`toolkit.collect.stream.map_tensors` sets that limit for the
+Threads: the Gram product runs on torch's intra-op threads, the dot
+product on NumPy's BLAS, each with its current thread count. Several
+passes at once must each get fewer threads, or every call waits at a
+barrier for a descheduled thread (measured at load 6 on 2 cores: 7.2 ms
+per 2^18-entry dot with 2 BLAS threads against 0.34 ms with one).
+:func:`toolkit.collect.stream.map_tensors` sets both limits for the
 passes of ``weight_stats`` and ``compare``; Dask workers run with
 ``OMP_NUM_THREADS=1``.
 
@@ -43,11 +50,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-#: Entries per chunk (two float64 buffers of 2 MiB). Measured on 2 cores with two pipelines
-#: (benchmarks/bench_scale.py, compare mode): 2^15 took 4.2 s, 2^17 2.9 s, 2^18 2.6-2.7 s,
-#: 2^19 3.0 s, 2^20 3.8 s. Smaller chunks pay more Python calls per entry (and the two
-#: pipelines contend for the GIL between calls); larger ones fall out of the cache.
-CHUNK = 1 << 18
+#: Entries per chunk (two float64 rows of 512 KiB, in L2 through the chunk's reductions).
+#: Measured on 2 shared cores (load ~4): pair_sums of an 8960 x 1536 bf16 pair, one thread,
+#: 2^15 29.0, 2^16 28.7, 2^17 39.2 ms (the previous four-dot version, 2 MiB buffers at 2^18:
+#: 53.8 ms); compare mode of benchmarks/bench_scale.py (two pipelines) 2^15 9.5-10.2,
+#: 2^16 9.5-10.8, 2^17 11.6-11.9, 2^18 12.1-12.5 s. Larger chunks fall out of the cache;
+#: smaller ones pay more Python calls per entry (and the pipelines share the GIL between calls).
+CHUNK = 1 << 16
 
 #: Mantissa bits of the float dtypes, to pick the coarser side.
 MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
@@ -150,37 +159,50 @@ def pair_sums(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0, 
     b, t = flat_entries(base.detach()), flat_entries(target.detach())
     n = b.numel()
     size = max(1, min(chunk, n))
-    # torch converts any float dtype (bf16 included) into the float64 buffers;
-    # NumPy does the rest on views of them (its per-call cost is a few times lower).
-    xt, yt = torch.empty(size, dtype=torch.float64), torch.empty(size, dtype=torch.float64)
-    x, y = xt.numpy(), yt.numpy()
     bits = None
     if tolerance <= 0 and b.dtype == cmp and t.dtype == cmp:  # both stored in the comparison dtype
         view = _INT_VIEW[cmp.itemsize]
         bits = (b.view(view).numpy(), t.view(view).numpy())
-    return PairSums(*_pass(b, t, x, y, xt, yt, size, bits, cmp, tolerance), n)
+    return PairSums(*_pass(b, t, size, bits, cmp, tolerance), n)
 
 
-def _pass(b, t, x, y, xt, yt, size, bits, cmp, tolerance) -> tuple:
+def _pass(b, t, size, bits, cmp, tolerance) -> tuple:
+    """The sums of the 1-D ``b``, ``t`` over chunks of ``size`` entries (see :func:`pair_sums`)."""
     n = b.numel()
-    bb = tt = bt = dd = 0.0
+    nchunks = -(-n // size)
+    buf = torch.empty(2, size, dtype=torch.float64)  # rows: b, t (torch converts any float dtype); then t - b
+    rows_np = buf.numpy()
+    grams = torch.empty(nchunks, 2, 2, dtype=torch.float64)  # per chunk: [[Σb², Σbt], [Σbt, Σt²]]
+    dd = np.empty(nchunks)  # per chunk: Σ(t - b)²
+    same = b.dtype == cmp and t.dtype == cmp  # then t - b in float64 is the difference of the rounded sides
     unchanged = 0
-    for start in range(0, n, size):
-        stop = min(n, start + size)
-        k = stop - start
-        xs, ys = (x, y) if k == size else (x[:k], y[:k])
-        (xt if k == size else xt[:k]).copy_(b[start:stop])
-        (yt if k == size else yt[:k]).copy_(t[start:stop])
-        bb += float(xs @ xs)
-        tt += float(ys @ ys)
-        bt += float(xs @ ys)
-        if bits is not None:  # unchanged: the stored bits are equal
-            unchanged += int(np.count_nonzero(bits[0][start:stop] == bits[1][start:stop]))
-        else:
-            unchanged += _count_unchanged_chunk(b[start:stop], t[start:stop], cmp, tolerance)
-        np.subtract(ys, xs, out=ys)
-        dd += float(ys @ ys)
-    return bb, tt, bt, dd, unchanged
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the NaN sums tell, no warning
+        for i, start in enumerate(range(0, n, size)):
+            stop = min(n, start + size)
+            full = stop - start == size
+            rows, x = (buf, rows_np) if full else (buf[:, :stop - start], rows_np[:, :stop - start])
+            bc, tc = b[start:stop], t[start:stop]
+            rows[0].copy_(bc)
+            rows[1].copy_(tc)
+            torch.mm(rows, rows.T, out=grams[i])
+            if bits is None and not same:  # mixed dtypes: rounded to the comparison dtype first
+                unchanged += _count_unchanged_chunk(bc, tc, cmp, tolerance)
+            d = x[0]
+            np.subtract(x[1], d, out=d)  # t - b, over the base row
+            dd[i] = d @ d
+            if bits is not None:  # unchanged: the stored bits are equal
+                unchanged += int(np.count_nonzero(bits[0][start:stop] == bits[1][start:stop]))
+            elif same:  # |t - b| <= tolerance, with t - b already in the buffer
+                unchanged += int(np.count_nonzero(np.abs(d) <= tolerance))
+        g = grams.numpy()
+        return _total(g[:, 0, 0]), _total(g[:, 1, 1]), _total(g[:, 0, 1]), _total(dd), unchanged
+
+
+def _total(parts: np.ndarray) -> float:
+    """The sum of the chunks' sums, correctly rounded (math.fsum) when they are finite."""
+    if np.isfinite(parts).all():
+        return math.fsum(parts.tolist())
+    return float(np.sum(parts))  # NaN/Inf: fsum raises on inf + -inf; NaN or Inf either way
 
 
 def _count_unchanged_chunk(b: torch.Tensor, t: torch.Tensor, cmp: torch.dtype, tolerance: float) -> int:
