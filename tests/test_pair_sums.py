@@ -275,3 +275,12 @@ def test_the_tolerance_is_inclusive():
 def test_empty_tensors():
     s = pair_sums(torch.zeros(0, 4, dtype=torch.bfloat16), torch.zeros(0, 4, dtype=torch.bfloat16))
     assert s == PairSums() and s.finite
+
+
+def test_default_chunks_sum_float32_to_a_few_ulps():
+    # float32 products are exact in float64, so only the summation rounds: over 2^16-entry chunks
+    # one Gram product lost 1e-14 relative; split into parts (and the chunks added by fsum) 5e-16
+    g = torch.Generator().manual_seed(9)
+    b = 0.02 * torch.randn(3 << 16, generator=g)
+    t = b + 1e-3 * torch.randn(3 << 16, generator=g)
+    assert_matches_fsum(pair_sums(b, t), b, t, rel=2e-15)

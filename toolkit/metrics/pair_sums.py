@@ -19,16 +19,17 @@ tensor :math:`T` of the same shape:
 the tensors are walked in chunks of :data:`CHUNK` entries; each chunk of
 both sides is converted once to float64 into the two rows of a reused
 buffer (1 MiB, which stays in a core's L2 cache), and reduced there in
-three calls: the 2 x 2 Gram matrix of the rows (``torch.mm``:
-:math:`\sum b^2, \sum b t, \sum t^2`), the difference :math:`t - b`
-written over the base row, and its dot product with itself
-(:math:`\sum (t - b)^2`, summed directly). Unchanged entries are counted
+three calls: the 2 x 2 Gram matrices of the rows' :data:`_SPLIT` equal
+parts (one ``torch.bmm``: :math:`\sum b^2, \sum b t, \sum t^2`; one
+``torch.mm`` more for the rest of a chunk not a multiple of them), the
+difference :math:`t - b` written over the base row, and its dot product
+with itself (:math:`\sum (t - b)^2`, summed directly). Unchanged entries are counted
 on integer views of the stored bits or, with a tolerance, on the
-difference row. The chunks' sums are added with :func:`math.fsum`.
+difference row. The parts' and chunks' sums are added with :func:`math.fsum`.
 Neither side is ever converted whole (no float32 or float64 copy of the
 matrix), and the extra memory is the 1 MiB buffer.
 
-Threads: the Gram product runs on torch's intra-op threads, the dot
+Threads: the Gram products run on torch's intra-op threads, the dot
 product on NumPy's BLAS, each with its current thread count. Several
 passes at once must each get fewer threads, or every call waits at a
 barrier for a descheduled thread (measured at load 6 on 2 cores: 7.2 ms
@@ -52,11 +53,17 @@ import torch
 
 #: Entries per chunk (two float64 rows of 512 KiB, in L2 through the chunk's reductions).
 #: Measured on 2 shared cores (load ~4): pair_sums of an 8960 x 1536 bf16 pair, one thread,
-#: 2^15 29.0, 2^16 28.7, 2^17 39.2 ms (the previous four-dot version, 2 MiB buffers at 2^18:
-#: 53.8 ms); compare mode of benchmarks/bench_scale.py (two pipelines) 2^15 9.5-10.2,
-#: 2^16 9.5-10.8, 2^17 11.6-11.9, 2^18 12.1-12.5 s. Larger chunks fall out of the cache;
-#: smaller ones pay more Python calls per entry (and the pipelines share the GIL between calls).
+#: 2^15 29.0, 2^16 28.7, 2^17 39.2 ms with one Gram product a chunk, 30.8 ms at 2^16 with the
+#: _SPLIT parts (the previous four-dot version, 2 MiB buffers at 2^18: 53.8-55.5 ms); compare
+#: mode of benchmarks/bench_scale.py (two pipelines) 2^15 9.5-10.2, 2^16 9.5-10.8, 2^17
+#: 11.6-11.9, 2^18 12.1-12.5 s. Larger chunks fall out of the cache; smaller ones pay more
+#: Python calls per entry (and the pipelines share the GIL between calls).
 CHUNK = 1 << 16
+
+#: Each chunk's Gram product is taken over this many equal parts at once (one ``torch.bmm``, as fast
+#: as one ``torch.mm`` here): MKL's product over 2^16 entries summed a float32 pair's squares to
+#: 1e-14 relative (math.fsum), over 2^13 to 1e-16, as NumPy's dot does.
+_SPLIT = 8
 
 #: Mantissa bits of the float dtypes, to pick the coarser side.
 MANTISSA = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
@@ -172,19 +179,26 @@ def _pass(b, t, size, bits, cmp, tolerance) -> tuple:
     nchunks = -(-n // size)
     buf = torch.empty(2, size, dtype=torch.float64)  # rows: b, t (torch converts any float dtype); then t - b
     rows_np = buf.numpy()
-    grams = torch.empty(nchunks, 2, 2, dtype=torch.float64)  # per chunk: [[Σb², Σbt], [Σbt, Σt²]]
+    # per chunk: the 2 x 2 Grams [[Σb², Σbt], [Σbt, Σt²]] of its _SPLIT equal parts and of the few entries left
+    grams = torch.zeros(nchunks, _SPLIT + 1, 2, 2, dtype=torch.float64)
     dd = np.empty(nchunks)  # per chunk: Σ(t - b)²
     same = b.dtype == cmp and t.dtype == cmp  # then t - b in float64 is the difference of the rounded sides
     unchanged = 0
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the NaN sums tell, no warning
         for i, start in enumerate(range(0, n, size)):
             stop = min(n, start + size)
-            full = stop - start == size
-            rows, x = (buf, rows_np) if full else (buf[:, :stop - start], rows_np[:, :stop - start])
+            k = stop - start
+            rows, x = (buf, rows_np) if k == size else (buf[:, :k], rows_np[:, :k])
             bc, tc = b[start:stop], t[start:stop]
             rows[0].copy_(bc)
             rows[1].copy_(tc)
-            torch.mm(rows, rows.T, out=grams[i])
+            part = k // _SPLIT
+            if part:
+                v = rows[:, :part * _SPLIT].view(2, _SPLIT, part).transpose(0, 1)  # no copy
+                torch.bmm(v, v.transpose(1, 2), out=grams[i, :_SPLIT])
+            if k > part * _SPLIT:
+                rest = rows[:, part * _SPLIT:]
+                torch.mm(rest, rest.T, out=grams[i, _SPLIT])
             if bits is None and not same:  # mixed dtypes: rounded to the comparison dtype first
                 unchanged += _count_unchanged_chunk(bc, tc, cmp, tolerance)
             d = x[0]
@@ -194,8 +208,8 @@ def _pass(b, t, size, bits, cmp, tolerance) -> tuple:
                 unchanged += int(np.count_nonzero(bits[0][start:stop] == bits[1][start:stop]))
             elif same:  # |t - b| <= tolerance, with t - b already in the buffer
                 unchanged += int(np.count_nonzero(np.abs(d) <= tolerance))
-        g = grams.numpy()
-        return _total(g[:, 0, 0]), _total(g[:, 1, 1]), _total(g[:, 0, 1]), _total(dd), unchanged
+        g = grams.numpy().reshape(-1, 4)
+        return _total(g[:, 0]), _total(g[:, 3]), _total(g[:, 1]), _total(dd), unchanged
 
 
 def _total(parts: np.ndarray) -> float:
