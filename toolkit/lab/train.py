@@ -82,9 +82,9 @@ PRESET_NOTES = {
     "full": "the digits as they are; 0.8 s/epoch on an idle core, 1.4-3.6 loaded; "
             "committed: data/attention_lab.nc",
     "fast": "512 training images, batch 32, lr 2e-3: tests and notebook demos",
-    "up16": "the same model and images as full, upsampled (bilinear): 4x the tokens; 9 s/epoch at load 2, "
-            "16-24 s at load 10-16 (5 x 200 epochs: ~1.5 h of an idle core, estimated); "
-            "committed: data/attention_lab_n65.nc",
+    "up16": "the same model and images as full, upsampled (bilinear): 4x the tokens; 4-6 s/epoch on an "
+            "idle core, 10-20 s loaded (5 x 200 epochs: about 1.5 h of an idle core; the committed run took "
+            "75 min as three processes on two cores); committed: data/attention_lab_n65.nc",
     "patch1": "as full, one pixel a token. Trains slowly: with width 16 and 512 images softmax stayed at "
               "chance for 20 epochs (x/1: 22 %), probably because LayerNorm of a one-pixel token's "
               "embedding w x + b keeps little of its intensity; up16 has N = 65 and learns",
