@@ -75,25 +75,11 @@ HEAVY = {"all", "compare-all"}  # minutes per run, no time target: --heavy-reps 
 
 
 def shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
-    """Parameter names and shapes of a Qwen2 checkpoint, in file order."""
-    h, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    hd = h // cfg["num_attention_heads"]
-    kv = cfg["num_key_value_heads"] * hd
-    out = [("model.embed_tokens.weight", (vocab, h))]
+    """Parameter names and shapes of a Qwen2 checkpoint, in file order (each layer's from ``_scale_7b``)."""
+    out = [("model.embed_tokens.weight", (cfg["vocab_size"], cfg["hidden_size"]))]
     for i in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        out += [
-            (p + "input_layernorm.weight", (h,)),
-            (p + "self_attn.q_proj.weight", (h, h)), (p + "self_attn.q_proj.bias", (h,)),
-            (p + "self_attn.k_proj.weight", (kv, h)), (p + "self_attn.k_proj.bias", (kv,)),
-            (p + "self_attn.v_proj.weight", (kv, h)), (p + "self_attn.v_proj.bias", (kv,)),
-            (p + "self_attn.o_proj.weight", (h, h)),
-            (p + "post_attention_layernorm.weight", (h,)),
-            (p + "mlp.gate_proj.weight", (inter, h)),
-            (p + "mlp.up_proj.weight", (inter, h)),
-            (p + "mlp.down_proj.weight", (h, inter)),
-        ]
-    out.append(("model.norm.weight", (h,)))
+        out += S7.layer_shapes(cfg, i)
+    out.append(("model.norm.weight", (cfg["hidden_size"],)))
     return out
 
 
