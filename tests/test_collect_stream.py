@@ -9,7 +9,7 @@ import scipy.stats
 import torch
 
 import toolkit
-from toolkit.collect.stream import Workspace, float32_stream, map_tensors
+from toolkit.collect.execute.stream import Workspace, float32_stream, map_tensors
 from toolkit.metrics import compute_weight_metrics, norms
 from toolkit.testing import write_tiny_checkpoint
 

@@ -20,9 +20,9 @@ distributed = pytest.importorskip("distributed")
 import toolkit  # noqa: E402
 from toolkit.cli import main  # noqa: E402
 from toolkit.collect.cache import open_cache  # noqa: E402
+from toolkit.collect.execute.remote import SourceSpec, WorkerTaskError, measure_task  # noqa: E402
+from toolkit.collect.measure.weights import WeightMeasurement  # noqa: E402
 from toolkit.collect.plan import plan_pieces  # noqa: E402
-from toolkit.collect.remote import SourceSpec, WorkerTaskError, measure_task  # noqa: E402
-from toolkit.collect.weight_cells import WeightMeasurement  # noqa: E402
 from toolkit.sources.base import TensorRecord  # noqa: E402
 from toolkit.testing import write_tiny_checkpoint  # noqa: E402
 
@@ -70,6 +70,14 @@ def same(a: xr.Dataset, b: xr.Dataset) -> None:
     a, b = a.copy(), b.copy()
     a.attrs.pop("created"), b.attrs.pop("created")
     xr.testing.assert_identical(a, b)
+
+
+def test_per_head_statistics_on_the_cluster_equal_serial(client, llama28, request):
+    serial = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], progress=False, cache=False, per_head=True)
+    request.getfixturevalue("no_driver_reads")
+    ds = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], client=client, progress=False, per_head=True)
+    same(serial, ds)
+    assert ds.alpha_per_head.notnull().sum() > 0
 
 
 def test_weight_stats_on_the_cluster_equals_serial_28_layers(client, llama28, request):

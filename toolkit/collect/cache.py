@@ -28,7 +28,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -57,8 +56,34 @@ def cache_dir() -> Path | None:
     return Path(platformdirs.user_cache_dir("toolkit"))
 
 
-#: The folders of the cache; :func:`clear_cache` deletes these and nothing else.
-KINDS = ("weights", "compare", "plans")
+def cache_kind(name: str, holds: str) -> str:
+    """Declare the cache folder ``name`` (what stores there calls this once, at import) and return it.
+
+    :func:`toolkit.collect.cache_folders.clear_cache` and ``cache_info`` cover
+    exactly the declared folders, and :class:`ResultCache` refuses an
+    undeclared one, so no kind of result can be stored where clearing does
+    not look.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a plain folder name, or is declared twice with other contents.
+    """
+    if not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"a cache folder name is letters, digits and '_', not {name!r}")
+    if _KINDS.get(name, holds) != holds:
+        raise ValueError(f"cache folder {name!r} is declared twice ({_KINDS[name]!r}, {holds!r})")
+    _KINDS[name] = holds
+    return name
+
+
+def cache_kinds() -> dict[str, str]:
+    """``{folder: what it holds}`` of every declared cache folder."""
+    return dict(_KINDS)
+
+
+#: Every folder of the cache, declared by what stores there (:func:`cache_kind`): name -> what it holds.
+_KINDS: dict[str, str] = {}
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -246,6 +271,10 @@ class ResultCache:
     kind: str = "weights"
     _broken: bool = field(default=False, repr=False)
 
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"cache folder {self.kind!r} is not declared (toolkit.collect.cache.cache_kind)")
+
     @property
     def folder(self) -> Path | None:
         if self.root is None or self._broken:
@@ -302,47 +331,23 @@ class ResultCache:
         }
         if spectrum is not None:
             payload["spectrum"] = {"key": SPECTRUM_KEY, "values": [float(v) for v in spectrum]}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(path, "w") as f:
-                json.dump(payload, f)
-        except (OSError, ValueError) as exc:
-            self._broken = True
-            warn_unusable(self.root, exc, "written")
+        for attempt in range(2):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(path, "w") as f:
+                    json.dump(payload, f)
+                return
+            except FileNotFoundError as exc:  # the folder was cleared while this entry was written
+                if attempt:
+                    self._broken = True
+                    warn_unusable(self.root, exc, "written")
+            except (OSError, ValueError) as exc:
+                self._broken = True
+                warn_unusable(self.root, exc, "written")
+                return
 
 
 def open_cache(identity: str, kind: str = "weights", enabled: bool = True) -> ResultCache:
     """A :class:`ResultCache` for one identity; disabled when ``enabled`` is False
     or ``$TOOLKIT_CACHE_DIR`` says off."""
     return ResultCache(cache_dir() if enabled else None, identity, kind)
-
-
-def cache_info() -> dict:
-    """``{"path": str, "files": int, "bytes": int}`` of the cache in force (zeros when it cannot be read)."""
-    root = cache_dir()
-    try:
-        if root is None or not root.is_dir():
-            return {"path": str(root or ""), "files": 0, "bytes": 0}
-        files = [p for kind in KINDS if (root / kind).is_dir() for p in (root / kind).rglob("*.json") if p.is_file()]
-        return {"path": str(root), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
-    except OSError:
-        return {"path": str(root), "files": 0, "bytes": 0}
-
-
-def clear_cache() -> int:
-    """Delete what the toolkit stored in the cache folder in force (its ``weights``, ``compare``
-    and ``plans`` folders, nothing else: ``$TOOLKIT_CACHE_DIR`` may name a folder that holds
-    other files); returns the number of bytes freed.
-
-    Raises
-    ------
-    OSError
-        A folder cannot be deleted (the error names it).
-    """
-    info = cache_info()
-    root = cache_dir()
-    if root is not None and root.is_dir():
-        for kind in KINDS:
-            if (root / kind).is_dir() and not (root / kind).is_symlink():
-                shutil.rmtree(root / kind)
-    return info["bytes"]

@@ -138,6 +138,11 @@ class Source:
     #: True for a source that checks its files' identity itself when it first reads
     #: (a cached plan's source); the planner then does not re-check them up front.
     checks_identity_on_read: bool = False
+    #: TEMPORARY (replaced by the declared contract of the rooms branch)
+    measured_as_factors: bool = False
+
+    def check_standalone(self) -> None:
+        """TEMPORARY."""
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield every stored tensor's record, reading no tensor data."""

@@ -98,6 +98,18 @@ class AdapterSource(Source):
 
     format = "lora"
     covers_every_layer = False
+    measured_as_factors = True  # TEMPORARY
+
+    def check_standalone(self) -> None:  # TEMPORARY
+        if self.adapter_config.use_dora:
+            from toolkit.errors import AdapterBaseError
+
+            raise AdapterBaseError(
+                self.location, self.adapter_config.base_model, "a DoRA adapter (use_dora) rescales each row of base "
+                "+ s*B*A by its stored magnitude, so its update cannot be measured without the base weights. Compare "
+                "it with its base: toolkit.compare(base, adapter), or toolkit.compare(adapter) to open the recorded "
+                "base",
+            )
 
     def __init__(self, folder: str | os.PathLike, *, base: str | os.PathLike | None = None):
         from toolkit.config_keys import normalize_config

@@ -27,15 +27,15 @@ from pathlib import Path
 import torch
 
 from toolkit.architectures.base import Extract, Piece
-from toolkit.collect.cache import cache_dir, code_identity, digest, warn_unusable
-from toolkit.collect.cell_ids import decode_index, encode_index
-from toolkit.collect.plan import Plan, PlannedTensor, dequantizer_versions
+from toolkit.collect.cache import cache_dir, cache_kind, code_identity, digest, warn_unusable
+from toolkit.collect.plan.cell_ids import decode_index, encode_index
+from toolkit.collect.plan.types import Plan, PlannedTensor, dequantizer_versions
 from toolkit.errors import CheckpointChangedError
 from toolkit.sources.base import Source, TensorRecord
 from toolkit.sources.expert_slices import find_record
 from toolkit.sources.identity import file_identity, files_identity
 
-KIND = "plans"
+KIND = cache_kind("plans", "plans of local checkpoints: their tensors, cells and splits")
 #: Files of a checkpoint folder whose identity a cached plan depends on.
 _WATCHED = (".json", ".safetensors", ".bin", ".pt", ".pth", ".gguf")
 

@@ -2,11 +2,11 @@
 
 Both executors have one method, ``map(measurement, works, sources)``, which
 yields ``(index, fresh)`` as each work is measured; the lookups before and
-the stores after are :func:`toolkit.collect.pipeline.run_units`'s, the same
+the stores after are :func:`toolkit.collect.execute.run_pass`'s, the same
 for both, so the Datasets are identical.
 
 - :class:`SerialExecutor`: the read-ahead pipelines of
-  :func:`toolkit.collect.stream.map_tensors` (each tensor read one ahead in
+  :func:`toolkit.collect.execute.stream.map_tensors` (each tensor read one ahead in
   a background thread, up to two pipelines sharing torch's threads, Gram
   buffers reused within the pass).
 - :class:`DaskExecutor`: pass ``client=`` (a ``distributed.Client``, a
@@ -14,7 +14,7 @@ for both, so the Datasets are identical.
   ``weight_stats``, ``compare`` or ``compare_series`` and each unit with work
   left becomes one Dask task (one per checkpoint x stored tensor). No tensor
   passes through the driver: workers re-open the checkpoints themselves
-  (:mod:`toolkit.collect.remote`), so every worker must see them (a shared
+  (:mod:`toolkit.collect.execute.remote`), so every worker must see them (a shared
   file system mounted at the same path, or the hub repo in each worker's own
   Hugging Face cache). The driver looks every cell up in its cache before
   submitting and stores each result as its task finishes, so a re-run after
@@ -32,8 +32,8 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from toolkit.collect import remote
-from toolkit.collect.stream import map_tensors
+from toolkit.collect.execute import remote
+from toolkit.collect.execute.stream import map_tensors
 from toolkit.errors import MissingPackageError, ToolkitError, WorkerTaskError
 from toolkit.metrics.spectral import check_device, reuse_buffers
 
@@ -44,7 +44,7 @@ RETRIES = 2
 
 
 class SerialExecutor:
-    """Measure in this process, on the read-ahead pipelines of :func:`~toolkit.collect.stream.map_tensors`.
+    """Measure in this process, on the read-ahead pipelines of :func:`~toolkit.collect.execute.stream.map_tensors`.
 
     ``memo`` is handed to every ``measure`` call and kept across calls (a
     series reuses each checkpoint's singular vectors); :meth:`forget` trims it.
@@ -65,7 +65,7 @@ class SerialExecutor:
 
 
 class DaskExecutor:
-    """Measure on a Dask cluster: one task per unit, run by :func:`toolkit.collect.remote.measure_task`."""
+    """Measure on a Dask cluster: one task per unit, run by :func:`toolkit.collect.execute.remote.measure_task`."""
 
     def __init__(self, client):
         self.client = client

@@ -6,7 +6,7 @@ are re-opened here by name) and the measurement. The worker re-opens the
 checkpoint itself (from a shared file system or its own hub cache), reads
 the tensors exactly as the serial path does and runs the same
 ``measurement.measure``; the driver stores the result
-(:func:`toolkit.collect.pipeline.run_units`).
+(:func:`toolkit.collect.execute.run_pass`).
 
 Every failure is raised as :class:`~toolkit.errors.WorkerTaskError`, naming
 the checkpoint, the tensor and the worker, and picklable so it reaches the
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from toolkit.collect.stream import Workspace
+from toolkit.collect.execute.stream import Workspace
 from toolkit.errors import ToolkitError, WorkerTaskError
 from toolkit.sources.identity import files_identity
 
@@ -139,7 +139,7 @@ _LOCK = threading.Lock()
 
 
 def load(reader, float32: bool):
-    """What ``reader()`` returns, as float32 when asked (as :func:`toolkit.collect.stream.map_tensors` converts)."""
+    """``reader()``, as float32 when asked (as :func:`~toolkit.collect.execute.stream.map_tensors` converts)."""
     if reader is None:
         return None
     return Workspace().float32(reader()) if float32 else reader()

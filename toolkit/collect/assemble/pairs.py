@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from toolkit.collect.grid import build_grid_dataset
-from toolkit.collect.pair_cells import TOTALS
+from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.measure.pairs import TOTALS
 from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import resolve_metrics
 

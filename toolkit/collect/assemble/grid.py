@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
@@ -10,72 +9,8 @@ import xarray as xr
 
 from toolkit._version import __version__
 from toolkit.architectures.vocabulary import COMPONENTS, EXTRA_COMPONENTS
-
-
-@dataclass
-class Cell:
-    """Results for one (layer, component) matrix.
-
-    ``values`` maps metric name to float (NaN where undefined); ``reasons``
-    maps metric name to why it is NaN; ``errors`` names the metrics whose NaN
-    came from an exception (a failure of the computation, not of the matrix),
-    which are never cached; ``eigenvalues`` the stored spectrum (descending
-    eigenvalues of WᵀW) when one was asked for.
-    """
-
-    parameter_name: str
-    shape: tuple[int, int]
-    values: dict[str, float] = field(default_factory=dict)
-    reasons: dict[str, str] = field(default_factory=dict)
-    errors: set = field(default_factory=set)
-    eigenvalues: object = None
-
-    @classmethod
-    def measured(cls, parameter_name: str, result) -> Cell:
-        """The Cell of a fresh :class:`~toolkit.metrics.evaluate.MatrixResult`."""
-        return cls(parameter_name, result.shape, dict(result.values), dict(result.reasons), set(result.errors),
-                   result.eigenvalues)
-
-
-def cell_from(piece, shape, results: dict, metrics, keys: dict, eigenvalues=None) -> Cell:
-    """The Cell of ``piece`` from cached results.
-
-    Parameters
-    ----------
-    piece : toolkit.architectures.base.Piece
-    shape : (int, int) or None
-        The matrix shape (None: unknown, stored as (0, 0)).
-    results : dict
-        ``{cache key: (value, reason)}`` holding every metric's key.
-    metrics : list of Metric
-    keys : dict
-        Metric name -> cache key.
-    eigenvalues : sequence of float, optional
-        The cell's spectrum.
-    """
-    cell = Cell(piece.parameter_name, tuple(shape) if shape else (0, 0), eigenvalues=eigenvalues)
-    for m in metrics:
-        value, reason = results[keys[m.name]]
-        cell.values[m.name] = value
-        if reason:
-            cell.reasons[m.name] = reason
-    return cell
-
-
-def join_reasons(reasons: dict) -> str:
-    """``"a, b: why; c: other"``: the metrics that share a reason named once with it, in order."""
-    grouped: dict[str, list[str]] = {}
-    for name, why in reasons.items():
-        grouped.setdefault(why, []).append(name)
-    return "; ".join(f"{', '.join(names)}: {why}" for why, names in grouped.items())
-
-
-def cell_results(cell: Cell, metrics, keys: dict) -> tuple[dict, dict]:
-    """``(results, cacheable)``: ``{cache key: (value, reason)}`` of ``metrics`` in a fresh
-    ``cell``, and the same without the metrics that raised (``cell.errors``), which are
-    shown but never cached (a failed computation is not a property of the matrix)."""
-    results = {keys[m.name]: (cell.values[m.name], cell.reasons.get(m.name, "")) for m in metrics}
-    return results, {keys[m.name]: results[keys[m.name]] for m in metrics if m.name not in cell.errors}
+from toolkit.collect.assemble.experts import expert_grid, mean_note, split_cells
+from toolkit.collect.cells import Cell, join_reasons
 
 
 def build_grid_dataset(
@@ -95,7 +30,7 @@ def build_grid_dataset(
     cells : dict
         ``{(layer, component): Cell}``; missing cells stay NaN with an empty
         ``parameter_name``. Routed experts of an MoE layer are keyed
-        ``(layer, component, expert)`` (:mod:`toolkit.collect.experts`).
+        ``(layer, component, expert)`` (:mod:`toolkit.collect.assemble.experts`).
     metrics : list of toolkit.metrics.Metric
         One float64 data variable each, with the metric's attrs.
     attrs : dict
@@ -119,8 +54,6 @@ def build_grid_dataset(
         cell of an expert component the mean over its experts (no spectrum),
         attrs ``num_experts`` and ``moe_layers``.
     """
-    from toolkit.collect.experts import expert_grid, mean_note, split_cells
-
     cells, routed = split_cells(cells)
     present = {key[1] for key in (*cells, *routed)}
     components = list(COMPONENTS) + [c for c in EXTRA_COMPONENTS if c in present]

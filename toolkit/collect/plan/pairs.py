@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from toolkit.collect.cell_ids import cut_id
-from toolkit.collect.experts import with_expert_slices
-from toolkit.collect.plan import Plan
+from toolkit.collect.plan.cell_ids import cut_id
+from toolkit.collect.plan.experts import with_expert_slices
+from toolkit.collect.plan.types import Plan
 from toolkit.errors import CheckpointMismatchError
 from toolkit.sources.base import TensorRecord
 

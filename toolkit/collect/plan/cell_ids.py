@@ -1,7 +1,7 @@
 """Cache ids of stored tensors and of the cells cut from them.
 
 An id names everything about the cell that changes its numbers besides the
-bytes (which the cache namespace covers, :attr:`toolkit.collect.plan.Plan.value_identity`):
+bytes (which the cache namespace covers, :attr:`toolkit.collect.plan.types.Plan.value_identity`):
 the stored tensor's name, storage dtype and shape, and how the cell is cut
 from it (layer, component, transposition, the rows of a fused split and the
 fused size the config declares).
@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from toolkit.architectures.base import Extract, Piece
+from toolkit.collect.cache import digest
 
 
 def encode_index(index):
@@ -39,8 +40,6 @@ def record_id(record) -> str:
 
 def cut_id(piece: Piece) -> str:
     """How ``piece`` is cut from its stored tensor."""
-    from toolkit.collect.cache import digest
-
     e = piece.extract
     how = ([bool(e.transpose), encode_index(e.index), e.rows] if isinstance(e, Extract)
            else [type(e).__module__, type(e).__qualname__, repr(e)])

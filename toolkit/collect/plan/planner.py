@@ -2,7 +2,7 @@
 
 A plan costs what opening the checkpoint costs (for a GGUF file: transformers'
 config, a meta-device model for the parameter names, a probe of its tensor
-processor, 2-3 s). It is therefore cached (:mod:`toolkit.collect.plan_cache`)
+processor, 2-3 s). It is therefore cached (:mod:`toolkit.collect.plan.cache`)
 under the identity of the files it was made from, and a cached plan opens
 nothing: its tensors are read through the real source only when a cell is
 not in the result cache.
@@ -10,95 +10,13 @@ not in the result cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
-
 from toolkit.architectures import resolve_adapter
-from toolkit.architectures.base import Piece
-from toolkit.collect.experts import check_dropped_experts, check_experts, planned_units
+from toolkit.collect.plan import cache as plan_cache
+from toolkit.collect.plan.experts import check_dropped_experts, check_experts, planned_units
+from toolkit.collect.plan.types import Plan
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
 from toolkit.sources import check_source_arguments, open_source
-from toolkit.sources.base import Source, TensorRecord
-
-
-@dataclass(frozen=True)
-class PlannedTensor:
-    """One stored tensor that holds at least one grid cell.
-
-    Attributes
-    ----------
-    record : TensorRecord
-    pieces : tuple of Piece
-        The (layer, component) cells cut from it (three for a fused QKV).
-    """
-
-    record: TensorRecord
-    pieces: tuple[Piece, ...]
-
-
-@dataclass
-class Plan:
-    """The component-bearing tensors of one checkpoint, in file order.
-
-    Attributes
-    ----------
-    source : Source
-        The opened checkpoint, or a :class:`~toolkit.collect.plan_cache.PlannedSource`
-        that opens it only when a tensor is read.
-    tensors : list of PlannedTensor
-        Only tensors that hold at least one component; the others are never read.
-    num_layers : int
-    adapter : the architecture adapter used (None for a plan read from the cache)
-    """
-
-    source: Source
-    tensors: list[PlannedTensor]
-    num_layers: int
-    adapter: object = field(default=None, repr=False)
-
-    @cached_property
-    def value_identity(self) -> str:
-        """What the numbers of this plan's cells depend on besides the cell itself: the bytes
-        (the source fingerprint), the format, the toolkit's reading code and, for GGUF, the
-        dequantising libraries."""
-        from toolkit.collect.cache import code_identity, digest
-
-        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format),
-                      code_identity("sources"))
-
-    def attrs(self) -> dict:
-        """Dataset attrs describing where the numbers came from."""
-        cfg = self.source.config
-        dtypes = sorted({t.record.dtype for t in self.tensors})
-        from toolkit.sources.quantized import quantization_attrs
-
-        extra = getattr(self.source, "adapter_attrs", None)  # a LoRA adapter: its rank, alpha, base...
-        return {
-            **quantization_attrs(cfg), **(extra() if callable(extra) else {}),
-            "source": self.source.location,
-            "format": self.source.format,
-            "revision": self.source.revision or "",
-            "fingerprint": self.source.fingerprint,
-            "model_type": str(cfg.get("model_type", "")),
-            "num_hidden_layers": int(self.num_layers),
-            "storage_dtype": ",".join(dtypes),
-        }
-
-
-def dequantizer_versions(fmt: str) -> str:
-    """Versions of the libraries that turn stored bytes into values for ``fmt`` (GGUF: gguf and
-    transformers' tensor processors); ``""`` for formats read bit for bit."""
-    if fmt != "gguf":
-        return ""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for name in ("gguf", "transformers"):
-        try:
-            found.append(f"{name}={version(name)}")
-        except PackageNotFoundError:
-            found.append(f"{name}=?")
-    return ",".join(found)
+from toolkit.sources.base import Source
 
 
 def check_unchanged(src: Source) -> None:
@@ -180,15 +98,13 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
         A user mapping (such plans are not cached).
     cache : bool, default True
         Look the plan up in, and store it into, the plan cache
-        (:mod:`toolkit.collect.plan_cache`); only local files and folders
+        (:mod:`toolkit.collect.plan.cache`); only local files and folders
         with a built-in architecture are cached.
 
     Raises
     ------
     As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
     """
-    from toolkit.collect import plan_cache
-
     check_source_arguments(source, gguf_file=gguf_file, revision=revision)  # before the plan cache looks at it
     request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
     before = {}

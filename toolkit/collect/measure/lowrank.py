@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.architectures.base import Extract
-from toolkit.collect.grid import Cell
-from toolkit.collect.weight_cells import TensorWork, WeightMeasurement
-from toolkit.metrics.evaluate import evaluate_matrix
+from toolkit.collect.cells import Cell
+from toolkit.collect.measure.weights import WeightMeasurement
+from toolkit.collect.measure.work import TensorWork
 from toolkit.sources.lora.delta import Factors
 
 
@@ -74,7 +74,7 @@ def cut(f: Factors, extract) -> tuple[torch.Tensor, torch.Tensor] | None:
 
 @dataclass(frozen=True)
 class LowRankMeasurement(WeightMeasurement):
-    """:class:`~toolkit.collect.weight_cells.WeightMeasurement` of ΔW records read as factors."""
+    """:class:`~toolkit.collect.measure.weights.WeightMeasurement` of ΔW records read as factors."""
 
     @property
     def float32(self) -> bool:
@@ -82,14 +82,14 @@ class LowRankMeasurement(WeightMeasurement):
 
     @classmethod
     def of(cls, m: WeightMeasurement) -> LowRankMeasurement:
-        return cls(m.chosen, m.keys, m.device, m.spectra)
+        return cls(**{f: getattr(m, f) for f in m.__dataclass_fields__})
 
     def reader(self, work: TensorWork):
         """Reads the module's factors (``DeltaRecord.delta.factors``)."""
         return work.records[0].delta.factors
 
     def measure(self, work: TensorWork, f: Factors, memo: dict) -> list[Cell | None]:
-        """Fresh cells: spectra from the core, entry-wise metrics from the product."""
+        """Fresh cells: spectra from the core, entry-wise metrics (and head slices) from the product."""
         out = []
         for c in work.cells:
             if not c.work_left:
@@ -97,32 +97,22 @@ class LowRankMeasurement(WeightMeasurement):
                 continue
             ba = cut(f, c.piece.extract)
             if ba is None:
-                w, s = c.piece.extract(f.dense()), None
-            else:
-                w = (f.scale * (ba[0] @ ba[1])).to(torch.float32)
-                s = core_singular_values(ba[0], ba[1], f.scale)
-            out.append(Cell.measured(c.piece.parameter_name, evaluate_matrix(
-                w, list(c.todo), s=s, device=self.device, keep_spectrum=c.need_spectrum)))
+                out.append(self.measure_cell(c, c.piece.extract(f.dense())))
+                continue
+            w = (f.scale * (ba[0] @ ba[1])).to(torch.float32)
+            out.append(self.measure_cell(c, w, core_singular_values(ba[0], ba[1], f.scale)))
         return out
 
 
-def measurement_for(plan, measurement: WeightMeasurement) -> WeightMeasurement:
-    """``measurement`` for ``plan``: a :class:`LowRankMeasurement` when its source is a LoRA adapter.
+def measurement_for(source, measurement: WeightMeasurement) -> WeightMeasurement:
+    """``measurement`` for ``source``: a :class:`LowRankMeasurement` when the source is measured as factors.
 
     Raises
     ------
     AdapterBaseError
-        A DoRA adapter (its update depends on the base weights), before any work.
+        Records that cannot be measured without their base (a DoRA adapter), before any work.
     """
-    if plan.source.format != "lora":
+    if not source.measured_as_factors:
         return measurement
-    cfg = plan.source.adapter_config
-    if cfg.use_dora:
-        from toolkit.errors import AdapterBaseError
-
-        raise AdapterBaseError(
-            plan.source.location, cfg.base_model, "a DoRA adapter (use_dora) rescales each row of base + s*B*A by its "
-            "stored magnitude, so its update cannot be measured without the base weights. Compare it with its base: "
-            "toolkit.compare(base, adapter), or toolkit.compare(adapter) to open the recorded base",
-        )
+    source.check_standalone()
     return LowRankMeasurement.of(measurement)

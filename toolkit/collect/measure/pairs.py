@@ -1,7 +1,7 @@
 """The unit of ``compare``: one stored tensor pair, its grid cells and its totals.
 
 :class:`PairMeasurement` implements the three steps every unit goes through
-in :func:`toolkit.collect.pipeline.run_units`:
+in :func:`toolkit.collect.execute.run_pass`:
 
 1. ``lookup`` reads the cache: which cells and totals still need work.
 2. ``measure`` computes them from the two stored tensors (or, for a tensor
@@ -19,15 +19,16 @@ import math
 from dataclasses import dataclass, replace
 
 from toolkit._version import __version__
-from toolkit.collect.cache import ResultCache, digest, metric_key
-from toolkit.collect.cell_ids import cut_id, record_id
-from toolkit.collect.grid import cell_from
-from toolkit.collect.tensor_pairs import TensorPair
-from toolkit.collect.weight_cells import CellWork, lookup_cells
+from toolkit.collect.cache import ResultCache, cache_kind, digest, metric_key
+from toolkit.collect.cells import cell_from
+from toolkit.collect.measure.work import CellWork, lookup_cells
+from toolkit.collect.plan.cell_ids import cut_id, record_id
+from toolkit.collect.plan.pairs import TensorPair
 from toolkit.metrics import diff as _diff
 from toolkit.metrics.pair_sums import PairSums, count_nonfinite, pair_sums
 from toolkit.metrics.registry import resolve_metrics
 
+KIND = cache_kind("compare", "statistics of compared tensor pairs, per pair of checkpoint identities")
 #: Sums kept per stored tensor pair (the ``tensor`` dim and the whole-model totals).
 TOTALS = ("sumsq_base", "sumsq_delta", "unchanged", "n")
 #: Entries per row block when a tensor is only summed (embeddings).
@@ -85,7 +86,8 @@ class PairMeasurement:
 
     ``chosen``: the diff metrics; ``keys``/``total_keys``: their cache keys;
     ``options``: each metric's options; ``spectra``: also keep each cell's
-    update spectrum (eigenvalues of ΔWᵀΔW, ``keep_spectra``); ``bi``/``ti``:
+    update spectrum (eigenvalues of ΔWᵀΔW, ``keep_spectra``); ``k``: the
+    subspace dimension of ``subspace_overlap``; ``bi``/``ti``:
     the checkpoints' indices (keys of the subspace memo of a series).
     """
 
@@ -96,9 +98,10 @@ class PairMeasurement:
     tolerance: float
     device: str
     spectra: bool = False
+    k: int = 16
     bi: int = 0
     ti: int = 1
-    kind = "compare"
+    kind = KIND
     float32 = False
 
     @classmethod
@@ -112,7 +115,7 @@ class PairMeasurement:
         keys = {m.name: metric_key(m, **options[m.name], pair=(float(tolerance), int(k)),
                                    **({"device": str(device)} if m.needs_matrices else {})) for m in chosen}
         total_keys = {n: f"{n}:{digest(float(tolerance), __version__)[:16]}" for n in TOTALS}
-        return cls(chosen, keys, options, total_keys, float(tolerance), device, bool(spectra))
+        return cls(chosen, keys, options, total_keys, float(tolerance), device, bool(spectra), int(k))
 
     def at(self, bi: int, ti: int) -> PairMeasurement:
         """The same measurement for another pair of checkpoints."""

@@ -2,7 +2,7 @@
 
 ``compare(base, adapter)`` compares the base with base + ΔW: the target plan
 is the base's plan whose adapted tensors read as merged (each base tensor is
-read once per pair, :func:`toolkit.collect.pair_cells.read_pair`), so its
+read once per pair, :func:`toolkit.collect.measure.pairs.read_pair`), so its
 ``relative_change``, ``subspace_overlap``... are those of a full fine-tune.
 ``compare(adapter)`` opens the base the adapter records.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from toolkit.collect.plan import Plan, PlannedTensor
+from toolkit.collect.plan.types import Plan, PlannedTensor
 from toolkit.errors import AdapterBaseError, ToolkitError
 
 
