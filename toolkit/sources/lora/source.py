@@ -190,7 +190,7 @@ class MergedSource(Source):
     """
 
     def __init__(self, base: Source, adapter: AdapterSource):
-        from toolkit.collect.cache import digest
+        from toolkit.hashing import digest
 
         if adapter.other_tensors:
             raise CheckpointFileError(
