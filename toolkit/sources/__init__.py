@@ -10,7 +10,7 @@ format             files                                  module
 =================  =====================================  ==========================
 ``"safetensors"``  ``model.safetensors``, sharded + index  :mod:`.safetensors_`
 ``"pytorch"``      ``pytorch_model.bin``, sharded + index  :mod:`.torch_bin`
-``"gguf"``         ``*.gguf`` (any quantisation)           :mod:`.gguf_`
+``"gguf"``         ``*.gguf`` (any quantisation)           :mod:`.gguf`
 =================  =====================================  ==========================
 
 A PEFT LoRA adapter folder opens as an :class:`~toolkit.sources.lora.AdapterSource`

@@ -36,7 +36,7 @@ def _source_class(kind: str):
 
 
 def _open_gguf(path: Path, location: str | None, revision: str) -> Source:
-    from toolkit.sources.gguf_ import GGUFSource
+    from toolkit.sources.gguf import GGUFSource
 
     return GGUFSource(path, location=location, revision=revision)
 
