@@ -8,11 +8,11 @@ module                        job
 :mod:`.transformers_plan`     every other layout, by running ``transformers``' own GGUF loading
 :mod:`.sizes`                 the declared sizes checked against the table, before anything is built
 :mod:`.decoding`              ``gguf.dequantize`` and the typed errors of library code run on a file
-:mod:`.source`                :class:`GGUFSource`: one record per parameter
+:mod:`.source`                :class:`GGUFSource`: one record per parameter; :class:`GGUFFormat`, its registry entry
 ============================  ===============================================================
 """
 
-from toolkit.sources.gguf.source import GGUFSource
+from toolkit.sources.gguf.source import GGUFFormat, GGUFSource
 from toolkit.sources.gguf.transformers_plan import gguf_config
 
-__all__ = ["GGUFSource", "gguf_config"]
+__all__ = ["GGUFFormat", "GGUFSource", "gguf_config"]

@@ -16,8 +16,10 @@ from pathlib import Path
 import torch
 
 from toolkit.config_keys import normalize_config
+from toolkit.errors import SourceNotFoundError
 from toolkit.sources._common import FileSource
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.formats import CheckpointFormat
 from toolkit.sources.gguf.own_plan import OwnPlan
 from toolkit.sources.gguf.sizes import check_declared_sizes
 from toolkit.sources.gguf.table import read_gguf_table
@@ -68,7 +70,7 @@ class GGUFSource(FileSource):
     ----------
     dropped : list of str
         GGUF tensors ``transformers`` does not load (no parameter maps to them,
-        e.g. ``rope_freqs.weight``); they get no record.
+        e.g. ``rope_freqs.weight``); they get no record (:attr:`Source.dropped`).
 
     Raises
     ------
@@ -85,6 +87,10 @@ class GGUFSource(FileSource):
         )
         self.dropped = list(self._plan.dropped)
         self._cache: tuple[int, dict[str, torch.Tensor]] | None = None
+
+    def reopen_kwargs(self) -> dict:
+        """The hub commit (for a hub checkpoint) and ``{"gguf_file": <the file's name>}``."""
+        return {**super().reopen_kwargs(), "gguf_file": Path(self.files()[0]).name}
 
     def _read(self, name: str) -> torch.Tensor:
         group, _ = self._plan.outputs[name]
@@ -124,3 +130,61 @@ class GGUFSource(FileSource):
             yield TensorRecord(
                 name, shape, dtype, functools.partial(self._read, name), file=table.path, stored_name=stored,
             )
+
+
+class GGUFFormat(CheckpointFormat):
+    """The registry entry of GGUF files (:mod:`toolkit.sources.formats`): a ``.gguf`` file, a folder's
+    only ``.gguf``, or the one ``gguf_file=`` names."""
+
+    name = "gguf"
+    description = "*.gguf (any quantisation), named by gguf_file= when the folder holds several"
+    open_parameters = ("gguf_file",)
+    decoders = ("gguf", "transformers")  # gguf.dequantize and transformers' tensor processors
+
+    def guess_can_open(self, path: Path, *, gguf_file: str | None = None, **options) -> bool:
+        """A ``.gguf`` file, or a folder holding one or named with ``gguf_file``."""
+        if path.is_dir():
+            return bool(gguf_file) or any(path.glob("*.gguf"))
+        return path.name.endswith(".gguf")
+
+    def open(self, path: Path, *, location: str | None = None, revision: str = "", gguf_file: str | None = None,
+             **options) -> GGUFSource:
+        """Open the ``.gguf`` file ``path``, or the one of the folder ``path`` (``gguf_file``, else its only one).
+
+        Raises
+        ------
+        SourceNotFoundError
+            ``gguf_file`` is not in the folder, or names another file than the
+            ``.gguf`` path given; the folder holds several ``.gguf`` files and
+            no ``gguf_file`` chooses one.
+        CheckpointFileError
+            Not a GGUF file, truncated, or an architecture ``transformers`` cannot read.
+        """
+        if path.is_dir():
+            path = self._chosen(path, gguf_file)
+        elif gguf_file and gguf_file != path.name:
+            raise SourceNotFoundError(
+                path, f"gguf_file={gguf_file!r} names another file than the .gguf path given; pass the folder "
+                "with gguf_file=..., or the .gguf path alone"
+            )
+        return GGUFSource(path, location=location, revision=revision)
+
+    @staticmethod
+    def _chosen(folder: Path, gguf_file: str | None) -> Path:
+        if gguf_file:
+            path = folder / gguf_file
+            if not path.is_file():
+                ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+                raise SourceNotFoundError(
+                    path, f"no file {gguf_file!r} in {str(folder)!r}; GGUF files there: {', '.join(ggufs) or 'none'}. "
+                    "Pass one of those as gguf_file=, or the full path of the .gguf file"
+                )
+            return path
+        ggufs = sorted(folder.glob("*.gguf"))
+        if len(ggufs) > 1:
+            raise SourceNotFoundError(
+                folder, f"the folder holds several GGUF files ({', '.join(p.name for p in ggufs)}); choose one with "
+                "gguf_file='...'"
+            )
+        return ggufs[0]
+
