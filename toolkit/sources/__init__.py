@@ -35,8 +35,10 @@ from pathlib import Path
 from toolkit.errors import SourceNotFoundError, SourceTypeError
 from toolkit.sources import builtin_formats  # noqa: F401  (registers the built-in formats, in order)
 from toolkit.sources.base import Source, TensorRecord
+from toolkit.sources.formats import CheckpointFormat, list_formats, register_format
 
-__all__ = ["Source", "TensorRecord", "check_source_arguments", "open_adapter", "open_source"]
+__all__ = ["CheckpointFormat", "Source", "TensorRecord", "check_source_arguments", "list_formats", "open_adapter",
+           "open_source", "register_format"]
 
 
 def open_source(

@@ -87,7 +87,7 @@ class QuantizedSource(Source):
     def __init__(self, inner: Source, fmt: Format, description: str):
         self.inner, self.fmt, self.quantization = inner, fmt, description
         for key in ("location", "format", "config", "fingerprint", "revision", "missing_config"):
-            setattr(self, key, getattr(inner, key, ""))
+            setattr(self, key, getattr(inner, key))
         self._records = self._group(list(inner.tensors()))
 
     def _group(self, stored: list[TensorRecord]) -> list[TensorRecord]:
