@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import types
 
 import pytest
 import torch
 
+import toolkit
 from _quant_writers import tiny_original, write_fp8
 from toolkit.errors import AdapterBaseError, NotAnUpdateError, ToolkitError
 from toolkit.sources import Source, TensorRecord, open_source
@@ -66,12 +66,12 @@ def test_a_quantised_checkpoint_says_so_in_its_attrs(tmp_path):
 
 
 def test_a_gguf_source_declares_its_dropped_tensors_decoders_and_file(tiny_gguf_dir, write_tiny_llama_gguf, tmp_path):
-    from toolkit.collect.plan import dequantizer_versions
+    from importlib.metadata import version
 
     write_tiny_llama_gguf(tmp_path / "rope.gguf", "F16", extra=True)
     src = open_source(tmp_path / "rope.gguf")
     assert list(src.dropped) == ["rope_freqs.weight"]
-    assert src.decoder_versions() == dequantizer_versions("gguf")
+    assert src.decoder_versions() == f"gguf={version('gguf')},transformers={version('transformers')}"
     assert src.reopen_kwargs() == {"gguf_file": "rope.gguf"}
     again = open_source(src.location, **src.reopen_kwargs())
     assert again.fingerprint == src.fingerprint and [r.name for r in again.tensors()] == [r.name for r in src.tensors()]
@@ -120,14 +120,14 @@ def adapter_record(adapter, name):
 
 
 def test_a_dora_adapter_refuses_to_be_measured_alone_with_the_text_weight_stats_gave(tmp_path):
-    from toolkit.collect.lowrank_cells import measurement_for
-
-    _, adapter_path = write_tiny_adapter(tmp_path, "llama", use_dora=True, target_modules=["q_proj"])
+    base_path, adapter_path = write_tiny_adapter(tmp_path, "llama", use_dora=True, target_modules=["q_proj"])
     src = open_source(adapter_path)
-    with pytest.raises(AdapterBaseError) as declared:
+    with pytest.raises(AdapterBaseError) as err:
         src.check_standalone()
-    with pytest.raises(AdapterBaseError) as probed:
-        measurement_for(types.SimpleNamespace(source=src), None)
-    assert str(declared.value) == str(probed.value)
-    assert "a DoRA adapter (use_dora) rescales each row of base + s*B*A" in str(declared.value)
-    assert declared.value.adapter == src.location
+    assert (err.value.adapter, err.value.base) == (src.location, str(base_path))
+    assert str(err.value) == (
+        f"LoRA adapter {src.location!r} (base {str(base_path)!r}): a DoRA adapter (use_dora) rescales each row of "
+        "base + s*B*A by its stored magnitude, so its update cannot be measured without the base weights. Compare "
+        "it with its base: toolkit.compare(base, adapter), or toolkit.compare(adapter) to open the recorded base")
+    with pytest.raises(AdapterBaseError, match="a DoRA adapter"):  # what weight_stats raises, before any work
+        toolkit.weight_stats(src, progress=False, cache=False)
