@@ -145,7 +145,7 @@ def test_light_gguf_reader_gives_transformers_config():
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from toolkit.bundled import default_model_path
-    from toolkit.sources.gguf_ import gguf_config
+    from toolkit.sources.gguf import gguf_config
 
     path = str(default_model_path())
     assert gguf_config(path, "llama") == load_gguf_checkpoint(path, return_tensors=False)["config"]

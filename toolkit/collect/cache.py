@@ -24,7 +24,6 @@ disables caching, as does ``cache=False`` on the public functions.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -37,6 +36,8 @@ from pathlib import Path
 from toolkit._version import __version__
 from toolkit.atomic import atomic_write
 from toolkit.errors import CacheWarning
+from toolkit.hashing import digest
+from toolkit.hashing import stable_value as _stable
 
 ENV_VAR = "TOOLKIT_CACHE_DIR"
 #: Version of the stored eigenvalues (the toolkit's: they come from its singular values).
@@ -85,37 +86,6 @@ def cache_kinds() -> dict[str, str]:
 #: Every folder of the cache, declared by what stores there (:func:`cache_kind`): name -> what it holds.
 _KINDS: dict[str, str] = {}
 _PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def _stable(obj):
-    """A JSON-able stand-in for ``obj`` whose text changes whenever its value does: arrays and
-    tensors by dtype, shape and the sha256 of their bytes (``str`` elides long arrays)."""
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return [_stable(o) for o in obj]
-    if isinstance(obj, dict):
-        return {str(k): _stable(v) for k, v in obj.items()}
-    try:
-        import numpy as np
-
-        if hasattr(obj, "detach"):  # a torch tensor (bf16 widened exactly to float32)
-            dtype, obj = str(obj.dtype), obj.detach().cpu()
-            obj = obj.float() if obj.is_floating_point() and obj.dtype.itemsize < 4 else obj
-            arr = np.ascontiguousarray(obj.numpy())
-        else:
-            arr = np.ascontiguousarray(obj)
-            dtype = str(arr.dtype)
-        if arr.dtype != object:
-            return ["array", dtype, list(arr.shape), hashlib.sha256(arr.tobytes()).hexdigest()]
-    except Exception:  # noqa: BLE001 - not array-like: its repr below
-        pass
-    return repr(obj)
-
-
-def digest(*parts: object) -> str:
-    """A 32-hex-digit sha256 of ``parts`` (JSON, keys sorted; arrays by their bytes, other objects by ``repr``)."""
-    return hashlib.sha256(json.dumps(_stable(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
 def code_identity(*subpackages: str) -> str:

@@ -255,7 +255,7 @@ def _valid_totals(totals: dict, shape) -> bool:
 
 def _same_tensor(a, b) -> bool:
     """Two records of one stored tensor (neither with an update merged in)."""
-    plain = not hasattr(a, "base_record") and not hasattr(b, "base_record")
+    plain = getattr(a, "base_record", None) is None and getattr(b, "base_record", None) is None
     return plain and bool(a.file) and (a.name, a.file, a.stored_name) == (b.name, b.file, b.stored_name)
 
 

@@ -2,7 +2,7 @@
 
 The toolkit's one walker of a GGUF header: :func:`read_gguf_table` gives both
 the tensor table and the metadata the config is derived from
-(:func:`toolkit.sources.gguf_.gguf_config`). ``gguf.GGUFReader`` parses every
+(:func:`toolkit.sources.gguf.transformers_plan.gguf_config`). ``gguf.GGUFReader`` parses every
 metadata array into numpy views, which takes seconds on a 262k-token
 vocabulary; here the header is walked once with ``struct`` over a memory map
 (format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md), scalars
@@ -360,6 +360,22 @@ def _check_ranges(path: Path, tensors: list[GGUFTensorInfo], data_start: int, si
             )
         if t.nbytes:
             previous = t
+
+
+def metadata_value(raw):
+    """A metadata value as ``transformers``' ``load_gguf_checkpoint`` parses it: an array as a list,
+    one of one element as that element; anything else as it is."""
+    if not isinstance(raw, GGUFArray):
+        return raw
+    values = raw.values()
+    return values[0] if len(values) == 1 else values
+
+
+def metadata_length(raw) -> int:
+    """``len()`` of a value as :func:`metadata_value` gives it, without reading a long array."""
+    if isinstance(raw, GGUFArray) and raw.count != 1:
+        return raw.count
+    return len(metadata_value(raw))
 
 
 def tensor_data(info: GGUFTensorInfo, path: str) -> np.ndarray:

@@ -1,6 +1,6 @@
-"""The toolkit's own GGUF table (toolkit.sources.gguf_names) against the transformers path it stands in for.
+"""The toolkit's own GGUF table (toolkit.sources.gguf.own_plan) against the transformers path it stands in for.
 
-``_Plan`` is the transformers path (its config, name map and tensor processors;
+``TransformersPlan`` is the transformers path (its config, name map and tensor processors;
 tests/test_sources_gguf.py checks it and the source against ``from_pretrained``
 tensor by tensor). Here the own table must give the same config (keys in the
 same order), the same parameter names and shapes in the same order, the same
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from toolkit.sources._gguf_table import read_gguf_table
-from toolkit.sources.gguf_ import _Plan
-from toolkit.sources.gguf_names import OwnPlan, parameter_name
+from toolkit.sources.gguf.own_plan import OwnPlan, parameter_name
+from toolkit.sources.gguf.table import read_gguf_table
+from toolkit.sources.gguf.transformers_plan import TransformersPlan
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -84,7 +84,7 @@ def _write(path, arch: str, *, name: str = "tiny", tied: bool = True, extra: boo
 
 def _assert_same_as_transformers(path):
     table = read_gguf_table(path)
-    own, ref = OwnPlan.of(table), _Plan(str(path), table)
+    own, ref = OwnPlan.of(table), TransformersPlan(str(path), table)
     assert own is not None
     assert own.raw_config == ref.raw_config and list(own.raw_config) == list(ref.raw_config)
     assert list(own.outputs.items()) == list(ref.outputs.items())

@@ -1,6 +1,8 @@
 """Command line: ``python -m toolkit weights MODEL -o out.nc --plot out.png``.
 
-A thin argparse front end over :mod:`toolkit.collect` and :mod:`toolkit.plot`.
+The ``weights``, ``compare`` and ``series`` commands, and the parser that
+gathers them with ``finetune`` (:mod:`toolkit.finetune.cli`) and ``lab``
+(:mod:`toolkit.lab.cli`). A thin argparse front end over :mod:`toolkit.collect` and :mod:`toolkit.plot`.
 Toolkit errors and bad arguments are printed as one line (no traceback, no
 usage block) with exit status 2; an unexpected error (a bug) as one line with
 exit status 1 (``TOOLKIT_TRACEBACK=1`` shows its traceback). The numeric
@@ -12,56 +14,18 @@ typo there does not cost a whole run.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 from toolkit import options
-from toolkit.errors import HubUnreachableError, OutputPathError, ToolkitError, UnknownMetricError
-
-
-class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line: ``error: PROG: MESSAGE (see PROG --help)``, exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
-
-
-def run_command(func: Callable, args) -> int:
-    """``func(args)`` as a command: a :class:`ToolkitError` is printed on one line with
-    exit status 2, an unexpected exception on one line with status 1 (set
-    ``TOOLKIT_TRACEBACK=1`` to see its traceback), Ctrl-C exits 130."""
-    try:
-        return int(func(args) or 0)
-    except ToolkitError as e:
-        print(f"error: {_cli_message(e)}".replace("\n", " "), file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except Exception as e:
-        if os.environ.get("TOOLKIT_TRACEBACK", "").strip() not in ("", "0"):
-            raise
-        print(f"error: unexpected {type(e).__name__}: {str(e)[:300]} ".replace("\n", " ")
-              + "(a bug of the toolkit, not of your input: please report it with the command line; "
-              "TOOLKIT_TRACEBACK=1 shows the traceback)", file=sys.stderr)
-        return 1
+from toolkit.cli.base import Parser, announce_new_folder, check_plot_path, cli_message, run_command, save_figure
+from toolkit.errors import ToolkitError, UnknownMetricError
 
 
 def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
     p.add_argument(name, nargs="?", default=None, help=f"hub id, local directory or .gguf file{help_default}")
     p.add_argument("--gguf-file", default=None, help="GGUF file name inside a directory or hub repo")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
-
-
-#: How each metric kind is computed on the command line (error messages).
-_CLI_COMMANDS = {
-    "weight": "python -m toolkit weights MODEL --metrics NAME",
-    "diff": "python -m toolkit compare BASE TARGET --metrics NAME "
-            "(or: python -m toolkit series CKPT... --metrics NAME)",
-}
 
 
 def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
@@ -101,85 +65,11 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
         try:
             resolve_metrics([wanted], kind=kind)  # raises: names the kind, the close matches, the known metrics
         except UnknownMetricError as e:
-            raise ToolkitError(f"--plot-metric {wanted!r}: {_cli_message(e)}") from e
+            raise ToolkitError(f"--plot-metric {wanted!r}: {cli_message(e)}") from e
     raise ToolkitError(  # a metric of this kind, left out of --metrics
         f"--plot-metric {wanted!r} is not computed: add it to --metrics "
         f"(--metrics {' '.join(computed)} {wanted}), or leave out --plot-metric to plot {fallback!r}"
     )
-
-
-def check_plot_path(path: str, example: str) -> None:
-    """``--plot``: a file that can be written, in an image format matplotlib writes.
-
-    Raises
-    ------
-    OutputPathError
-    """
-    from matplotlib.backend_bases import FigureCanvasBase
-
-    from toolkit.io import check_output_path
-
-    check_output_path(path, "--plot", example)
-    formats = FigureCanvasBase.get_supported_filetypes()
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix and suffix not in formats:
-        raise OutputPathError(
-            path, f"--plot must name an image file; .{suffix} is not a format matplotlib writes "
-            f"(use one of: {', '.join('.' + f for f in sorted(formats))})"
-        )
-
-
-def announce_new_folder(path: str, option: str) -> Path | None:
-    """Say on stderr, before any computing, that the folder of ``path`` does not exist and will be
-    created when the file is written (so a mistyped folder is seen at once, not found later).
-
-    Returns the first missing folder (the one that will be created), or None when the folder exists.
-    """
-    folder = Path(os.path.expanduser(os.fspath(path))).absolute().parent
-    if folder.is_dir():
-        return None
-    missing = folder
-    while not missing.parent.is_dir() and missing.parent != missing:
-        missing = missing.parent
-    print(f"note: {option}: the folder {str(missing)!r} does not exist; it will be created "
-          f"for {os.fspath(path)!r}", file=sys.stderr)
-    return missing
-
-
-def save_figure(fig, path: str, **savefig) -> None:
-    """Write ``fig`` to ``--plot`` (folders created) and close it; an ``OSError`` becomes an
-    :class:`OutputPathError`."""
-    import matplotlib.pyplot as plt
-
-    try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, **savefig)
-    except OSError as e:
-        raise OutputPathError(path, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
-    finally:
-        plt.close(fig)
-
-
-def _cli_message(e: ToolkitError) -> str:
-    """The error's message, plus the command that computes a metric of another kind."""
-    # a bare name that is neither a path nor in the hub cache (a partial cached copy, the other
-    # HubUnreachableError, has a toolkit error as its cause: that name was meant as a hub id)
-    if isinstance(e, HubUnreachableError) and _bare_name(e.source) and not isinstance(e.__cause__, ToolkitError):
-        return (f"no such folder or file {e.source!r} in {os.getcwd()!r} (nor a hub model this machine can "
-                "fetch: the hub is offline or unreachable, and the local Hugging Face cache has no copy). "
-                "Check the path; for a hub id, connect to the network or point HF_HUB_CACHE at the cache "
-                "that holds it.")
-    msg = str(e)
-    kind = getattr(e, "actual_kind", None) if isinstance(e, UnknownMetricError) else None
-    if kind in _CLI_COMMANDS:
-        msg += f" On the command line: {_CLI_COMMANDS[kind].replace('NAME', e.name)}."
-    return msg
-
-
-def _bare_name(source: str) -> bool:
-    """A name without an ``org/`` part that is no existing path: meant as a folder more often than as
-    one of the hub's few legacy ids (``gpt2``)."""
-    return "/" not in source and os.sep not in source and not Path(os.path.expanduser(source)).exists()
 
 
 def _plain(text: str) -> str:
@@ -373,6 +263,3 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_command(args.func, args)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

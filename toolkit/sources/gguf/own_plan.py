@@ -1,7 +1,7 @@
-"""The toolkit's own table for the common GGUF layouts: names, config and tensor processing
-without importing ``transformers``.
+"""The toolkit's own plan of the common GGUF layouts: names, config and tensor processing
+without importing ``transformers`` (the transformers-free reader).
 
-Opening a GGUF file the way ``transformers`` loads it (:mod:`toolkit.sources.gguf_`)
+Opening a GGUF file the way ``transformers`` loads it (:mod:`toolkit.sources.gguf.transformers_plan`)
 imports its GGUF module and builds the model on the ``meta`` device for the
 parameter names: about 2.5 s of imports on 2 cores, more than the rest of a
 small model's whole pass. For the llama-style layouts (GGUF architectures
@@ -31,7 +31,8 @@ import re
 import numpy as np
 import torch
 
-from toolkit.sources._gguf_table import GGUFArray, GGUFTable
+from toolkit.sources.gguf.decoding import dequantise
+from toolkit.sources.gguf.table import GGUFTable, metadata_length, metadata_value
 
 #: GGUF ``general.architecture`` values this table covers.
 ARCHITECTURES = ("llama", "qwen2", "qwen3")
@@ -106,19 +107,12 @@ def parameter_name(gguf_name: str, architecture: str) -> str | None:
     return f"model.layers.{int(block)}.{name}.{kind}"
 
 
-def _python_value(raw):
-    if not isinstance(raw, GGUFArray):
-        return raw
-    values = raw.values()
-    return values[0] if len(values) == 1 else values
-
-
 def own_config(table: GGUFTable) -> dict | None:
     """``load_gguf_checkpoint(path)["config"]`` for the architectures of this table; None for the others.
 
     Follows ``transformers`` 5's ``load_gguf_checkpoint`` step for step, as
-    :func:`toolkit.sources.gguf_._config_from_header` does with ``transformers``'
-    tables (the two are checked equal by the tests).
+    :func:`toolkit.sources.gguf.transformers_plan.gguf_config` does with
+    ``transformers``' tables (the two are checked equal by the tests).
     """
     meta = table.metadata
     architecture = meta.get("general.architecture")
@@ -136,13 +130,12 @@ def own_config(table: GGUFTable) -> dict | None:
         renamed = CONFIG_KEYS.get(prefix, {}).get(rest)
         if renamed is None:
             continue
-        value = _python_value(raw)
+        value = metadata_value(raw)
         if isinstance(value, str) and architecture in value:
             value = value.replace(architecture, updated)
         config[renamed] = value
     if "vocab_size" not in config and tokens is not None:
-        config["vocab_size"] = tokens.count if isinstance(tokens, GGUFArray) and tokens.count != 1 else len(
-            _python_value(tokens))
+        config["vocab_size"] = metadata_length(tokens)
     return config
 
 
@@ -184,7 +177,7 @@ def _reverse_permute(weights: np.ndarray, n_head: int, num_kv_heads: int | None 
 class OwnPlan:
     """What ``transformers`` does with each stored tensor of a file of these layouts, from this table.
 
-    The interface of :class:`toolkit.sources.gguf_._Plan` (``table``, ``raw_config``,
+    The interface of :class:`toolkit.sources.gguf.transformers_plan.TransformersPlan` (``table``, ``raw_config``,
     ``dropped``, ``outputs``, ``groups``, :meth:`materialise`): one stored tensor
     feeds one parameter.
     """
@@ -223,15 +216,8 @@ class OwnPlan:
 
     def materialise(self, group: int) -> dict[str, torch.Tensor]:
         """Dequantise and process one stored tensor, as ``load_gguf_checkpoint`` does."""
-        from gguf import dequantize
-
-        from toolkit.sources import gguf_  # the reading and the errors of both paths
-
         info = self.table.tensors[group]
-        try:
-            weights = dequantize(gguf_.tensor_data(info, self.table.path), info.ggml_type)
-        except Exception as exc:  # noqa: BLE001 - turned into the same typed error as the transformers path
-            raise gguf_.dequantise_error(self.table.path, info, exc) from exc
+        weights = dequantise(info, self.table.path)  # the reading and the errors of both plans
         if self._permute and (".attn_q." in info.name or ".attn_k." in info.name):
             heads = self.raw_config["num_attention_heads"]
             kv = heads if ".attn_q." in info.name else self.raw_config["num_key_value_heads"]
