@@ -72,12 +72,13 @@ def same(a: xr.Dataset, b: xr.Dataset) -> None:
     xr.testing.assert_identical(a, b)
 
 
-def test_per_head_statistics_on_the_cluster_equal_serial(client, llama28, request):
-    serial = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], progress=False, cache=False, per_head=True)
+def test_per_head_statistics_and_a_selection_on_the_cluster_equal_serial(client, llama28, request):
+    kw = dict(per_head=True, layers=slice(0, 28, 9), components=["attn.*", "mlp.down"])
+    serial = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], progress=False, cache=False, **kw)
     request.getfixturevalue("no_driver_reads")
-    ds = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], client=client, progress=False, per_head=True)
+    ds = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], client=client, progress=False, **kw)
     same(serial, ds)
-    assert ds.alpha_per_head.notnull().sum() > 0
+    assert ds.layer.values.tolist() == [0, 9, 18, 27] and ds.alpha_per_head.notnull().sum() > 0
 
 
 def test_weight_stats_on_the_cluster_equals_serial_28_layers(client, llama28, request):

@@ -614,3 +614,16 @@ class NotAnUpdateError(ToolkitError, TypeError):
     def __reduce__(self):
         return type(self), (self.source, self.format, self.reason)
 
+
+class SelectionError(ToolkitError, ValueError):
+    """A selection (``layers=``, ``components=``, ``experts=``) naming something the model does not have.
+
+    Fields: ``option``, ``value`` (what was asked for), ``reason`` (what the model has).
+    """
+
+    def __init__(self, option: str, value: object, reason: str):
+        self.option, self.value, self.reason = option, value, reason
+        super().__init__(f"{option}={_shown(value)} selects nothing in this model: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.option, self.value, self.reason)

@@ -24,14 +24,16 @@ from toolkit.collect.execute import open_pass
 from toolkit.collect.measure import PairMeasurement
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.plan.adapters import adapter_base, merge_adapters
-from toolkit.collect.plan.pairs import pair_tensors
+from toolkit.collect.plan.pairs import pair_tensors, select_pairs
+from toolkit.collect.plan.selection import Selection
 from toolkit.errors import EmptyInputError, InvalidOptionError
 
 REFERENCES = ("first", "previous")
 
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
-            keep_spectra: bool = False) -> xr.Dataset:
+            keep_spectra: bool = False, layers=None, components=None, experts=None,
+            fill: bool = False) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
@@ -71,6 +73,11 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
         component, index): the eigenvalues of ΔWᵀΔW, ΔW = W_target − W_base,
         descending, NaN-padded (attr ``matrix = "update W_target - W_base"``);
         kept with the cell in the cache, drawn by ``toolkit.plot.esd``.
+    layers, components, experts, fill
+        Only part of the model, as in :func:`toolkit.weight_stats` (only the
+        selected cells' tensor pairs are read). With a selection the whole-model
+        totals ``model_relative_change`` / ``model_update_sparsity`` are left
+        out (they need every tensor) and ``tensor`` lists the pairs read.
 
     Returns
     -------
@@ -126,15 +133,18 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
                                                                 mapping=mapping, progress=progress, cache=cache)
     keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
-    return _run([base, target], [(0, 1)], measurement, mapping=mapping, progress=progress, cache=cache,
-                client=client)[1][0]
+    return _run([base, target], [(0, 1)], measurement, selection, fill=fill, mapping=mapping, progress=progress,
+                cache=cache, client=client)[1][0]
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
                    progress: bool | Callable = True, cache: bool = True, client=None,
-                   keep_spectra: bool = False) -> xr.Dataset:
+                   keep_spectra: bool = False, layers=None, components=None, experts=None,
+                   fill: bool = False) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
@@ -149,7 +159,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         Diff each checkpoint against the first one (cumulative change) or
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
-    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra
+    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra, layers, components, experts, fill
         As in :func:`compare` (``eigenvalues`` gets the ``checkpoint`` dim; row 0,
         a checkpoint against itself, is all zeros).
 
@@ -200,9 +210,11 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
     keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
-    plans, rows = _run(checkpoints, pairs, measurement, mapping=mapping, progress=progress, cache=cache,
-                       client=client)
+    plans, rows = _run(checkpoints, pairs, measurement, selection, fill=fill, mapping=mapping, progress=progress,
+                       cache=cache, client=client)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -231,13 +243,15 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(checkpoints, pairs, measurement: PairMeasurement, *, mapping, progress, cache: bool, client=None):
+def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection, *, fill: bool, mapping, progress,
+         cache: bool, client=None):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
     Each pair of checkpoints is one :func:`~toolkit.collect.execute.run_pass` (one unit per
     stored tensor pair, ``measurement`` at the pair's indices) on the executor ``client``
-    chooses; every mismatch is raised before any work.
+    chooses; every mismatch is raised before any work. Only the pairs holding a cell of
+    ``selection`` are read.
     """
     with open_pass(progress=progress, desc="compare", what="the checkpoints", client=client,
                    device=measurement.device, cache=cache) as run:
@@ -247,6 +261,9 @@ def _run(checkpoints, pairs, measurement: PairMeasurement, *, mapping, progress,
             plans.append(plan_pieces(c, mapping=mapping, cache=cache))
         plans = merge_adapters(plans, pairs, client)
         matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+        chosen = [plans[b].select(selection) for b, _ in pairs]
+        matched = [(select_pairs(tps, plan.selected), skipped) for (tps, skipped), plan in zip(matched, chosen,
+                                                                                                 strict=True)]
         run.progress.begin(sum(len(p) for p, _ in matched))
         out = []
         for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
@@ -256,6 +273,6 @@ def _run(checkpoints, pairs, measurement: PairMeasurement, *, mapping, progress,
             run.executor.forget({b for b, _ in pairs[j + 1:]})
             rows = [(tp.name, totals) for tp, (totals, _) in zip(tensor_pairs, got, strict=True)]
             cells = {key: cell for _, c in got for key, cell in c.items()}
-            out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(m.chosen), skipped, m.tolerance, m.k,
-                                    spectra=m.spectra))
+            out.append(pair_dataset(chosen[j], plans[ti], cells, rows, list(m.chosen), skipped, m.tolerance, m.k,
+                                    spectra=m.spectra, fill=fill))
     return plans, out

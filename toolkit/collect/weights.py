@@ -13,13 +13,14 @@ from collections.abc import Callable
 import xarray as xr
 
 from toolkit import options
-from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
 from toolkit.collect.assemble.heads import with_heads
 from toolkit.collect.assemble.quality import quality_bounds, with_fit_options, with_quality
 from toolkit.collect.execute import open_pass
 from toolkit.collect.measure import WeightMeasurement, measurement_for
-from toolkit.collect.plan import PlannedTensor, plan_pieces
-from toolkit.errors import InvalidOptionError, ToolkitError
+from toolkit.collect.plan import plan_pieces
+from toolkit.collect.plan.selection import Selection
+from toolkit.errors import InvalidOptionError, SelectionError
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.spectral import PRECISIONS
 
@@ -40,6 +41,10 @@ def weight_stats(
     precision: str = "float64",
     fit=None,
     per_head: bool = False,
+    layers=None,
+    components=None,
+    experts=None,
+    fill: bool = False,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
@@ -113,6 +118,21 @@ def weight_stats(
         (layer, component, kv_head) for ``attn.k`` / ``attn.v``, measured in
         the same pass (each attention tensor read once, on the cluster with
         ``client``) and cached with the cell.
+    layers : int, slice, range or list of int, optional
+        Only these layers, as Python indexes the list of the model's layers
+        (``slice(0, 28, 4)``: every 4th; ``-1``: the last). Default all.
+    components : str or list of str, optional
+        Only these components, named as in the Dataset (``"attn.q"``,
+        ``"mlp.router"``) or by pattern (``"attn.*"``; ``"attn"`` / ``"mlp"``
+        alone: the group). Default all.
+    experts : int, slice, range or list of int, optional
+        Only these routed experts of the MoE layers (other components are
+        kept). Default all. Only the selected cells' tensors are read; a
+        later, wider selection finds them in the cache
+        (:mod:`toolkit.collect.plan.selection`).
+    fill : bool, default False
+        With a selection: the whole model's grid, the cells left out NaN with
+        ``nan_reason`` "not selected (...)"; by default they are absent.
 
     Returns
     -------
@@ -122,8 +142,9 @@ def weight_stats(
         ``parameter_name``, ``n_rows``, ``n_cols``, ``nan_reason``; attrs
         describing the source (``source``, ``format``, ``model_type``,
         ``num_hidden_layers``, ``storage_dtype``, ``fingerprint``,
-        ``revision``, ``toolkit_version``, ``created``). Components the
-        architecture lacks are NaN.
+        ``revision``, ``toolkit_version``, ``created``; ``selection`` when
+        part of the model was selected). Components the architecture lacks
+        are NaN.
 
     Raises
     ------
@@ -136,6 +157,9 @@ def weight_stats(
         the config.
     UnknownMetricError
         A name in ``metrics`` is not registered.
+    SelectionError
+        ``layers``, ``components`` or ``experts`` naming something the model
+        does not have (the message lists what it has).
     InvalidOptionError
         An empty ``metrics`` list, a flag that is not a bool, a ``progress``
         that is neither a bool nor a callable, a ``precision`` other than
@@ -154,9 +178,12 @@ def weight_stats(
     precision = checked_precision(precision, where)
     fit = FitOptions.coerce(fit, where)
     per_head = options.flag(per_head, "per_head", where)
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
     with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        plan = plan.select(selection)
         measurement = measurement_for(plan.source, measurement)  # measured from its factors (a LoRA adapter)
         if per_head:
             measurement = measurement.with_heads(plan.source.config, plan.source.location)
@@ -164,8 +191,9 @@ def weight_stats(
         results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source])
     cells = {key: cell for got in results for key, cell in got.items()}
     attrs = {**plan.attrs(), "spectral_precision": precision}
-    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra)
-    ds = with_fit_options(ds, fit, measurement.chosen)
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra,
+                            **plan.grid(fill))
+    ds = with_unselected(with_fit_options(ds, fit, measurement.chosen), plan.selected)
     if measurement.heads is not None:
         ds = with_heads(ds, cells, measurement.heads)
     return with_quality(ds, bounds)
@@ -213,28 +241,26 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
 
     Raises
     ------
-    ToolkitError
-        The checkpoint has no matrix at (layer, component); as :func:`weight_stats` otherwise.
+    SelectionError
+        The checkpoint has no matrix at (layer, component) (the message lists what it has), or
+        ``expert`` missing where the cell holds routed experts; as :func:`weight_stats` otherwise.
     """
     fit = FitOptions.coerce(fit, "toolkit.plot.esd")
     measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
+    selection = Selection.of(layer, component, expert, "toolkit.cell_spectrum")
     with open_pass(progress=False, desc="spectrum", device=device, cache=cache) as run:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        plan = plan.select(selection)
+        if (expert is None) != (plan.num_experts == 0):
+            raise SelectionError("expert", expert, f"layer {layer} {component!r} holds {plan.num_experts} routed "
+                                 "experts: pass expert=0, 1..." if expert is None else
+                                 f"layer {layer} {component!r} is not a routed expert's matrix: leave expert out")
         measurement = measurement_for(plan.source, measurement)
-        want = (layer, component) if expert is None else (layer, component, expert)
-        found = [PlannedTensor(t.record, tuple(p for p in t.pieces if p.key == want)) for t in plan.tensors]
-        found = [t for t in found if t.pieces]
-        if not found:
-            routed = any(p.key[:2] == (layer, component) and p.expert is not None for t in plan.tensors
-                         for p in t.pieces)
-            raise ToolkitError(f"{plan.source.location!r} has no matrix at layer {layer} {component!r}"
-                               + (f" expert {expert}" if expert is not None else "")
-                               + (" (routed experts there: pass expert=0, 1...)" if routed and expert is None else "")
-                               + f" (layers 0..{plan.num_layers - 1}; components: "
-                               f"{sorted({p.component for t in plan.tensors for p in t.pieces})})")
-        results = run.run(measurement, found, identity=plan.value_identity, sources=[plan.source])
-    cells, attrs = results[0], plan.attrs()
+        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source])
+    cells = {key: cell for got in results for key, cell in got.items()}
+    attrs = plan.attrs()
     if expert is not None:  # the expert's matrix, with its spectrum, in the (layer, component) cell
         cells, attrs = {key[:2]: cell for key, cell in cells.items()}, {**attrs, "expert": int(expert)}
-    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True)
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True,
+                            **plan.grid(fill=True))
     return with_fit_options(ds, fit, measurement.chosen)

@@ -51,7 +51,7 @@ def _mean_cell(group: dict[int, Cell], metrics) -> Cell:
     return cell
 
 
-def expert_grid(routed: dict, metrics, num_layers: int, components: list[str]) -> tuple[dict, dict, dict]:
+def expert_grid(routed: dict, metrics, grid, experts=None) -> tuple[dict, dict, dict]:
     """The mean cells, the ``_per_expert`` variables and the attrs of the routed experts.
 
     Parameters
@@ -59,36 +59,39 @@ def expert_grid(routed: dict, metrics, num_layers: int, components: list[str]) -
     routed : dict
         ``{(layer, component, expert): Cell}``.
     metrics : list of Metric
-    num_layers : int
-    components : list of str
-        The Dataset's component coordinate.
+    grid : toolkit.collect.assemble.layout.Grid
+        The Dataset's layers and components.
+    experts : sequence of int, optional
+        The ``expert`` coordinate (a selection); default ``0 ..`` the largest in ``routed``.
 
     Returns
     -------
     means : dict
         ``{(layer, component): Cell}``: each metric the mean over the layer's
-        experts (NaN when any expert's value is NaN).
+        experts in ``routed`` (NaN when any expert's value is NaN).
     variables : dict
         ``{"<metric>_per_expert": DataArray}`` (layer, component, expert)
         float64, NaN where a (layer, component) has no routed expert; and the
         string coordinate ``parameter_name_per_expert``.
     attrs : dict
-        ``num_experts`` (int) and ``moe_layers`` (int64 array of the layers
-        with routed experts) for the Dataset.
+        ``num_experts`` (int: the largest expert index + 1) and ``moe_layers`` (int64
+        array of the layers with routed experts) for the Dataset.
     """
     groups: dict[tuple[int, str], dict[int, Cell]] = {}
     for (layer, comp, e), cell in routed.items():
         groups.setdefault((layer, comp), {})[e] = cell
     means = {key: _mean_cell(group, metrics) for key, group in groups.items()}
     num_experts = 1 + max(e for _, _, e in routed)
-    shape = (num_layers, len(components), num_experts)
-    col = {c: j for j, c in enumerate(components)}
+    experts = list(range(num_experts)) if experts is None else [int(e) for e in experts]
+    at = {e: k for k, e in enumerate(experts)}
+    shape = (len(grid.layers), len(grid.components), len(experts))
     data = {m.name: np.full(shape, np.nan) for m in metrics}
     names = np.full(shape, "", dtype=object)
     for (layer, comp, e), cell in routed.items():
-        names[layer, col[comp], e] = cell.parameter_name
+        i, j = grid.at(layer, comp)
+        names[i, j, at[e]] = cell.parameter_name
         for m in metrics:
-            data[m.name][layer, col[comp], e] = cell.values.get(m.name, np.nan)
+            data[m.name][i, j, at[e]] = cell.values.get(m.name, np.nan)
     dims = ("layer", "component", "expert")
     layers = sorted({layer for layer, _ in groups})
     variables = {}
@@ -97,7 +100,7 @@ def expert_grid(routed: dict, metrics, num_layers: int, components: list[str]) -
         attrs["description"] = f"{attrs.get('description', '')}; per routed expert of the MoE layers " \
                                "(NaN for components without routed experts)".lstrip("; ")
         variables[f"{m.name}_per_expert"] = xr.DataArray(data[m.name], dims=dims, attrs=attrs)
-    coords = {"expert": ("expert", np.arange(num_experts), {"long_name": "routed expert"}),
+    coords = {"expert": ("expert", np.asarray(experts, dtype=np.int64), {"long_name": "routed expert"}),
               "parameter_name_per_expert": (dims, names.astype(str))}
     return means, {"variables": variables, "coords": coords}, {
         "num_experts": int(num_experts), "moe_layers": np.asarray(layers, dtype=np.int64)}
@@ -108,7 +111,12 @@ MEAN_NOTE = ("for the routed-expert components of the MoE layers (<layers>; Data
              "mean over the routed experts of <metric>_per_expert (NaN when any expert's value is NaN)")
 
 
-def mean_note(metric: str, layers) -> str:
-    """The ``expert_reduction`` attr of ``metric``'s (layer, component) variable, naming the MoE layers."""
+def mean_note(metric: str, layers, experts=None) -> str:
+    """The ``expert_reduction`` attr of ``metric``'s (layer, component) variable, naming the MoE layers
+    (and, for a selection of ``experts``, that the mean is over those only)."""
     shown = "layers " + ", ".join(str(int(x)) for x in sorted(layers))
-    return MEAN_NOTE.replace("<metric>", metric).replace("<layers>", shown)
+    note = MEAN_NOTE.replace("<metric>", metric).replace("<layers>", shown)
+    if experts is None:
+        return note
+    return note.replace("the mean over the routed experts", "the mean over the selected routed experts "
+                        f"({', '.join(str(int(e)) for e in experts)})")

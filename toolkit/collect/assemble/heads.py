@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from toolkit.collect.assemble.layout import Grid
 from toolkit.metrics.per_head import HEAD_ATTRS, HEAD_STATS, KV_HEAD_COMPONENTS, Q_HEAD_COMPONENTS
 
 
@@ -29,17 +30,16 @@ def with_heads(ds: xr.Dataset, cells: dict, spec) -> xr.Dataset:
         ``spectral_norm``; coord ``kv_head_of_head`` (head): the key/value head each
         query head reads (GQA); attrs ``num_attention_heads``, ``num_key_value_heads``, ``head_dim``.
     """
-    comps = list(ds.component.values)
-    layers = ds.sizes["layer"]
+    grid = Grid([int(x) for x in ds.layer.values], list(ds.component.values))
     out = ds.copy()
     for dim, n, group in (("head", spec.num_heads, Q_HEAD_COMPONENTS),
                           ("kv_head", spec.num_kv_heads, KV_HEAD_COMPONENTS)):
         suffix = "_per_head" if dim == "head" else "_per_kv_head"
         for stat in HEAD_STATS:
-            data = np.full((layers, len(comps), n), np.nan)
+            data = np.full((len(grid.layers), len(grid.components), n), np.nan)
             for key, cell in cells.items():
                 if len(key) == 2 and key[1] in group and cell.heads is not None:
-                    data[key[0], comps.index(key[1])] = [v for v, _ in cell.heads[stat]]
+                    data[grid.at(*key)] = [v for v, _ in cell.heads[stat]]
             attrs = {**HEAD_ATTRS[stat], "components": ", ".join(group)}
             out[stat + suffix] = (("layer", "component", dim), data, attrs)
         out = out.assign_coords({dim: (dim, np.arange(n))})

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
 from toolkit.collect.measure.pairs import TOTALS
 from toolkit.metrics import diff as _diff
 from toolkit.metrics.registry import resolve_metrics
@@ -57,12 +57,15 @@ def series_name(locations: list[str]) -> str:
     return f"{short_name(locations[-1])} ({len(locations)} checkpoints)"
 
 
-def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, spectra: bool = False) -> xr.Dataset:
+def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, spectra: bool = False,
+                 fill: bool = False) -> xr.Dataset:
     """The Dataset of one pair (see :func:`toolkit.collect.compare.compare` for its layout).
 
     ``cells``: ``{(layer, component): Cell}``; ``rows``: ``[(tensor name, {total: value})]``
     with the :data:`TOTALS` of each stored tensor pair; ``spectra``: add the cells' update
-    spectra as ``eigenvalues`` (:data:`UPDATE_SPECTRUM_ATTRS`).
+    spectra as ``eigenvalues`` (:data:`UPDATE_SPECTRUM_ATTRS`); the grid is ``bplan``'s selection
+    (``fill``: the whole model's, the cells left out marked). With a selection the whole-model
+    totals are left out: only part of the model was read.
     """
     cfg = bplan.source.config
     attrs = {
@@ -72,7 +75,8 @@ def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, sp
         "model_type": str(cfg.get("model_type", "")), "num_hidden_layers": int(bplan.num_layers),
         "tolerance": float(tolerance), "subspace_k": int(k), "skipped_tensors": ", ".join(skipped),
     }
-    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs, spectra=spectra)
+    ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs, spectra=spectra, **bplan.grid(fill))
+    ds = with_unselected(ds, bplan.selected)
     if spectra:
         ds["eigenvalues"].attrs.update(UPDATE_SPECTRUM_ATTRS)
     tot = {n: np.array([r[n] for _, r in rows], dtype=np.float64) for n in TOTALS}
@@ -86,6 +90,8 @@ def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, sp
     ds["tensor_relative_change"] = ("tensor", rel, {**rc, "long_name": "relative weight change per stored tensor"})
     ds["tensor_update_sparsity"] = ("tensor", tot["unchanged"] / np.maximum(tot["n"], 1),
                                     {**us, "long_name": "update sparsity per stored tensor"})
+    if not bplan.selected.everything:
+        return ds  # the whole-model totals need every tensor
     ds["model_relative_change"] = ((), model_rel, _MODEL_VARS["model_relative_change"])
     ds["model_update_sparsity"] = ((), tot["unchanged"].sum() / max(tot["n"].sum(), 1.0),
                                    _MODEL_VARS["model_update_sparsity"])

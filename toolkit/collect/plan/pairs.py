@@ -11,7 +11,7 @@ input embedding, which is its output matrix.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from toolkit.collect.plan.cell_ids import cut_id
 from toolkit.collect.plan.experts import with_expert_slices
@@ -136,3 +136,22 @@ def pair_tensors(base: Plan, target: Plan) -> tuple[list[TensorPair], list[str]]
             continue
         mismatch(name, "absent", f"shape {tuple(t.shape)}", "the base has no such tensor")
     return pairs, skipped
+
+
+def select_pairs(pairs: list[TensorPair], selected) -> list[TensorPair]:
+    """The pairs holding a selected cell, each with only its selected pieces (all of ``pairs`` when
+    ``selected`` keeps everything: embeddings and norms are then summed too).
+
+    Parameters
+    ----------
+    pairs : list of TensorPair
+    selected : toolkit.collect.plan.selection.Selected
+    """
+    if selected.everything:
+        return pairs
+    out = []
+    for tp in pairs:
+        kept = [p for p in tp.pieces if selected.keeps(p)]
+        if kept:
+            out.append(replace(tp, pieces=kept))
+    return out

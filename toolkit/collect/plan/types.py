@@ -6,10 +6,11 @@ Made by :mod:`toolkit.collect.plan.planner`, kept on disk by
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from toolkit.architectures.base import Piece
+from toolkit.collect.plan.selection import Selected, Selection
 from toolkit.sources.base import Source, TensorRecord
 
 
@@ -41,12 +42,69 @@ class Plan:
         Only tensors that hold at least one component; the others are never read.
     num_layers : int
     adapter : the architecture adapter used (None for a plan read from the cache)
+    selected : Selected
+        What :meth:`select` kept (everything by default).
+    model_components : tuple of str
+        Every component of the model, in the vocabulary's order (also those a selection left out).
     """
 
     source: Source
     tensors: list[PlannedTensor]
     num_layers: int
     adapter: object = field(default=None, repr=False)
+    selected: Selected = field(default_factory=Selected)
+    model_components: tuple = ()
+
+    def __post_init__(self):
+        if not self.model_components:
+            from toolkit.architectures.vocabulary import ALL_COMPONENTS
+
+            present = {p.component for t in self.tensors for p in t.pieces}
+            self.model_components = tuple(c for c in ALL_COMPONENTS if c in present)
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (the largest expert index + 1; 0 for a dense model)."""
+        found = [p.expert for t in self.tensors for p in t.pieces if p.expert is not None]
+        return 1 + max(found) if found else 0
+
+    def select(self, selection: Selection) -> Plan:
+        """The plan of the selected cells only (tensors holding none are left out, so never read).
+
+        Raises
+        ------
+        SelectionError
+            A layer, component or expert the model does not have.
+        """
+        if selection.everything:
+            return self
+        chosen = selection.resolve(self.num_layers, self.model_components, self.num_experts)
+        tensors = []
+        for t in self.tensors:
+            kept = tuple(p for p in t.pieces if chosen.keeps(p))
+            if kept:
+                tensors.append(PlannedTensor(t.record, kept))
+        if not tensors:
+            from toolkit.errors import SelectionError
+
+            layers = chosen.layers if chosen.layers is not None else range(self.num_layers)
+            held = sorted({p.component for t in self.tensors for p in t.pieces if p.layer in layers},
+                          key=self.model_components.index)
+            raise SelectionError("selection", chosen.describe(), "no matrix of the model is in it; the selected "
+                                 f"layers hold {', '.join(held) or 'nothing'}")
+        return replace(self, tensors=tensors, selected=chosen)
+
+    def grid(self, fill: bool = False) -> dict:
+        """The coordinates of this plan's Dataset (:func:`~toolkit.collect.assemble.grid.build_grid_dataset`'s
+        ``layers``, ``components``, ``experts``): the selected ones, or with ``fill`` the whole model's."""
+        from toolkit.architectures.vocabulary import COMPONENTS
+
+        whole = list(COMPONENTS) + [c for c in self.model_components if c not in COMPONENTS]
+        sel = self.selected
+        if fill or sel.everything:
+            return {"components": whole}
+        return {"layers": sel.layers, "components": [c for c in whole if sel.components is None
+                                                     or c in sel.components], "experts": sel.experts}
 
     @cached_property
     def value_identity(self) -> str:
@@ -67,6 +125,7 @@ class Plan:
         extra = getattr(self.source, "adapter_attrs", None)  # a LoRA adapter: its rank, alpha, base...
         return {
             **quantization_attrs(cfg), **(extra() if callable(extra) else {}),
+            **({"selection": self.selected.describe()} if not self.selected.everything else {}),
             "source": self.source.location,
             "format": self.source.format,
             "revision": self.source.revision or "",
