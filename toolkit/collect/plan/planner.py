@@ -26,7 +26,7 @@ def check_unchanged(src: Source) -> None:
     from toolkit.errors import CheckpointChangedError
     from toolkit.sources.identity import files_identity
 
-    files = src.files() if hasattr(src, "files") else []
+    files = src.files()
     if not files or not src.fingerprint or src.checks_identity_on_read:
         return  # nothing to check, or a cached plan's source (it checks when it opens)
     try:
@@ -56,7 +56,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
     try:
         adapter = resolve_adapter(src.config, names, mapping=mapping)
     except UnsupportedArchitectureError as e:
-        missing = getattr(src, "missing_config", "")
+        missing = src.missing_config
         if missing and not src.config.get("model_type"):
             raise UnsupportedArchitectureError(e.model_type, e.known, names, missing_config=missing) from None
         raise
@@ -81,7 +81,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
             "Pass mapping=toolkit.Mapping({...}) for custom names",
             names,
         )
-    if getattr(src, "covers_every_layer", True):  # a LoRA adapter may adapt only some layers
+    if src.covers_every_layer:  # a LoRA adapter may adapt only some layers
         adapter.check_layers({key[0] for key in seen})
     check_experts(adapter, seen)
     return Plan(src, tensors, int(adapter.num_layers), adapter)
