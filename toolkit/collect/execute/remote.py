@@ -176,4 +176,7 @@ def measure_task(measurement, work, specs: tuple) -> object:
             with reporting(spec.location, stored):  # name the side that cannot be opened
                 records.append(spec.record(stored))
         work = work.attached(tuple(records))
-        return measurement.measure(work, load(measurement.reader(work), measurement.float32), {})
+        result = measurement.measure(work, load(measurement.reader(work), measurement.float32), {})
+        for spec in specs:  # the bytes read here are the planned ones
+            spec.open()[0].check_unchanged()
+        return result

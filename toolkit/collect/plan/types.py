@@ -109,12 +109,13 @@ class Plan:
     @cached_property
     def value_identity(self) -> str:
         """What the numbers of this plan's cells depend on besides the cell itself: the bytes
-        (the source fingerprint), the format, the toolkit's reading code and, for GGUF, the
-        dequantising libraries."""
+        (the source fingerprint), the config that says how they become matrices (quantisation,
+        fused split sizes, head counts, dtype: all of it, so any edit is a miss), the format,
+        the toolkit's reading code and the decoding libraries."""
         from toolkit.collect.cache import code_identity, digest
 
-        return digest(self.source.fingerprint, self.source.format, self.source.decoder_versions(),
-                      code_identity("sources"))
+        return digest(self.source.fingerprint, self.source.config, self.source.format,
+                      self.source.decoder_versions(), code_identity("sources"))
 
     def attrs(self) -> dict:
         """Dataset attrs describing where the numbers came from."""
