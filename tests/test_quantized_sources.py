@@ -99,7 +99,6 @@ def test_int_formats_match_codes(original, tmp_path, method, kw):
 ])
 def test_compressed_tensors_match_library(original, tmp_path, fmt, weights):
     """compressed-tensors: the values its own decompress() gives for what its compress() wrote."""
-    pytest.importorskip("compressed_tensors")
     path, expected = write_compressed(tmp_path / "ct", original, weights, fmt)
     records = _records(path)
     assert not any(n.endswith(("weight_packed", "weight_scale", "weight_shape")) for n in records)
