@@ -28,7 +28,7 @@ def test_notebook_names_the_colours_the_figure_draws():
 
 @pytest.mark.slow
 def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=300, env={"TOOLKIT_OUT": tmp_path})
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, env={"TOOLKIT_OUT": tmp_path})
     grid_cell = next(c for c in nb.cells if c.source.startswith('fig = layer_grid(ds, "attention_norm")'))
     assert [o for o in grid_cell.outputs if "image/png" in o.get("data", {})]  # the 3 x 4 grid
     panel_cell = next(c for c in nb.cells if "lab_explorer(" in c.source)

@@ -16,7 +16,7 @@ def test_notebook_is_committed_without_outputs():
 @pytest.mark.slow
 def test_notebook_runs_headless(tmp_path, monkeypatch):
     out = tmp_path / "out"
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=120, env={"TOOLKIT_OUT": out})
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, env={"TOOLKIT_OUT": out})
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     explorer_cell = next(c for c in nb.cells if "explore_model(" in c.source)
     bundles = [o.data for o in explorer_cell.outputs if o.output_type == "display_data"]
