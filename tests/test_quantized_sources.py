@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -88,6 +89,30 @@ def test_int_formats_match_codes(original, tmp_path, method, kw):
         torch.testing.assert_close(got.double(), want, rtol=1e-6, atol=0)
     ds = toolkit.weight_stats(path, metrics=["frobenius_norm"], progress=False, cache=False)
     assert ds.attrs["quantization"].startswith(f"{method} int{kw['bits']}")
+
+
+ORACLE = Path(__file__).resolve().parent / "data" / "quant_oracle"
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in ORACLE.iterdir()))
+def test_int_formats_match_their_own_libraries(case):
+    """GPTQ and AWQ folders packed by AutoGPTQ's and AutoAWQ's own code, with those libraries' own unpacking as
+    the expected weights (``benchmarks/quant_golden.py``, committed in ``tests/data/quant_oracle``)."""
+    from safetensors.torch import load_file
+
+    folder = ORACLE / case
+    provenance = json.loads((folder / "provenance.json").read_text())
+    expected = load_file(str(folder / "expected.safetensors"))
+    records = _records(folder)
+    assert len(expected) == 7 and not any(n.endswith(("qweight", "qzeros", "scales", "g_idx")) for n in records)
+    for name, want in expected.items():
+        got = records[name].read()
+        assert got.dtype == torch.float32 and tuple(got.shape) == tuple(want.shape) == tuple(records[name].shape)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)  # s (q - z) with float16 s: exact in float32
+    ds = toolkit.weight_stats(folder, metrics=["frobenius_norm"], progress=False, cache=False)
+    assert ds.attrs["quantization"].startswith(f"{provenance['method']} int{provenance['bits']}")
+    want = float(torch.linalg.norm(expected["model.layers.0.mlp.down_proj.weight"].double()))
+    assert float(ds.frobenius_norm.sel(layer=0, component="mlp.down")) == pytest.approx(want, rel=1e-6)
 
 
 @pytest.mark.parametrize("fmt, weights", [
