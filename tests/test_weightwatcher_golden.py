@@ -65,7 +65,17 @@ NOT_METRICS = {
     "rand_sigma_mp": "shuffled MP fit internal", "rand_mp_softrank": "shuffled MP fit internal",
 }
 #: (model, run, toolkit column) -> matrices known to disagree, with the reason
-KNOWN: dict[tuple[str, str, str], set[str]] = {}
+KNOWN: dict[tuple[str, str, str], set[str]] = {
+    # The two Marchenko-Pastur fits end at different bulk edges on this one matrix (47.16 vs 48.40, so 20 vs 18
+    # spikes): the density's peak is tied between grid points of the linear-kernel estimate, and WeightWatcher's
+    # pick among them falls to the rounding of its KDE (toolkit/metrics/marchenko_pastur.py); the same matrix in
+    # each of the three columns, and in the summary's mp_softrank mean through it.
+    **{("smollm2", "default", c): {"model.layers.21.self_attn.v_proj"}
+       for c in ("mp_softrank", "mp_num_spikes", "mp_bulk_max")},
+    # condition_number is no WeightWatcher column (sv_max / sv_min is compared); sigma_min from the eigenvalues
+    # of the Gram matrix is accurate to about eps * kappa relative, 1.1e-6 at kappa = 7.7e5 on this matrix
+    ("smollm2", "default", "condition_number"): {"model.layers.12.self_attn.q_proj"},
+}
 MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path", "minilm": "minilm_dir"}
 GOLDEN = sorted(p.name for p in DATA.glob("ww_*_*.csv"))
 SEEDS = 5  # the toolkit's seeds of the randomized columns
