@@ -118,7 +118,7 @@ def _heavy_tailed_spectra():
         yield np.sort(np.linalg.svd(w, compute_uv=False) ** 2)
 
 
-# four of the twelve (powerlaw's fit is slow): a PEAK_BINS of 101 fails each of 0, 2, 7, 11 but 0; an upper end
+# four of the twelve (powerlaw's fit is slow): a PEAK_BINS of 101 fails all four; an upper end
 # of the range at 1.4 x the peak fails 2, 7 and 11
 @pytest.mark.parametrize("k", [0, 2, 7, 11])
 def test_xmin_peak_equals_the_powerlaw_package(k):
