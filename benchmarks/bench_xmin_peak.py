@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     print(f"layers {layers}; CPU: toolkit {secs['toolkit']:.2f} s, powerlaw {secs['powerlaw']:.1f} s; "
           f"{H.load()} at end")
     rec.save({"model": args.model, "rtol": RTOL, "layers": len(layers), "cpu_s": secs,
-              "columns": {k: {"agree": sum(d <= RTOL for d in v), "compared": len(v), "max_rel_dev": max(v)}
+              "columns": {k: {"agree": int(sum(d <= RTOL for d in v)), "compared": len(v), "max_rel_dev": max(v)}
                           for k, v in devs.items()}})
     return 0
 
