@@ -342,8 +342,7 @@ def golden_rows(model: str, run: str, mp: bool, random: bool) -> tuple[dict, lis
         raise SystemExit(f"ww_{model}_{run}.csv was written with {options}: pass --no-mp / --no-random, or rerun "
                          "benchmarks/ww_golden.py")
     return ({"seconds": header["ww_seconds"]},
-            [{"name": r["longname"], "M": r["M"], "N": r["N"], **{k: v for k, v in r.items() if k != "longname"}}
-             for r in rows])
+            [{**r, "name": r["longname"]} for r in rows])
 
 
 if __name__ == "__main__":

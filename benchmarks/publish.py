@@ -150,7 +150,8 @@ def readme_agreement(res: dict) -> str:
             agree = min(c["agree"] for c in cols.values())
             notes.append(f"- `fix_fingers=\"xmin_peak\"` on {MODEL_NAMES[model]} against the `powerlaw` package "
                          f"(`bench_xmin_peak.py`, {when(rec)}): alpha, xmin, D and sigma agree on "
-                         f"{int(agree)}/{cols['alpha']['compared']} matrices (largest relative deviation {g(worst, 2)}).")
+                         f"{int(agree)}/{cols['alpha']['compared']} matrices (largest relative deviation "
+                         f"{g(worst, 2)}).")
     return "\n".join(out) + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
