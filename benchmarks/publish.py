@@ -87,6 +87,17 @@ def missing(name: str, command: str) -> str:
     return f"No results yet (`benchmarks/results/{name}.json`): run `{command}`.\n"
 
 
+def needs(name: str, command: str):
+    """A renderer of the results file ``name``: called as ``render(record, all_results)``, or the
+    "no results yet" line naming ``command`` when the file is missing."""
+    def wrap(render):
+        def inner(res: dict) -> str:
+            rec = res.get(name)
+            return missing(name, command) if rec is None else render(rec, res)
+        return inner
+    return wrap
+
+
 # ---------------------------------------------------------------- README.md
 
 
@@ -210,10 +221,8 @@ def bench_index(res: dict) -> str:
                  rows)
 
 
-def bench_weightwatcher(res: dict) -> str:
-    rec = res.get("weightwatcher")
-    if rec is None:
-        return missing("weightwatcher", ".venv/bin/python benchmarks/bench_weightwatcher.py --reps 3")
+@needs("weightwatcher", ".venv/bin/python benchmarks/bench_weightwatcher.py --reps 3")
+def bench_weightwatcher(rec: dict, res: dict) -> str:
     f = rec["figures"]
     med, rss = f["median"], f["peak_rss"]
     rows = [
@@ -232,10 +241,8 @@ def bench_weightwatcher(res: dict) -> str:
             + table(["figure", "toolkit", "WeightWatcher", "ratio", "target"], rows))
 
 
-def bench_scale(res: dict) -> str:
-    rec = res.get("scale_1.5b")
-    if rec is None:
-        return missing("scale_1.5b", ".venv/bin/python benchmarks/bench_scale.py --reps 3")
+@needs("scale_1.5b", ".venv/bin/python benchmarks/bench_scale.py --reps 3")
+def bench_scale(rec: dict, res: dict) -> str:
     f = rec["figures"]
     rows = []
     for mode, m in f["modes"].items():
@@ -245,10 +252,8 @@ def bench_scale(res: dict) -> str:
             + table(["mode", "time", "ratio", "time target", "peak RSS"], rows))
 
 
-def bench_scale_7b(res: dict) -> str:
-    rec = res.get("scale_7b")
-    if rec is None:
-        return missing("scale_7b", ".venv/bin/python benchmarks/bench_scale.py --shapes 7b --layers 2 --ww-layers 1")
+@needs("scale_7b", ".venv/bin/python benchmarks/bench_scale.py --shapes 7b --layers 2 --ww-layers 1")
+def bench_scale_7b(rec: dict, res: dict) -> str:
     f = rec["figures"]
     layers, med, rss = f["layers"], f["seconds"], f["peak_rss"]
     names = {"floor": "floor, float64 (Gram + eigvalsh of each matrix alone)",
@@ -270,15 +275,13 @@ def bench_scale_7b(res: dict) -> str:
             lines.append(f"- WeightWatcher / toolkit {'float64' if m == 'all' else 'float32'}, per layer: "
                          f"**{f[f'ww_speedup_{m}']:.1f}x** (target {'>= 10x' if m == 'all' else '>= 20x'})")
     lines += [f"- {line}" for line in f.get("agreement", [])]
-    return (f"{when(rec)}, {layers} layer(s), {f.get('reps', 1) if 'reps' in f else 1} rep.\n\n"
+    return (f"{when(rec)}, {layers} layer(s), one rep.\n\n"
             + table(["figure (one layer, 7 matrices)", "time a layer", "peak RSS"], rows) + "\n" + "\n".join(lines)
             + "\n")
 
 
-def bench_precision(res: dict) -> str:
-    rec = res.get("precision")
-    if rec is None:
-        return missing("precision", ".venv/bin/python benchmarks/bench_precision.py")
+@needs("precision", ".venv/bin/python benchmarks/bench_precision.py")
+def bench_precision(rec: dict, res: dict) -> str:
     f = rec["figures"]
     rows = [[f"`{k}`", m["compared"], m["flagged"], f"{g(m['max_dev'])} {m['kind']}", f"<= {g(m['target'], 1)}"]
             for k, m in f["metrics"].items()]
@@ -287,10 +290,8 @@ def bench_precision(res: dict) -> str:
             + table(["metric", "cells compared", "flagged by float32", "max deviation", "target"], rows))
 
 
-def bench_cold(res: dict) -> str:
-    rec = res.get("cold_start")
-    if rec is None:
-        return missing("cold_start", ".venv/bin/python benchmarks/bench_cold_start.py --reps 3")
+@needs("cold_start", ".venv/bin/python benchmarks/bench_cold_start.py --reps 3")
+def bench_cold(rec: dict, res: dict) -> str:
     rows = [[k, secs(c["call_s"]), g(c["x_uncached"], 2), c["model_code_modules"], secs(c["process_s"])]
             for k, c in rec["figures"]["cases"].items()]
     return (f"{when(rec)}, {rec['figures']['reps']} rep(s), medians; targets: cached < 0.5 s and < 0.25x "
@@ -315,10 +316,8 @@ def _llama_costs(rec: dict) -> dict:
     return out
 
 
-def scaling_tasks(res: dict) -> str:
-    rec = res.get("dask_tasks")
-    if rec is None:
-        return missing("dask_tasks", ".venv/bin/python benchmarks/bench_dask_tasks.py")
+@needs("dask_tasks", ".venv/bin/python benchmarks/bench_dask_tasks.py")
+def scaling_tasks(rec: dict, res: dict) -> str:
     c = _llama_costs(rec)
     f = rec["figures"]
     label = {"weights_cpu_s": "`weight_stats` task, every weight metric",
@@ -342,10 +341,8 @@ def scaling_tasks(res: dict) -> str:
             + extra)
 
 
-def scaling_projection_7b(res: dict) -> str:
-    rec = res.get("dask_tasks")
-    if rec is None:
-        return missing("dask_tasks", ".venv/bin/python benchmarks/bench_dask_tasks.py")
+@needs("dask_tasks", ".venv/bin/python benchmarks/bench_dask_tasks.py")
+def scaling_projection_7b(rec: dict, res: dict) -> str:
     c = _llama_costs(rec)
     blocks = LLAMA7B["blocks"]
     attn_b, mlp_b = 2 * 4096 * 4096, 2 * 4096 * 11008
@@ -387,10 +384,8 @@ def _moe_costs(rec: dict, metrics: str) -> dict:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def scaling_moe(res: dict) -> str:
-    rec = res.get("moe_tasks")
-    if rec is None:
-        return missing("moe_tasks", ".venv/bin/python benchmarks/bench_moe_tasks.py --repeat 2")
+@needs("moe_tasks", ".venv/bin/python benchmarks/bench_moe_tasks.py --repeat 2")
+def scaling_moe(rec: dict, res: dict) -> str:
     full, entry = _moe_costs(rec, "full"), _moe_costs(rec, "entrywise")
     labels = {"expert": "routed / shared expert 2048 x 7168", "router": "router 256 x 7168",
               "q_a": "`attn.q_a` 1536 x 7168", "q_b": "`attn.q` (`q_b_proj`) 24576 x 1536",
@@ -421,13 +416,11 @@ def scaling_moe(res: dict) -> str:
     return "\n".join(out)
 
 
-def scaling_7b(res: dict) -> str:
-    rec = res.get("scale_7b")
-    if rec is None:
-        return missing("scale_7b", ".venv/bin/python benchmarks/bench_scale.py --shapes 7b --layers 2 --ww-layers 1")
+@needs("scale_7b", ".venv/bin/python benchmarks/bench_scale.py --shapes 7b --layers 2 --ww-layers 1")
+def scaling_7b(rec: dict, res: dict) -> str:
     f = rec["figures"]
     med, layers = f["seconds"], f["layers"]
-    out = [bench_scale_7b(res)]
+    out = [bench_scale_7b(res)]  # the same table as benchmarks/README.md's
     proj = []
     for mode, label in (("all", "float64"), ("all32", "float32"), ("ww", "WeightWatcher")):
         if mode in med:
