@@ -113,6 +113,11 @@ WW_COLUMNS = {
 }
 
 
+def fewest_agreeing(columns: dict) -> tuple[int, int]:
+    """(the fewest matrices agreeing over the columns, the matrices compared)."""
+    return int(min(c["agree"] for c in columns.values())), min(c["compared"] for c in columns.values())
+
+
 def readme_agreement(res: dict) -> str:
     runs = [(m, r, res[f"ww_columns_{m}_{r}"]) for m, r in RUNS if f"ww_columns_{m}_{r}" in res]
     if not runs:
@@ -157,12 +162,11 @@ def readme_agreement(res: dict) -> str:
         rec = res.get(f"xmin_peak_{model}")
         if rec:
             cols = rec["figures"]["columns"]
-            worst = max(c["max_rel_dev"] for c in cols.values())
-            agree = min(c["agree"] for c in cols.values())
+            agree, compared = fewest_agreeing(cols)
             notes.append(f"- `fix_fingers=\"xmin_peak\"` on {MODEL_NAMES[model]} against the `powerlaw` package "
                          f"(`bench_xmin_peak.py`, {when(rec)}): alpha, xmin, D and sigma agree on "
-                         f"{int(agree)}/{cols['alpha']['compared']} matrices (largest relative deviation "
-                         f"{g(worst, 2)}).")
+                         f"{agree}/{compared} matrices (largest relative deviation "
+                         f"{g(max(c['max_rel_dev'] for c in cols.values()), 2)}).")
     return "\n".join(out) + ("\n" + "\n".join(notes) + "\n" if notes else "")
 
 
@@ -171,9 +175,7 @@ def readme_performance(res: dict) -> str:
     parts = []
     if ww:
         f = ww["figures"]
-        agree = f["agreement"]["metrics"]
-        a = min(m["agree"] for m in agree.values())
-        n = min(m["compared"] for m in agree.values())
+        a, n = fewest_agreeing(f["agreement"]["metrics"])
         parts.append(f"On this project's 2-core machine ({when(ww)}, {f['reps']} rep{'s' if f['reps'] > 1 else ''}; "
                      f"`benchmarks/results/weightwatcher.json`): every default metric of SmolLM2 "
                      f"**{f['speedup_work']:.1f}x** faster than WeightWatcher 0.7.7's `analyze()` from the file to "
