@@ -148,12 +148,13 @@ def readme_agreement(res: dict) -> str:
     notes = []
     for m, r, rec in runs:
         f = rec["figures"]
-        off = {c: d["disagree"] for c, d in f["deterministic"].items() if d["disagree"]}
-        if off:
-            names = sorted({x.split(" (")[0] for v in off.values() for x in v})
-            notes.append(f"- {MODEL_NAMES[m]}, {r}: {', '.join(f'`{n}`' for n in names)} off in "
-                         f"{', '.join(f'`{c}`' for c in off)} "
-                         f"({'; '.join(x for v in off.values() for x in v[:1])}).")
+        off: dict[str, list[str]] = {}  # matrix -> "`column` (ours vs WeightWatcher's)"
+        for col, d in {**f["deterministic"], **f["random"]}.items():
+            for entry in d["disagree"]:
+                name, _, values = entry.partition(" (")
+                off.setdefault(name, []).append(f"`{col}` ({values}")
+        for name, cols in sorted(off.items()):
+            notes.append(f"- {MODEL_NAMES[m]}, {r}: `{name}` off in {', '.join(cols)}.")
         ww_s = f["seconds"].get("weightwatcher")
         if ww_s and r == "default":
             notes.append(f"- WeightWatcher's `analyze({', '.join(f'{k}={v}' for k, v in f['ww_options'].items())})` "
