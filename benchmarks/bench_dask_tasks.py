@@ -9,7 +9,7 @@ moved. Then measures, single-threaded as a Dask worker runs
   read      ``TensorRecord.read`` + float32 conversion, file pages evicted
             first (``posix_fadvise DONTNEED``: a cold read from this disk) and
             again warm (page cache)
-  weights   :func:`toolkit.collect.remote.measure_task` of a weight unit, every
+  weights   :func:`toolkit.collect.execute.remote.measure_task` of a weight unit, every
             weight metric, cache off: one task = one stored tensor
   compare_entrywise  the same task for a tensor pair, the entry-wise
             diff metrics (relative change, update sparsity/density, cosine)
@@ -99,11 +99,11 @@ def main() -> None:
     os.environ["TOOLKIT_CACHE_DIR"] = "off"
     torch.set_num_threads(1)
     from toolkit.collect.cache import open_cache
-    from toolkit.collect.pair_cells import PairMeasurement
+    from toolkit.collect.execute.remote import SourceSpec, measure_task
+    from toolkit.collect.measure.pairs import PairMeasurement
+    from toolkit.collect.measure.weights import WeightMeasurement
     from toolkit.collect.plan import plan_pieces
-    from toolkit.collect.remote import SourceSpec, measure_task
-    from toolkit.collect.tensor_pairs import pair_tensors
-    from toolkit.collect.weight_cells import WeightMeasurement
+    from toolkit.collect.plan.pairs import pair_tensors
 
     root = Path(args.keep or tempfile.mkdtemp(prefix="bench-dask-"))
     base, tuned = write_block(root / "base", 0), write_block(root / "tuned", 1)
@@ -152,7 +152,7 @@ def cluster(base: Path) -> dict:
     out = {}
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc, \
             Client(lc) as c:
-        c.run(lambda: __import__("toolkit.collect.remote") and None)  # imports off the clock
+        c.run(lambda: __import__("toolkit.collect.execute.remote") and None)  # imports off the clock
         for n in (200, 2000):
             t = time.perf_counter()
             c.gather(c.map(_noop, range(n), pure=False))

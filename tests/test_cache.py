@@ -9,7 +9,8 @@ import numpy as np
 import xarray as xr
 
 import toolkit
-from toolkit.collect.cache import cache_dir, cache_info, clear_cache
+from toolkit.collect.cache import cache_dir
+from toolkit.collect.cache_folders import cache_info, clear_cache
 from toolkit.testing import write_tiny_checkpoint
 
 METRICS = ["frobenius_norm", "stable_rank", "alpha"]

@@ -106,7 +106,7 @@ def test_a_file_replaced_while_the_plan_is_made_is_never_paired_with_it(ckpt, tm
     other = write_tiny_checkpoint(tmp_path / "other", "llama", num_layers=2, seed=32)
     toolkit.weight_stats(ckpt, ["frobenius_norm"], **W)
     shutil.rmtree(cache / "plans")
-    import toolkit.collect.plan as plan_mod
+    import toolkit.collect.plan.planner as plan_mod
 
     real = plan_mod.plan_source
 

@@ -170,7 +170,7 @@ def test_a_cached_plan_opens_nothing_and_a_stale_one_is_replanned(tmp_path, monk
         raise AssertionError("the checkpoint was opened")
 
     monkeypatch.setattr(sources, "open_source", refuse)
-    monkeypatch.setattr("toolkit.collect.plan.open_source", refuse)
+    monkeypatch.setattr("toolkit.collect.plan.planner.open_source", refuse)
     again = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
     np.testing.assert_array_equal(first.frobenius_norm.values, again.frobenius_norm.values)
     assert again.attrs["fingerprint"] == first.attrs["fingerprint"]
@@ -179,6 +179,6 @@ def test_a_cached_plan_opens_nothing_and_a_stale_one_is_replanned(tmp_path, monk
     (path / "extra.json").write_text("{}")  # the folder changed: the plan is made again
     calls = []
     real = sources.open_source
-    monkeypatch.setattr("toolkit.collect.plan.open_source", lambda *a, **k: calls.append(a) or real(*a, **k))
+    monkeypatch.setattr("toolkit.collect.plan.planner.open_source", lambda *a, **k: calls.append(a) or real(*a, **k))
     toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
     assert len(calls) == 1

@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.cells import Cell
 from toolkit.metrics.registry import resolve_metrics
 
 METRICS = resolve_metrics(["frobenius_norm", "stable_rank"], kind="weight")
@@ -55,7 +56,7 @@ def test_dense_grid_is_unchanged():
     (["layers.1.stack", "layers.1.stack"], "layers.1.stack"),  # a GGUF stack read whole: one name
 ])
 def test_name_of_the_mean_cell(names, want):
-    from toolkit.collect.experts import _pattern
+    from toolkit.collect.assemble.experts import _pattern
 
     experts = [1, 2] if names[0].startswith("l.1") else list(range(len(names)))
     assert _pattern(names, experts) == want

@@ -9,7 +9,7 @@ import scipy.stats
 import torch
 
 import toolkit
-from toolkit.collect.stream import Workspace, float32_stream, map_tensors
+from toolkit.collect.execute.stream import Workspace, float32_stream, map_tensors
 from toolkit.metrics import compute_weight_metrics, norms
 from toolkit.testing import write_tiny_checkpoint
 
@@ -145,7 +145,7 @@ def test_light_gguf_reader_gives_transformers_config():
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     from toolkit.bundled import default_model_path
-    from toolkit.sources.gguf_ import gguf_config
+    from toolkit.sources.gguf import gguf_config
 
     path = str(default_model_path())
     assert gguf_config(path, "llama") == load_gguf_checkpoint(path, return_tensors=False)["config"]

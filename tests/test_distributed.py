@@ -19,9 +19,9 @@ import xarray as xr
 import toolkit
 from toolkit.cli import main
 from toolkit.collect.cache import open_cache
+from toolkit.collect.execute.remote import SourceSpec, WorkerTaskError, measure_task
+from toolkit.collect.measure.weights import WeightMeasurement
 from toolkit.collect.plan import plan_pieces
-from toolkit.collect.remote import SourceSpec, WorkerTaskError, measure_task
-from toolkit.collect.weight_cells import WeightMeasurement
 from toolkit.sources.base import TensorRecord
 from toolkit.testing import write_tiny_checkpoint
 
@@ -69,6 +69,15 @@ def same(a: xr.Dataset, b: xr.Dataset) -> None:
     a, b = a.copy(), b.copy()
     a.attrs.pop("created"), b.attrs.pop("created")
     xr.testing.assert_identical(a, b)
+
+
+def test_per_head_statistics_and_a_selection_on_the_cluster_equal_serial(client, llama28, request):
+    kw = dict(per_head=True, layers=slice(0, 28, 9), components=["attn.*", "mlp.down"])
+    serial = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], progress=False, cache=False, **kw)
+    request.getfixturevalue("no_driver_reads")
+    ds = toolkit.weight_stats(llama28, ["stable_rank", "alpha"], client=client, progress=False, **kw)
+    same(serial, ds)
+    assert ds.layer.values.tolist() == [0, 9, 18, 27] and ds.alpha_per_head.notnull().sum() > 0
 
 
 def test_weight_stats_on_the_cluster_equals_serial_28_layers(client, llama28, request):

@@ -144,7 +144,7 @@ def _worker() -> None:
     import transformers.conversion_mapping  # noqa: F401
     import transformers.models.llama.modeling_llama  # noqa: F401
 
-    import toolkit.sources.gguf_  # noqa: F401
+    import toolkit.sources.gguf  # noqa: F401
     import toolkit.sources.safetensors_  # noqa: F401
 
     for line in sys.stdin:

@@ -358,7 +358,7 @@ def test_a_tiny_file_declaring_2_gib_is_refused_without_reading(tmp_path):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe forks (Linux)")
 def test_a_file_that_hangs_or_crashes_the_hdf5_library_is_a_typed_error(tmp_path, monkeypatch):
-    import toolkit.io as io
+    import toolkit.io.hostile as io
 
     p = _saved(tmp_path)
     monkeypatch.setattr(io, "PROBE_TIMEOUT_S", 2.0)
@@ -390,7 +390,7 @@ def _heap_objects(data: bytes):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe forks (Linux)")
 def test_damaged_global_heaps_never_hang_load(tmp_path, monkeypatch):
     """A size changed in the global heap (which holds the dimension lists) makes HDF5 1.14 loop forever."""
-    import toolkit.io as io
+    import toolkit.io.hostile as io
 
     monkeypatch.setattr(io, "PROBE_TIMEOUT_S", 3.0)
     data = _saved(tmp_path).read_bytes()
@@ -416,7 +416,7 @@ def test_mutated_saved_files_give_a_typed_error_or_a_dataset(tmp_path_factory):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    import toolkit.io as io
+    import toolkit.io.hostile as io
 
     folder = tmp_path_factory.mktemp("mutated")
     data = _saved(folder).read_bytes()

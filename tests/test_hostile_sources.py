@@ -275,7 +275,7 @@ def test_gguf_huge_array_count(tmp_path, smollm2_copy):
 
 
 def test_gguf_nested_arrays_and_alignment(tmp_path):
-    from toolkit.sources._gguf_table import read_gguf_table
+    from toolkit.sources.gguf.table import read_gguf_table
 
     nested = struct.pack("<IQ", 9, 1) * 40 + struct.pack("<IQ", 4, 0)  # arrays of arrays, 40 deep
     path = _write(tmp_path, gguf_bytes([("deep", 9, nested)]))

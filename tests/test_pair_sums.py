@@ -11,8 +11,8 @@ from safetensors.torch import save_file
 
 import toolkit
 from _compare_data import tiny, variant
-from toolkit.collect import pair_cells
 from toolkit.collect.compare import compare
+from toolkit.collect.measure import pairs as pair_cells
 from toolkit.metrics.diff import DiffContext, compute_diff_metrics
 from toolkit.metrics.pair_sums import PairSums, count_nonfinite, pair_sums
 from toolkit.metrics.registry import register_metric, unregister_metric

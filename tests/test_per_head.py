@@ -92,3 +92,43 @@ def test_a_matrix_that_does_not_split_into_heads_is_refused():
 
     with pytest.raises(DegenerateMatrix, match="not 4 heads x head_dim 8"):
         head_slices(torch.zeros(30, 32), "attn.q", 4, 8)
+
+
+def test_heads_come_from_the_same_pass_each_tensor_read_once(llama, reads, cache):
+    ds = toolkit.weight_stats(llama, ["stable_rank", "alpha"], progress=False, per_head=True)
+    assert sorted(reads) == sorted(set(reads))  # every stored tensor read once: cells and heads together
+    plain = toolkit.weight_stats(llama, ["stable_rank", "alpha"], progress=False, cache=False)
+    xr.testing.assert_identical(ds.stable_rank, plain.stable_rank)
+    xr.testing.assert_identical(ds.alpha, plain.alpha)
+    # a head is a matrix like any other: the registered alpha on the slice, not a second evaluator
+    w = load_file(str(llama / "model.safetensors"))["model.layers.0.self_attn.k_proj.weight"].double().numpy()
+    lam = np.linalg.svd(w[HEAD_DIM:2 * HEAD_DIM], compute_uv=False) ** 2
+    assert float(ds.alpha_per_kv_head.sel(layer=0, component="attn.k", kv_head=1)) == pytest.approx(
+        fit_power_law(lam).alpha, rel=1e-6)
+
+
+def test_clear_cache_after_a_per_head_run_leaves_nothing(llama, cache):
+    toolkit.weight_stats(llama, ["stable_rank"], progress=False, per_head=True)
+    info = toolkit.cache_info()
+    assert info["files"] > 0
+    assert toolkit.clear_cache() == info["bytes"]
+    assert toolkit.cache_info() == {"path": str(cache), "files": 0, "bytes": 0}
+    left = [p for p in cache.rglob("*") if p.is_file()]
+    assert left == []
+
+
+def test_heads_of_a_config_with_other_head_counts_are_not_served_from_the_cache(llama, tmp_path, cache):
+    import json
+    import shutil
+
+    toolkit.weight_stats(llama, ["stable_rank"], progress=False, per_head=True)
+    other = tmp_path / "m2"
+    shutil.copytree(llama, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg.update(num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    (other / "config.json").write_text(json.dumps(cfg))
+    ds = toolkit.weight_stats(other, ["stable_rank"], progress=False, per_head=True)
+    w = load_file(str(other / "model.safetensors"))["model.layers.0.self_attn.q_proj.weight"].double().numpy()
+    s = np.linalg.svd(w[16:32], compute_uv=False)
+    assert ds.sizes["head"] == 2
+    assert float(ds.spectral_norm_per_head.sel(layer=0, component="attn.q", head=1)) == pytest.approx(s[0], rel=1e-6)

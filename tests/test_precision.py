@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import toolkit
-from toolkit.collect.weight_cells import WeightMeasurement
+from toolkit.collect.measure.weights import WeightMeasurement
 from toolkit.errors import InvalidOptionError
 from toolkit.metrics.powerlaw import fit_power_law
 from toolkit.metrics.spectral import (

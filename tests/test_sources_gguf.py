@@ -18,7 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import toolkit.sources.gguf_ as gguf_mod
+import toolkit.sources.gguf.decoding as gguf_decoding
+import toolkit.sources.gguf.transformers_plan as gguf_mod
 from toolkit.sources import open_source
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -97,8 +98,8 @@ def test_default_source_is_bundled_smollm2(smollm2_path):
 
 def test_listing_reads_no_tensor_data(smollm2_path, monkeypatch):
     calls = []
-    real = gguf_mod.tensor_data
-    monkeypatch.setattr(gguf_mod, "tensor_data", lambda *a: calls.append(a[0].name) or real(*a))
+    real = gguf_decoding.tensor_data
+    monkeypatch.setattr(gguf_decoding, "tensor_data", lambda *a: calls.append(a[0].name) or real(*a))
     records = list(open_source(smollm2_path).tensors())
     assert calls == []
     records[1].read()
@@ -132,7 +133,7 @@ def test_llama_qk_permutation_is_undone(tmp_path, write_tiny_llama_gguf):
 
 
 def test_gemma_norms_are_stored_plus_one(gemma3_path):
-    from toolkit.sources._gguf_table import read_gguf_table, tensor_data
+    from toolkit.sources.gguf.table import read_gguf_table, tensor_data
 
     info = next(t for t in read_gguf_table(gemma3_path).tensors if t.name == "blk.0.attn_norm.weight")
     rec = next(r for r in open_source(gemma3_path).tensors() if r.stored_name == "blk.0.attn_norm.weight")
@@ -363,7 +364,7 @@ def test_unsupported_gguf_architecture_is_a_checkpoint_error(tmp_path):
 
 
 def test_header_arrays_are_located_then_read_on_demand(tmp_path):
-    from toolkit.sources._gguf_table import GGUFArray, read_gguf_table
+    from toolkit.sources.gguf.table import GGUFArray, read_gguf_table
 
     path = _write_header_gguf(tmp_path / "m.gguf", "llama", kv_heads=[2, 1], tokens=5)
     table = read_gguf_table(path)

@@ -18,7 +18,7 @@ import importlib
 from toolkit._version import __version__
 from toolkit.architectures import Mapping, register_architecture
 from toolkit.architectures.vocabulary import COMPONENTS
-from toolkit.collect.cache import cache_info, clear_cache
+from toolkit.collect.cache_folders import cache_info, clear_cache
 from toolkit.collect.compare import compare, compare_series
 from toolkit.collect.weights import weight_stats
 from toolkit.errors import ToolkitError

@@ -577,3 +577,53 @@ class AdapterBaseError(ToolkitError, ValueError):
         self.base = str(base)
         self.reason = reason
         super().__init__(f"LoRA adapter {self.adapter!r} (base {self.base or 'not recorded'!r}): {reason}")
+
+
+class UnknownFormatError(ToolkitError, KeyError):
+    """A checkpoint format name that is not registered (:func:`toolkit.sources.formats.get_format`).
+
+    Fields: ``name``, ``known`` (the registered format names, sorted).
+    """
+
+    def __init__(self, name: str, known: Iterable[str]):
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(f"unknown checkpoint format {name!r}; registered formats: {', '.join(self.known) or 'none'}. "
+                         "Register one with toolkit.sources.formats.register_format(...)")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+    def __reduce__(self):
+        return type(self), (self.name, self.known)
+
+
+class NotAnUpdateError(ToolkitError, TypeError):
+    """A checkpoint asked to be merged into a base model while it is no update of one
+    (a full checkpoint, not an adapter): :meth:`toolkit.sources.Source.merged_into`.
+
+    Fields: ``source`` (its location), ``format``, ``reason``.
+    """
+
+    def __init__(self, source: str, format: str, reason: str):
+        self.source = str(source)
+        self.format = str(format)
+        self.reason = reason
+        super().__init__(f"checkpoint {self.source!r} ({self.format}) is not an update of a base model: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.source, self.format, self.reason)
+
+
+class SelectionError(ToolkitError, ValueError):
+    """A selection (``layers=``, ``components=``, ``experts=``) naming something the model does not have.
+
+    Fields: ``option``, ``value`` (what was asked for), ``reason`` (what the model has).
+    """
+
+    def __init__(self, option: str, value: object, reason: str):
+        self.option, self.value, self.reason = option, value, reason
+        super().__init__(f"{option}={_shown(value)} selects nothing in this model: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.option, self.value, self.reason)

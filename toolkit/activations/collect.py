@@ -21,7 +21,8 @@ from toolkit.activations.model import load_model
 from toolkit.activations.progress import layer_progress
 from toolkit.activations.routing import RouterRecorder, router_variables
 from toolkit.architectures import resolve_adapter
-from toolkit.collect.grid import Cell, build_grid_dataset
+from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.cells import Cell
 from toolkit.errors import InvalidOptionError, UnmappedParametersError
 
 

@@ -24,7 +24,7 @@ def add_head_variables(ds: xr.Dataset, comp, att, dims, texts: list, ids: list) 
     Parameters
     ----------
     ds : xarray.Dataset
-        From :func:`toolkit.collect.grid.build_grid_dataset`.
+        From :func:`toolkit.collect.assemble.grid.build_grid_dataset`.
     comp : hooks.ComponentRecorder
         Per-head sums of squares of q, k, v.
     att : attention.AttentionRecorder or None

@@ -23,15 +23,11 @@ with latent attention (:mod:`.mla`).
 from __future__ import annotations
 
 from toolkit.architectures import bert, gemma, gpt2, gpt_neox, llama, mla, moe, phi, phi3  # noqa: F401  (register)
-from toolkit.architectures.adapter import (
-    FamilyAdapter,
-    Split,
-    register_architecture,
-    registered_architectures,
-    resolve_adapter,
-)
+from toolkit.architectures.adapter import FamilyAdapter, register_architecture, registered_architectures
 from toolkit.architectures.base import Adapter, Dims, Piece
 from toolkit.architectures.mapping import Mapping
+from toolkit.architectures.resolve import resolve_adapter
+from toolkit.architectures.split import Split
 from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS, EXTRA_COMPONENTS
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The declarative family adapter, the family registry and ``resolve_adapter``.
+"""The declarative family adapter and the family registry.
 
 A family is one small class: the block container, the module path of each
 component inside a block, the fused tensors with their split sizes declared
@@ -19,74 +19,11 @@ from the config, and which tensors are stored transposed. For example::
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-import torch
-
-from toolkit.architectures.base import Adapter, Dims, Extract
+from toolkit.architectures.base import Adapter, Extract
+from toolkit.architectures.split import Split, check_component
 from toolkit.architectures.vocabulary import ALL_COMPONENTS
-from toolkit.errors import DuplicateRegistrationError, MappingError, UnsupportedArchitectureError
-
-
-@dataclass(frozen=True)
-class Split:
-    """How the output rows of a fused tensor are cut into components.
-
-    The (out, in) matrix holds ``groups`` repeats of a block made of
-    ``sizes[0]`` rows of ``components[0]``, then ``sizes[1]`` rows of
-    ``components[1]``... With ``groups=1`` the components are contiguous
-    (phi3 ``qkv_proj``: all of q, then k, then v); with ``groups=num_heads``
-    they interleave per head (gpt_neox ``query_key_value``:
-    ``[h0_q, h0_k, h0_v, h1_q, ...]``).
-
-    Parameters
-    ----------
-    components : tuple of str
-        Canonical components in storage order.
-    sizes : sequence of int, or callable ``Dims -> sequence of int``
-        Rows of each component within one group, from the config.
-    groups : int, or callable ``Dims -> int``
-        Number of repeats (default 1).
-    """
-
-    components: tuple[str, ...]
-    sizes: Sequence[int] | Callable[[Dims], Sequence[int]]
-    groups: int | Callable[[Dims], int] = 1
-
-    def indices(self, dims: Dims, key: str = "") -> tuple[int, dict[str, object]]:
-        """``(total_rows, {component: slice or LongTensor})`` for these sizes.
-
-        Raises
-        ------
-        MappingError
-            The config lacks a size the split needs, or a size is not positive.
-        """
-        try:
-            sizes = [int(s) for s in (self.sizes(dims) if callable(self.sizes) else self.sizes)]
-            groups = int(self.groups(dims) if callable(self.groups) else self.groups)
-        except TypeError as e:  # a None size: the config lacks it
-            raise MappingError(key, f"the config lacks a size this split needs ({dims}): {e}") from e
-        except ArithmeticError as e:  # a zero head count (Dims refuses it; a hand-made Dims may not)
-            raise MappingError(key, f"the config's sizes cannot give this split ({dims}): {e}") from e
-        if len(sizes) != len(self.components) or min(sizes + [groups]) <= 0:
-            raise MappingError(key, f"bad split sizes {sizes} x {groups} groups for {self.components}")
-        block = sum(sizes)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        if groups == 1:
-            out = {c: slice(s, s + n) for c, s, n in zip(self.components, starts, sizes, strict=True)}
-        else:
-            base = torch.arange(groups).unsqueeze(1) * block
-            out = {
-                c: (base + torch.arange(s, s + n)).reshape(-1)
-                for c, s, n in zip(self.components, starts, sizes, strict=True)
-            }
-        return block * groups, out
-
-
-def _check_component(comp: str, key: str) -> None:
-    if comp not in ALL_COMPONENTS:
-        raise MappingError(key, f"unknown component {comp!r}; components are {', '.join(ALL_COMPONENTS)}")
+from toolkit.errors import DuplicateRegistrationError
 
 
 class FamilyAdapter(Adapter):
@@ -131,11 +68,11 @@ class FamilyAdapter(Adapter):
             t = module in self.transposed
             if isinstance(target, Split):
                 for c in target.components:
-                    _check_component(c, module)
+                    check_component(c, module)
                 rows, idx = target.indices(self.dims, f"{self.family}: {module}")
                 self._targets[module] = [(c, t, idx[c], rows) for c in target.components]
             else:
-                _check_component(target, module)
+                check_component(target, module)
                 self._targets[module] = [(target, t, None, None)]
 
     @property
@@ -210,64 +147,6 @@ def registered_architectures() -> dict[str, type[Adapter]]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def resolve_adapter(config: dict, parameter_names: Sequence[str] = (), mapping=None) -> Adapter:
-    """The adapter for a checkpoint, from its config (or from a user mapping).
-
-    Parameters
-    ----------
-    config : dict
-        The ``transformers`` config as a dict; ``model_type`` picks the family.
-    parameter_names : sequence of str
-        Every stored parameter name; used for the error message and, when the
-        config has no layer count, to count the layers.
-    mapping : Mapping or dict, optional
-        A user :class:`~toolkit.architectures.Mapping` (a plain dict is
-        turned into one); it wins over the registered family.
-
-    Returns
-    -------
-    Adapter
-
-    Raises
-    ------
-    UnsupportedArchitectureError
-        No mapping given and no family registered for ``model_type``; the
-        message lists the parameter names and how to pass a mapping.
-    MappingError
-        A declared split needs a size the config lacks, a size of the config
-        is not a positive integer, or ``config`` is not a dict.
-
-    Notes
-    -----
-    It does not check the layer count: call :meth:`Adapter.check_layers`
-    with the layers of every piece once all names are mapped.
-
-    Examples
-    --------
-    >>> cfg = {"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 32,
-    ...        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64}
-    >>> a = resolve_adapter(cfg, [])
-    >>> [(p.component, p.out_index) for p in a.pieces("model.layers.1.self_attn.qkv_proj.weight")]
-    [('attn.q', slice(0, 32, None)), ('attn.k', slice(32, 48, None)), ('attn.v', slice(48, 64, None))]
-    """
-    from collections.abc import Mapping as AbcMapping
-
-    from toolkit.architectures.mapping import Mapping
-
-    if not isinstance(config, AbcMapping):
-        raise MappingError("config", f"the config must be a dict (a config.json's content), not a "
-                           f"{type(config).__name__}; pass {{}} when there is none")
-    if mapping is not None:
-        if not isinstance(mapping, Mapping):
-            mapping = Mapping(dict(mapping))
-        adapter = mapping.adapter(config)
-    else:
-        model_type = config.get("model_type")
-        cls = _REGISTRY.get(model_type) if isinstance(model_type, str) else None
-        if cls is None:
-            raise UnsupportedArchitectureError(model_type, _REGISTRY, list(parameter_names))
-        adapter = cls(config)
-    if adapter.num_layers is None:
-        layers = [p.layer for n in parameter_names for p in adapter.pieces(n)]
-        adapter.num_layers = max(layers) + 1 if layers else 0
-    return adapter
+def family_adapter(model_type) -> type[Adapter] | None:
+    """The adapter class registered for ``model_type``, or None (also for a ``model_type`` that is no str)."""
+    return _REGISTRY.get(model_type) if isinstance(model_type, str) else None

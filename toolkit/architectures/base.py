@@ -7,9 +7,11 @@ shapes. Every matrix an adapter hands out is in (out_features, in_features)
 orientation, the ``nn.Linear`` convention.
 
 This module holds the data types (:class:`Piece`, :class:`Dims`,
-:class:`Extract`) and the abstract :class:`Adapter`; the declarative family
-base and the registry live in :mod:`toolkit.architectures.adapter`, user
-mappings in :mod:`toolkit.architectures.mapping`.
+:class:`Extract`) and the abstract :class:`Adapter`; fused splits live in
+:mod:`toolkit.architectures.split`, the declarative family base and the
+registry in :mod:`toolkit.architectures.adapter`, user mappings in
+:mod:`toolkit.architectures.mapping`, and ``resolve_adapter`` in
+:mod:`toolkit.architectures.resolve`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ keys are ``n_layer``, ``n_embd``, ``n_head``, ``n_inner``.
 
 from __future__ import annotations
 
-from toolkit.architectures.adapter import FamilyAdapter, Split, register_architecture
+from toolkit.architectures.adapter import FamilyAdapter, register_architecture
+from toolkit.architectures.split import Split
 
 
 @register_architecture("gpt2")

@@ -11,7 +11,8 @@ Names: ``gpt_neox.layers.{i}...`` (``GPTNeoXForCausalLM``) or ``layers.{i}``.
 
 from __future__ import annotations
 
-from toolkit.architectures.adapter import FamilyAdapter, Split, register_architecture
+from toolkit.architectures.adapter import FamilyAdapter, register_architecture
+from toolkit.architectures.split import Split
 
 
 @register_architecture("gpt_neox")

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 from collections.abc import Mapping as AbcMapping
 
-from toolkit.architectures.adapter import Split, _check_component
 from toolkit.architectures.base import Adapter, Extract
+from toolkit.architectures.split import Split, check_component
 from toolkit.architectures.vocabulary import COMPONENTS
 from toolkit.errors import MappingError
 
@@ -95,13 +95,13 @@ class Mapping:
         self.name = name
         self._rules = []  # (compiled, target, transpose, key)
         for comp, rx in self.patterns.items():
-            _check_component(comp, comp)
+            check_component(comp, comp)
             self._rules.append((_compile(rx, comp), comp, comp in self.transpose or rx in self.transpose, comp))
         for rx, split in self.fused.items():
             if not isinstance(split, Split):
                 raise MappingError(rx, f"a fused pattern needs a Split(...), got {type(split).__name__}")
             for c in split.components:
-                _check_component(c, rx)
+                check_component(c, rx)
             self._rules.append((_compile(rx, rx), split, rx in self.transpose, rx))
         unknown = self.transpose - set(self.patterns) - set(self.fused) - {
             rx for rx in self.patterns.values()

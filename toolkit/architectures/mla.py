@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import re
 
-from toolkit.architectures.adapter import Split, register_architecture
+from toolkit.architectures.adapter import register_architecture
 from toolkit.architectures.base import Piece
 from toolkit.architectures.llama import LLAMA_MODULES
 from toolkit.architectures.moe import SWIGLU_EXPERT, MoEAdapter
+from toolkit.architectures.split import Split
 
 __all__ = ["DeepseekAdapter"]
 

@@ -12,7 +12,8 @@ first, then up. ``head_dim`` defaults to ``hidden_size // num_attention_heads``.
 
 from __future__ import annotations
 
-from toolkit.architectures.adapter import FamilyAdapter, Split, register_architecture
+from toolkit.architectures.adapter import FamilyAdapter, register_architecture
+from toolkit.architectures.split import Split
 
 
 @register_architecture("phi3")

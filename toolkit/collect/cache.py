@@ -24,11 +24,9 @@ disables caching, as does ``cache=False`` on the public functions.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import shutil
 import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -38,6 +36,8 @@ from pathlib import Path
 from toolkit._version import __version__
 from toolkit.atomic import atomic_write
 from toolkit.errors import CacheWarning
+from toolkit.hashing import digest
+from toolkit.hashing import stable_value as _stable
 
 ENV_VAR = "TOOLKIT_CACHE_DIR"
 #: Version of the stored eigenvalues (the toolkit's: they come from its singular values).
@@ -57,40 +57,35 @@ def cache_dir() -> Path | None:
     return Path(platformdirs.user_cache_dir("toolkit"))
 
 
-#: The folders of the cache; :func:`clear_cache` deletes these and nothing else.
-KINDS = ("weights", "compare", "plans")
+def cache_kind(name: str, holds: str) -> str:
+    """Declare the cache folder ``name`` (what stores there calls this once, at import) and return it.
+
+    :func:`toolkit.collect.cache_folders.clear_cache` and ``cache_info`` cover
+    exactly the declared folders, and :class:`ResultCache` refuses an
+    undeclared one, so no kind of result can be stored where clearing does
+    not look.
+
+    Raises
+    ------
+    ValueError
+        ``name`` is not a plain folder name, or is declared twice with other contents.
+    """
+    if not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"a cache folder name is letters, digits and '_', not {name!r}")
+    if _KINDS.get(name, holds) != holds:
+        raise ValueError(f"cache folder {name!r} is declared twice ({_KINDS[name]!r}, {holds!r})")
+    _KINDS[name] = holds
+    return name
+
+
+def cache_kinds() -> dict[str, str]:
+    """``{folder: what it holds}`` of every declared cache folder."""
+    return dict(_KINDS)
+
+
+#: Every folder of the cache, declared by what stores there (:func:`cache_kind`): name -> what it holds.
+_KINDS: dict[str, str] = {}
 _PACKAGE = Path(__file__).resolve().parents[1]
-
-
-def _stable(obj):
-    """A JSON-able stand-in for ``obj`` whose text changes whenever its value does: arrays and
-    tensors by dtype, shape and the sha256 of their bytes (``str`` elides long arrays)."""
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if isinstance(obj, (list, tuple)):
-        return [_stable(o) for o in obj]
-    if isinstance(obj, dict):
-        return {str(k): _stable(v) for k, v in obj.items()}
-    try:
-        import numpy as np
-
-        if hasattr(obj, "detach"):  # a torch tensor (bf16 widened exactly to float32)
-            dtype, obj = str(obj.dtype), obj.detach().cpu()
-            obj = obj.float() if obj.is_floating_point() and obj.dtype.itemsize < 4 else obj
-            arr = np.ascontiguousarray(obj.numpy())
-        else:
-            arr = np.ascontiguousarray(obj)
-            dtype = str(arr.dtype)
-        if arr.dtype != object:
-            return ["array", dtype, list(arr.shape), hashlib.sha256(arr.tobytes()).hexdigest()]
-    except Exception:  # noqa: BLE001 - not array-like: its repr below
-        pass
-    return repr(obj)
-
-
-def digest(*parts: object) -> str:
-    """A 32-hex-digit sha256 of ``parts`` (JSON, keys sorted; arrays by their bytes, other objects by ``repr``)."""
-    return hashlib.sha256(json.dumps(_stable(parts), sort_keys=True).encode()).hexdigest()[:32]
 
 
 def code_identity(*subpackages: str) -> str:
@@ -246,6 +241,10 @@ class ResultCache:
     kind: str = "weights"
     _broken: bool = field(default=False, repr=False)
 
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"cache folder {self.kind!r} is not declared (toolkit.collect.cache.cache_kind)")
+
     @property
     def folder(self) -> Path | None:
         if self.root is None or self._broken:
@@ -302,47 +301,23 @@ class ResultCache:
         }
         if spectrum is not None:
             payload["spectrum"] = {"key": SPECTRUM_KEY, "values": [float(v) for v in spectrum]}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with atomic_write(path, "w") as f:
-                json.dump(payload, f)
-        except (OSError, ValueError) as exc:
-            self._broken = True
-            warn_unusable(self.root, exc, "written")
+        for attempt in range(2):
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with atomic_write(path, "w") as f:
+                    json.dump(payload, f)
+                return
+            except FileNotFoundError as exc:  # the folder was cleared while this entry was written
+                if attempt:
+                    self._broken = True
+                    warn_unusable(self.root, exc, "written")
+            except (OSError, ValueError) as exc:
+                self._broken = True
+                warn_unusable(self.root, exc, "written")
+                return
 
 
 def open_cache(identity: str, kind: str = "weights", enabled: bool = True) -> ResultCache:
     """A :class:`ResultCache` for one identity; disabled when ``enabled`` is False
     or ``$TOOLKIT_CACHE_DIR`` says off."""
     return ResultCache(cache_dir() if enabled else None, identity, kind)
-
-
-def cache_info() -> dict:
-    """``{"path": str, "files": int, "bytes": int}`` of the cache in force (zeros when it cannot be read)."""
-    root = cache_dir()
-    try:
-        if root is None or not root.is_dir():
-            return {"path": str(root or ""), "files": 0, "bytes": 0}
-        files = [p for kind in KINDS if (root / kind).is_dir() for p in (root / kind).rglob("*.json") if p.is_file()]
-        return {"path": str(root), "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
-    except OSError:
-        return {"path": str(root), "files": 0, "bytes": 0}
-
-
-def clear_cache() -> int:
-    """Delete what the toolkit stored in the cache folder in force (its ``weights``, ``compare``
-    and ``plans`` folders, nothing else: ``$TOOLKIT_CACHE_DIR`` may name a folder that holds
-    other files); returns the number of bytes freed.
-
-    Raises
-    ------
-    OSError
-        A folder cannot be deleted (the error names it).
-    """
-    info = cache_info()
-    root = cache_dir()
-    if root is not None and root.is_dir():
-        for kind in KINDS:
-            if (root / kind).is_dir() and not (root / kind).is_symlink():
-                shutil.rmtree(root / kind)
-    return info["bytes"]

@@ -18,22 +18,22 @@ import numpy as np
 import xarray as xr
 
 from toolkit import options
-from toolkit.collect.adapter_plans import merge_adapters
-from toolkit.collect.cache import cache_run, digest, open_cache
-from toolkit.collect.executors import executor_for
-from toolkit.collect.pair_cells import PairMeasurement
-from toolkit.collect.pair_dataset import pair_dataset, series_name
-from toolkit.collect.pipeline import run_units
+from toolkit.collect.assemble.pairs import pair_dataset, series_name
+from toolkit.collect.cache import digest
+from toolkit.collect.execute import open_pass
+from toolkit.collect.measure import PairMeasurement
 from toolkit.collect.plan import plan_pieces
-from toolkit.collect.progress import opening_progress
-from toolkit.collect.tensor_pairs import pair_tensors
+from toolkit.collect.plan.adapters import adapter_base, merge_adapters
+from toolkit.collect.plan.pairs import pair_tensors, select_pairs
+from toolkit.collect.plan.selection import Selection
 from toolkit.errors import EmptyInputError, InvalidOptionError
 
 REFERENCES = ("first", "previous")
 
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
-            keep_spectra: bool = False) -> xr.Dataset:
+            keep_spectra: bool = False, layers=None, components=None, experts=None,
+            fill: bool = False) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
@@ -67,12 +67,17 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     client : distributed.Client or str, optional
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor pair, read by the
-        workers themselves; the same Dataset (:mod:`toolkit.collect.executors`).
+        workers themselves; the same Dataset (:mod:`toolkit.collect.execute.executors`).
     keep_spectra : bool, default False
         Add the spectrum of each cell's update as ``eigenvalues`` (layer,
         component, index): the eigenvalues of ΔWᵀΔW, ΔW = W_target − W_base,
         descending, NaN-padded (attr ``matrix = "update W_target - W_base"``);
         kept with the cell in the cache, drawn by ``toolkit.plot.esd``.
+    layers, components, experts, fill
+        Only part of the model, as in :func:`toolkit.weight_stats` (only the
+        selected cells' tensor pairs are read). With a selection the whole-model
+        totals ``model_relative_change`` / ``model_update_sparsity`` are left
+        out (they need every tensor) and ``tensor`` lists the pairs read.
 
     Returns
     -------
@@ -123,21 +128,23 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     """
     where = "toolkit.compare"
     if target is None:  # compare(adapter): the adapter against the base it records
-        from toolkit.collect.adapter_plans import adapter_base
-
         base, target = adapter_base(base), base
     tolerance, k = options.diff_options(where, tolerance, k)
     metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
                                                                 mapping=mapping, progress=progress, cache=cache)
     keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
-    return _run([base, target], [(0, 1)], metrics, tolerance, k, mapping, device, progress, cache, client,
-                keep_spectra)[1][0]
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
+    measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
+    return _run([base, target], [(0, 1)], measurement, selection, fill=fill, mapping=mapping, progress=progress,
+                cache=cache, client=client)[1][0]
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
                    progress: bool | Callable = True, cache: bool = True, client=None,
-                   keep_spectra: bool = False) -> xr.Dataset:
+                   keep_spectra: bool = False, layers=None, components=None, experts=None,
+                   fill: bool = False) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
@@ -152,7 +159,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         Diff each checkpoint against the first one (cumulative change) or
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
-    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra
+    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra, layers, components, experts, fill
         As in :func:`compare` (``eigenvalues`` gets the ``checkpoint`` dim; row 0,
         a checkpoint against itself, is all zeros).
 
@@ -203,8 +210,11 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
     keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
-    plans, rows = _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client,
-                       keep_spectra)
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
+    measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
+    plans, rows = _run(checkpoints, pairs, measurement, selection, fill=fill, mapping=mapping, progress=progress,
+                       cache=cache, client=client)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -233,36 +243,36 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(checkpoints, pairs, metrics, tolerance, k, mapping, device, progress, cache, client=None, spectra=False):
+def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection, *, fill: bool, mapping, progress,
+         cache: bool, client=None):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
-    Each pair of checkpoints goes through :func:`toolkit.collect.pipeline.run_units`
-    (one unit per stored tensor pair, :class:`~toolkit.collect.pair_cells.PairMeasurement`)
-    on the executor ``client`` chooses; every mismatch is raised before any work.
+    Each pair of checkpoints is one :func:`~toolkit.collect.execute.run_pass` (one unit per
+    stored tensor pair, ``measurement`` at the pair's indices) on the executor ``client``
+    chooses; every mismatch is raised before any work. Only the pairs holding a cell of
+    ``selection`` are read.
     """
-    measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=spectra)
-    with cache_run(), executor_for(client, device) as executor:
-        report = opening_progress(progress, "compare", "the checkpoints")  # on screen while they are opened
+    with open_pass(progress=progress, desc="compare", what="the checkpoints", client=client,
+                   device=measurement.device, cache=cache) as run:
+        plans = []
+        for i, c in enumerate(checkpoints):
+            run.progress.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")
+            plans.append(plan_pieces(c, mapping=mapping, cache=cache))
+        plans = merge_adapters(plans, pairs, client)
+        matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
+        chosen = [plans[b].select(selection) for b, _ in pairs]
+        matched = [(select_pairs(tps, plan.selected), skipped) for (tps, skipped), plan in zip(matched, chosen,
+                                                                                                 strict=True)]
+        run.progress.begin(sum(len(p) for p, _ in matched))
         out = []
-        try:
-            plans = []
-            for i, c in enumerate(checkpoints):
-                report.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")
-                plans.append(plan_pieces(c, mapping=mapping, cache=cache))
-            plans = merge_adapters(plans, pairs, client)
-            matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
-            report.begin(sum(len(p) for p, _ in matched))
-            for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
-                m = measurement.at(bi, ti)
-                store = open_cache(digest(plans[bi].value_identity, plans[ti].value_identity), m.kind,
-                                   enabled=cache)
-                got = run_units(m, tensor_pairs, store, executor, report.step, [plans[bi].source, plans[ti].source])
-                executor.forget({b for b, _ in pairs[j + 1:]})
-                rows = [(tp.name, totals) for tp, (totals, _) in zip(tensor_pairs, got, strict=True)]
-                cells = {key: cell for _, c in got for key, cell in c.items()}
-                out.append(pair_dataset(plans[bi], plans[ti], cells, rows, list(m.chosen), skipped, tolerance, k,
-                                        spectra=spectra))
-        finally:
-            report.close()
+        for j, ((bi, ti), (tensor_pairs, skipped)) in enumerate(zip(pairs, matched, strict=True)):
+            m = measurement.at(bi, ti)
+            got = run.run(m, tensor_pairs, identity=digest(plans[bi].value_identity, plans[ti].value_identity),
+                          sources=[plans[bi].source, plans[ti].source])
+            run.executor.forget({b for b, _ in pairs[j + 1:]})
+            rows = [(tp.name, totals) for tp, (totals, _) in zip(tensor_pairs, got, strict=True)]
+            cells = {key: cell for _, c in got for key, cell in c.items()}
+            out.append(pair_dataset(chosen[j], plans[ti], cells, rows, list(m.chosen), skipped, m.tolerance, m.k,
+                                    spectra=m.spectra, fill=fill))
     return plans, out

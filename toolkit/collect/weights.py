@@ -1,4 +1,10 @@
-"""``weight_stats``: the toolkit's main job, checkpoint -> (layer, component) Dataset."""
+"""``weight_stats`` and ``cell_spectrum``: a checkpoint -> its (layer, component) Dataset.
+
+The front door of one checkpoint: options checked, then plan
+(:mod:`toolkit.collect.plan`) -> measure (:mod:`toolkit.collect.measure`)
+-> execute (:mod:`toolkit.collect.execute`) -> assemble
+(:mod:`toolkit.collect.assemble`).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,16 @@ from collections.abc import Callable
 import xarray as xr
 
 from toolkit import options
-from toolkit.collect.cache import cache_run, open_cache
-from toolkit.collect.executors import executor_for
-from toolkit.collect.grid import build_grid_dataset
-from toolkit.collect.lowrank_cells import measurement_for
-from toolkit.collect.pipeline import run_units
+from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
+from toolkit.collect.assemble.heads import with_heads
+from toolkit.collect.assemble.quality import quality_bounds, with_fit_options, with_quality
+from toolkit.collect.execute import open_pass
+from toolkit.collect.measure import WeightMeasurement, measurement_for
 from toolkit.collect.plan import plan_pieces
-from toolkit.collect.progress import opening_progress
-from toolkit.collect.weight_cells import WeightMeasurement
+from toolkit.collect.plan.selection import Selection
+from toolkit.errors import InvalidOptionError, SelectionError
 from toolkit.metrics.fit_options import FitOptions
+from toolkit.metrics.spectral import PRECISIONS
 
 
 def weight_stats(
@@ -34,13 +41,17 @@ def weight_stats(
     precision: str = "float64",
     fit=None,
     per_head: bool = False,
+    layers=None,
+    components=None,
+    experts=None,
+    fill: bool = False,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
     Tensors are streamed from the file (the model is never instantiated),
     dequantised to float32, split into canonical components and measured;
     reading overlaps with measuring, on up to two pipelines that share
-    torch's thread budget (:mod:`toolkit.collect.stream`), so peak memory
+    torch's thread budget (:mod:`toolkit.collect.execute.stream`), so peak memory
     stays within a few times the largest tensor.
 
     Parameters
@@ -64,14 +75,14 @@ def weight_stats(
         True: a tqdm bar over tensors; a callable ``progress(done, total, name)``
         is called after each tensor (used by the notebook widget).
     cache : bool
-        Reuse and store the plan (:mod:`toolkit.collect.plan_cache`) and the
+        Reuse and store the plan (:mod:`toolkit.collect.plan.cache`) and the
         per-matrix results in the on-disk cache (:mod:`toolkit.collect.cache`;
         ``$TOOLKIT_CACHE_DIR``), so a re-run is near-instant and an interrupted
         run computes only what is missing.
     client : distributed.Client or str, optional
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor, read by the
-        workers themselves; the same Dataset (:mod:`toolkit.collect.executors`).
+        workers themselves; the same Dataset (:mod:`toolkit.collect.execute.executors`).
     keep_spectra : bool, default False
         Add every matrix's eigenvalues of WᵀW as ``eigenvalues`` (layer,
         component, index), descending, NaN-padded. They are kept with the
@@ -104,9 +115,24 @@ def weight_stats(
         (:mod:`toolkit.metrics.per_head`): ``alpha_per_head``,
         ``stable_rank_per_head``, ``spectral_norm_per_head`` (layer,
         component, head) for ``attn.q`` / ``attn.o`` and ``..._per_kv_head``
-        (layer, component, kv_head) for ``attn.k`` / ``attn.v``; a second,
-        cached pass over the attention tensors, in this process (also with
-        ``client``), without a progress bar.
+        (layer, component, kv_head) for ``attn.k`` / ``attn.v``, measured in
+        the same pass (each attention tensor read once, on the cluster with
+        ``client``) and cached with the cell.
+    layers : int, slice, range or list of int, optional
+        Only these layers, as Python indexes the list of the model's layers
+        (``slice(0, 28, 4)``: every 4th; ``-1``: the last). Default all.
+    components : str or list of str, optional
+        Only these components, named as in the Dataset (``"attn.q"``,
+        ``"mlp.router"``) or by pattern (``"attn.*"``; ``"attn"`` / ``"mlp"``
+        alone: the group). Default all.
+    experts : int, slice, range or list of int, optional
+        Only these routed experts of the MoE layers (other components are
+        kept). Default all. Only the selected cells' tensors are read; a
+        later, wider selection finds them in the cache
+        (:mod:`toolkit.collect.plan.selection`).
+    fill : bool, default False
+        With a selection: the whole model's grid, the cells left out NaN with
+        ``nan_reason`` "not selected (...)"; by default they are absent.
 
     Returns
     -------
@@ -116,8 +142,9 @@ def weight_stats(
         ``parameter_name``, ``n_rows``, ``n_cols``, ``nan_reason``; attrs
         describing the source (``source``, ``format``, ``model_type``,
         ``num_hidden_layers``, ``storage_dtype``, ``fingerprint``,
-        ``revision``, ``toolkit_version``, ``created``). Components the
-        architecture lacks are NaN.
+        ``revision``, ``toolkit_version``, ``created``; ``selection`` when
+        part of the model was selected). Components the architecture lacks
+        are NaN.
 
     Raises
     ------
@@ -130,6 +157,9 @@ def weight_stats(
         the config.
     UnknownMetricError
         A name in ``metrics`` is not registered.
+    SelectionError
+        ``layers``, ``components`` or ``experts`` naming something the model
+        does not have (the message lists what it has).
     InvalidOptionError
         An empty ``metrics`` list, a flag that is not a bool, a ``progress``
         that is neither a bool nor a callable, a ``precision`` other than
@@ -148,21 +178,24 @@ def weight_stats(
     precision = checked_precision(precision, where)
     fit = FitOptions.coerce(fit, where)
     per_head = options.flag(per_head, "per_head", where)
+    fill = options.flag(fill, "fill", where)
+    selection = Selection.of(layers, components, experts, where)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
-    with cache_run(), executor_for(client, device) as executor, opening_progress(progress, "weights") as report:
+    with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
-        measurement = measurement_for(plan, measurement)  # a LoRA adapter: measured from its factors
-        store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
-        report.begin(len(plan.tensors))
-        results = run_units(measurement, plan.tensors, store, executor, report.step, [plan.source])
+        plan = plan.select(selection)
+        measurement = measurement_for(plan.source, measurement)  # measured from its factors (a LoRA adapter)
+        if per_head:
+            measurement = measurement.with_heads(plan.source.config, plan.source.location)
+        run.progress.begin(len(plan.tensors))
+        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source])
     cells = {key: cell for got in results for key, cell in got.items()}
     attrs = {**plan.attrs(), "spectral_precision": precision}
-    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra)
-    ds = with_fit_options(ds, fit, measurement.chosen)
-    if per_head:
-        from toolkit.collect.head_stats import with_head_stats
-
-        ds = with_head_stats(ds, plan, fit=fit, device=device, cache=cache)
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra,
+                            **plan.grid(fill))
+    ds = with_unselected(with_fit_options(ds, fit, measurement.chosen), plan.selected)
+    if measurement.heads is not None:
+        ds = with_heads(ds, cells, measurement.heads)
     return with_quality(ds, bounds)
 
 
@@ -174,87 +207,9 @@ def checked_precision(precision, where: str = "") -> str:
     InvalidOptionError
         Any other value.
     """
-    from toolkit.errors import InvalidOptionError
-    from toolkit.metrics.spectral import PRECISIONS
-
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise InvalidOptionError("precision", precision, "'float64' (the default) or 'float32'", where)
     return precision
-
-
-def with_fit_options(ds: xr.Dataset, fit: FitOptions, metrics) -> xr.Dataset:
-    """``ds`` with ``fit`` recorded (Dataset attrs ``fit_<name>``; attr ``fit_options`` of each
-    variable whose metric takes options) and WeightWatcher's skip rules applied.
-
-    With ``min_evals`` / ``max_evals`` / ``max_N`` set, every metric of a cell
-    WeightWatcher would skip is NaN and its ``nan_reason`` says why
-    (:meth:`FitOptions.skip_reason`); the spectra stay.
-    """
-    import numpy as np
-
-    ds = ds.copy()
-    ds.attrs.update(fit.attrs())
-    for m in metrics:
-        if m.options and m.name in ds:
-            ds[m.name].attrs["fit_options"] = ", ".join(f"{k}={v!r}" for k, v in m.options)
-    rows, cols = ds.n_rows.values, ds.n_cols.values
-    skip = np.array([[fit.skip_reason(int(r), int(c)) if r > 0 else "" for r, c in zip(rr, cc, strict=True)]
-                     for rr, cc in zip(rows, cols, strict=True)], dtype=object).reshape(rows.shape)
-    hit = skip != ""
-    if hit.any():
-        for m in metrics:
-            ds[m.name] = ds[m.name].where(~hit)
-        old = ds.nan_reason.values.astype(object)
-        joined = np.where(hit, np.where(old != "", skip + "; " + old, skip), old)
-        ds = ds.assign_coords(nan_reason=(("layer", "component"), joined.astype(str), ds.nan_reason.attrs))
-    return ds
-
-
-def quality_bounds(thresholds) -> tuple[float, float]:
-    """``(over, under)`` as floats.
-
-    Raises
-    ------
-    ToolkitError
-        ``thresholds`` is not two finite numbers with over <= under.
-    """
-    import math
-
-    from toolkit.errors import ToolkitError
-
-    try:
-        over, under = (float(t) for t in thresholds)
-    except (TypeError, ValueError):
-        raise ToolkitError(f"quality_thresholds must be two numbers (over, under), got {thresholds!r}") from None
-    if not (math.isfinite(over) and math.isfinite(under) and over <= under):
-        raise ToolkitError(f"quality_thresholds must be finite with over <= under, got {thresholds!r}")
-    return over, under
-
-
-def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
-    """``ds`` with the string coordinate ``quality`` (layer, component) from its ``alpha``
-    (:func:`toolkit.metrics.esd_fit.esd_quality`); ``ds`` unchanged without ``alpha``.
-
-    Raises
-    ------
-    ToolkitError
-        As :func:`quality_bounds`.
-    """
-    import numpy as np
-
-    from toolkit.metrics.esd_fit import esd_quality
-
-    over, under = quality_bounds(thresholds)
-    if "alpha" not in ds:
-        return ds
-    reasons = np.where(ds.n_rows.values > 0, ds.nan_reason.values, "no such matrix in this model")
-    labels = np.asarray(esd_quality(ds.alpha.values, over=over, under=under, reason=reasons), dtype=str)
-    return ds.assign_coords(quality=(("layer", "component"), labels, {
-        "long_name": "ESD quality from alpha",
-        "description": f"over-trained: alpha < {over:g}; under-trained: alpha > {under:g}; ok between; "
-                       "else why alpha could not be fitted",
-        "over_trained_below": over, "under_trained_above": under,
-        "reference": "Martin & Mahoney 2021; WeightWatcher's warning column"}))
 
 
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
@@ -286,33 +241,26 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
 
     Raises
     ------
-    ToolkitError
-        The checkpoint has no matrix at (layer, component); as :func:`weight_stats` otherwise.
+    SelectionError
+        The checkpoint has no matrix at (layer, component) (the message lists what it has), or
+        ``expert`` missing where the cell holds routed experts; as :func:`weight_stats` otherwise.
     """
-    from toolkit.collect.executors import SerialExecutor
-    from toolkit.collect.plan import PlannedTensor
-    from toolkit.errors import ToolkitError
-
     fit = FitOptions.coerce(fit, "toolkit.plot.esd")
     measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
-    with cache_run(), executor_for(None, device):
+    selection = Selection.of(layer, component, expert, "toolkit.cell_spectrum")
+    with open_pass(progress=False, desc="spectrum", device=device, cache=cache) as run:
         plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
-        measurement = measurement_for(plan, measurement)
-        want = (layer, component) if expert is None else (layer, component, expert)
-        found = [PlannedTensor(t.record, tuple(p for p in t.pieces if p.key == want)) for t in plan.tensors]
-        found = [t for t in found if t.pieces]
-        if not found:
-            routed = any(p.key[:2] == (layer, component) and p.expert is not None for t in plan.tensors
-                         for p in t.pieces)
-            raise ToolkitError(f"{plan.source.location!r} has no matrix at layer {layer} {component!r}"
-                               + (f" expert {expert}" if expert is not None else "")
-                               + (" (routed experts there: pass expert=0, 1...)" if routed and expert is None else "")
-                               + f" (layers 0..{plan.num_layers - 1}; components: "
-                               f"{sorted({p.component for t in plan.tensors for p in t.pieces})})")
-        store = open_cache(plan.value_identity, measurement.kind, enabled=cache)
-        results = run_units(measurement, found, store, SerialExecutor(), lambda name: None, [plan.source])
-    cells, attrs = results[0], plan.attrs()
+        plan = plan.select(selection)
+        if (expert is None) != (plan.num_experts == 0):
+            raise SelectionError("expert", expert, f"layer {layer} {component!r} holds {plan.num_experts} routed "
+                                 "experts: pass expert=0, 1..." if expert is None else
+                                 f"layer {layer} {component!r} is not a routed expert's matrix: leave expert out")
+        measurement = measurement_for(plan.source, measurement)
+        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source])
+    cells = {key: cell for got in results for key, cell in got.items()}
+    attrs = plan.attrs()
     if expert is not None:  # the expert's matrix, with its spectrum, in the (layer, component) cell
         cells, attrs = {key[:2]: cell for key, cell in cells.items()}, {**attrs, "expert": int(expert)}
-    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True)
+    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True,
+                            **plan.grid(fill=True))
     return with_fit_options(ds, fit, measurement.chosen)

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from toolkit import options
-from toolkit.cli import Parser, run_command
+from toolkit.cli.base import Parser, run_command
 from toolkit.errors import OutputPathError
 from toolkit.finetune.run import PRESETS, finetune
 

@@ -28,7 +28,7 @@ DEFAULT_OUT = {"full": "attention_lab.nc", "fast": "lab_fast.nc", "up16": "atten
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The lab's arguments, added to ``parser`` (a subcommand's) or a new one."""
-    from toolkit.cli import Parser
+    from toolkit.cli.base import Parser
     from toolkit.lab.train import PAPER_ACTIVATIONS, PRESET_NOTES, PRESETS
 
     p = parser or Parser(
@@ -91,7 +91,7 @@ def _check_arguments(args: argparse.Namespace, out: str) -> list[str]:
     ------
     UnknownActivationError, InvalidOptionError, OutputPathError
     """
-    from toolkit.cli import check_plot_path
+    from toolkit.cli.base import check_plot_path
     from toolkit.errors import InvalidOptionError, OutputPathError
     from toolkit.io import check_output_path
     from toolkit.lab.attention import parse_activation
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from toolkit.cli import save_figure
+        from toolkit.cli.base import save_figure
         from toolkit.plot import layer_grid
 
         save_figure(layer_grid(ds, "attention_norm"), args.plot, dpi=110)
@@ -143,6 +143,6 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` (default ``sys.argv[1:]``) and run; returns the exit code
     (2 with a one-line message for a toolkit error or a bad argument)."""
-    from toolkit.cli import run_command
+    from toolkit.cli.base import run_command
 
     return run_command(run, build_parser().parse_args(argv))

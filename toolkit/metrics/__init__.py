@@ -8,13 +8,13 @@
 
 from toolkit.errors import DegenerateMatrix, DuplicateMetricError, DuplicateRegistrationError
 from toolkit.metrics import builtin  # noqa: F401  (registers the built-ins, in order)
+from toolkit.metrics.compute import compute_weight_metrics
 from toolkit.metrics.esd_fit import esd_quality, ww_skip_reason
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.powerlaw import PowerLawFit, fit_power_law, spectrum_fit
 from toolkit.metrics.registry import (
     Metric,
     MetricValue,
-    compute_weight_metrics,
     get_metric,
     list_metrics,
     register_metric,

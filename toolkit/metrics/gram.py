@@ -16,7 +16,7 @@ import torch
 from toolkit.metrics.registry import DegenerateMatrix
 
 # Elements of W per float64 block while forming the Gram matrix (32 MiB; two
-# passes may run at once, see toolkit.collect.stream).
+# passes may run at once, see toolkit.collect.execute.stream).
 _GRAM_BLOCK = 1 << 22
 
 
@@ -70,7 +70,7 @@ def reuse_buffers():
     """Within this context, the calling thread keeps its Gram buffers from one matrix to the next
     (freed when the outermost context of the thread exits).
 
-    Used by each pipeline thread of a pass (:class:`toolkit.collect.executors.SerialExecutor`).
+    Used by each pipeline thread of a pass (:class:`toolkit.collect.execute.executors.SerialExecutor`).
     """
     _BUFFERS.depth += 1
     try:

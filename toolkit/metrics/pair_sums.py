@@ -34,7 +34,7 @@ product on NumPy's BLAS, each with its current thread count. Several
 passes at once must each get fewer threads, or every call waits at a
 barrier for a descheduled thread (measured at load 6 on 2 cores: 7.2 ms
 per 2^18-entry dot with 2 BLAS threads against 0.34 ms with one).
-:func:`toolkit.collect.stream.map_tensors` sets both limits for the
+:func:`toolkit.collect.execute.stream.map_tensors` sets both limits for the
 passes of ``weight_stats`` and ``compare``; Dask workers run with
 ``OMP_NUM_THREADS=1``.
 

@@ -8,18 +8,19 @@ v have ``num_key_value_heads`` heads, fewer than q's ``num_attention_heads``;
 query head ``h`` reads key/value head :math:`\lfloor h / (H / H_{kv}) \rfloor`
 (``transformers``' ``repeat_kv``).
 
-For each slice :math:`W_h` (float32, its own singular values, computed once
-and shared by the three statistics):
+Each slice :math:`W_h` is a matrix of its own, measured by the one evaluator
+(:func:`toolkit.metrics.evaluate.evaluate_matrix`) with the registered
+metrics named in :data:`HEAD_STATS` (its own singular values, computed once
+and shared by the three):
 
 - ``alpha``: the power-law exponent of the ESD of :math:`W_h^\top W_h`
-  (:func:`toolkit.metrics.powerlaw.fit_power_law`, with the fit options of
-  the run), NaN with the reason where it is undefined (a head of fewer than 8
-  eigenvalues above 1e-5);
+  (the ``alpha`` column's fit, with the fit options of the run), NaN with the
+  reason where it is undefined (a head of fewer than 8 eigenvalues above 1e-5);
 - ``stable_rank``: :math:`\|W_h\|_F^2 / \sigma_{max}(W_h)^2`;
 - ``spectral_norm``: :math:`\sigma_{max}(W_h)`.
 
-Pure functions on tensors; :mod:`toolkit.collect.head_stats` drives them over
-a checkpoint.
+This module says how a matrix splits into heads and names the statistics;
+:mod:`toolkit.collect.measure.heads` measures them in the weight pass.
 
 References
 ----------
@@ -30,8 +31,6 @@ models from multi-head checkpoints. EMNLP 2023.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
@@ -79,54 +78,3 @@ def head_slices(w: torch.Tensor, component: str, heads: int, head_dim: int) -> l
         side = "columns" if axis else "rows"
         raise DegenerateMatrix(f"{component} has {w.shape[axis]} {side}, not {heads} heads x head_dim {head_dim}")
     return list(torch.split(w, head_dim, dim=axis))
-
-
-def slice_stats(w_h: torch.Tensor, *, device: str = "cpu", **fit_options) -> dict[str, tuple[float, str]]:
-    """``{stat: (value, reason)}`` of one head slice (:data:`HEAD_STATS`), from one set of singular values."""
-    from toolkit.metrics.powerlaw import fit_power_law
-    from toolkit.metrics.spectral import singular_values
-
-    try:
-        s = singular_values(w_h, device=device).numpy()
-    except DegenerateMatrix as e:
-        return {name: (math.nan, e.reason) for name in HEAD_STATS}
-    top = float(s[0]) if s.size else 0.0
-    if not top > 0.0:
-        return {name: (math.nan, "all-zero slice") for name in HEAD_STATS}
-    out = {"stable_rank": (float((s * s).sum()) / (top * top), ""), "spectral_norm": (top, "")}
-    try:
-        out["alpha"] = (float(fit_power_law(s * s, **fit_options).alpha), "")
-    except DegenerateMatrix as e:
-        out["alpha"] = (math.nan, e.reason)
-    return {name: out[name] for name in HEAD_STATS}
-
-
-def head_stats(w: torch.Tensor, component: str, heads: int, head_dim: int, *, device: str = "cpu",
-               **fit_options) -> list[dict[str, tuple[float, str]]]:
-    r"""Per-head statistics of one attention matrix.
-
-    Parameters
-    ----------
-    w : torch.Tensor, shape (out_features, in_features)
-        Any float dtype (converted to float32).
-    component : {"attn.q", "attn.k", "attn.v", "attn.o"}
-    heads : int
-        Heads of this component (:func:`head_count`).
-    head_dim : int
-    device : str
-        Where the singular values are computed.
-    **fit_options
-        Options of :func:`toolkit.metrics.powerlaw.fit_power_law` (``fix_fingers``, ``xmax``...).
-
-    Returns
-    -------
-    list of dict
-        One ``{stat: (value, reason)}`` per head, in head order.
-
-    Raises
-    ------
-    DegenerateMatrix
-        As :func:`head_slices`.
-    """
-    w = w.to(torch.float32)
-    return [slice_stats(part, device=device, **fit_options) for part in head_slices(w, component, heads, head_dim)]

@@ -44,60 +44,28 @@ WeightWatcher's ``xmax=-k`` (clip the top eigenvalues) and
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from toolkit.metrics.power_law_tail import (
+    BLOCK_ELEMENTS,
+    EVALS_THRESHOLD,
+    MIN_EIGENVALUES,
+    PowerLawFit,
+    exact_ks_distances,
+    tail_alphas,
+)
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 from toolkit.metrics.tensor_memo import TensorMemo
 
-EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
-MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
+__all__ = ["EVALS_THRESHOLD", "FIT_DEFAULTS", "FIT_METRIC_OPTIONS", "MIN_EIGENVALUES", "PowerLawFit", "alpha",
+           "fit_power_law", "spectrum_fit"]
+
 SMALL_N = 20  # WeightWatcher WW_powerlaw.SMALL_N_CUTOFF
 MAX_FINGERS = 10  # WeightWatcher DEFAULT_MAX_FINGERS
 FINGER_THRESH = 1.0  # WeightWatcher DEFAULT_FINGER_THRESH
 _SAMPLES = 64  # sample points per tail for the D bounds
-_BLOCK = 1 << 22  # elements per block of exact D evaluation
-
-
-class PowerLawFit(NamedTuple):
-    r"""Result of :func:`fit_power_law`, WeightWatcher's fit columns in brackets.
-
-    Attributes
-    ----------
-    alpha : float
-        The exponent [alpha].
-    xmin : float
-        Start of the fitted tail, an eigenvalue [xmin].
-    ks_distance : float
-        Kolmogorov-Smirnov distance of the fit at ``xmin`` [D].
-    num_tail : int
-        :math:`n = N - i`, the eigenvalues from ``xmin``'s position in the
-        sorted spectrum to the top (``xmin`` itself included).
-    sigma : float
-        Standard error of the MLE, :math:`(\alpha - 1)/\sqrt{n}` [sigma].
-    xmax : float
-        Upper end of the fitted range: the largest eigenvalue fitted [xmax].
-    num_pl_spikes : int
-        Number of eigenvalues :math:`\ge x_{min}` [num_pl_spikes]; equals
-        ``num_tail`` unless ``xmin`` is tied with smaller-index eigenvalues.
-    num_fingers : int
-        ``fix_fingers="clip_xmax"``: WeightWatcher's count of the clipped
-        largest eigenvalues (one less than clipped); 0 otherwise [num_fingers].
-    raw_alpha : float
-        The alpha before the finger fix (= ``alpha`` without it) [raw_alpha].
-    """
-
-    alpha: float
-    xmin: float
-    ks_distance: float
-    num_tail: int
-    sigma: float = math.nan
-    xmax: float = math.nan
-    num_pl_spikes: int = 0
-    num_fingers: int = 0
-    raw_alpha: float = math.nan
 
 
 def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenvalues: int = MIN_EIGENVALUES,
@@ -236,45 +204,12 @@ def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int) -> PowerLaw
                         num_pl_spikes=num_pl_spikes, raw_alpha=fit.alpha)
 
 
-def _tail_alphas(logx: np.ndarray, bias_corrected: bool = False):
-    """MLE alpha for each candidate i = 0..N-2 and the tail sizes n = N - i."""
-    N = logx.size
-    n = np.arange(N, 1, -1, dtype=np.float64)  # N - i
-    ref = logx.mean()
-    suffix = np.cumsum((logx - ref)[::-1])[::-1][:-1]  # sum_{j>=i} (log x_j - ref)
-    s = suffix - n * (logx[:-1] - ref)  # sum_{j>=i} log(x_j / x_i)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alpha = 1.0 + ((n - 1.0) if bias_corrected else n) / s
-    return alpha, n, s
-
-
-def _exact_d(x, idx, alpha, n):
-    """Exact KS distances D_i for candidate indices ``idx`` (sorted), in blocks."""
-    N = x.size
-    out = np.empty(idx.size)
-    pos = 0
-    while pos < idx.size:
-        i0 = idx[pos]
-        width = N - i0
-        rows = max(1, _BLOCK // width)
-        sel = idx[pos : pos + rows]
-        j = np.arange(i0, N)
-        t = j[None, :] - sel[:, None]  # offset in each tail; < 0 outside it
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            ratio = x[None, i0:] / x[sel, None]
-            dev = np.abs(1.0 - ratio ** (1.0 - alpha[sel, None]) - t / n[sel, None])
-        dev[t < 0] = 0.0
-        out[pos : pos + sel.size] = dev.max(axis=1)
-        pos += sel.size
-    return out
-
-
 def _bounds(logx, idx, alpha, n, k):
     """Lower and upper bounds on D_i from k + 1 quantiles of each tail."""
     lower = np.empty(idx.size)
     upper = np.empty(idx.size)
     grid = np.linspace(0.0, 1.0, k + 1)
-    rows = max(1, _BLOCK // (k + 1))
+    rows = max(1, BLOCK_ELEMENTS // (k + 1))
     for a in range(0, idx.size, rows):
         sel = idx[a : a + rows]
         t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
@@ -290,7 +225,7 @@ def _bounds(logx, idx, alpha, n, k):
 
 def _fit_standard(x: np.ndarray, logx: np.ndarray) -> PowerLawFit:
     N = x.size
-    alpha, n, _ = _tail_alphas(logx)
+    alpha, n, _ = tail_alphas(logx)
     # WeightWatcher only scores alpha > 1 (else D = 1); alpha is > 1 or inf here.
     keep = np.flatnonzero(alpha > 1.0)
     d = np.ones(N - 1)
@@ -304,14 +239,14 @@ def _fit_standard(x: np.ndarray, logx: np.ndarray) -> PowerLawFit:
     while keep.size > _SAMPLES and 2 * (k + 1) < N - keep[0]:
         lower, upper = _bounds(logx, keep, alpha, n, k)
         probe = np.sort(keep[np.argsort(upper, kind="stable")[:8]])
-        d[probe] = _exact_d(x, probe, alpha, n)
+        d[probe] = exact_ks_distances(x, probe, alpha, n)
         scored[probe] = True
         best = min(best, float(d[probe].min()))
         keep = keep[~(lower > best * (1 + 1e-9) + 1e-12)]
         k *= 4
     keep = keep[~scored[keep]]
     if keep.size:
-        d[keep] = _exact_d(x, keep, alpha, n)
+        d[keep] = exact_ks_distances(x, keep, alpha, n)
     i = int(np.argmin(d))
     return PowerLawFit(float(alpha[i]), float(x[i]), float(d[i]), int(n[i]))
 
@@ -320,11 +255,11 @@ def _fit_small_n(x: np.ndarray, logx: np.ndarray, k_min: int = 8) -> PowerLawFit
     # WWFit.fit_powerlaw_smallN scores tails of >= k_min with the bias-corrected
     # alpha; WWFit.__init__ then takes argmin D (its J = D - 0.868/sqrt(n) only
     # trims WWFit.data), so the selection rule is the standard one.
-    alpha, n, s = _tail_alphas(logx, bias_corrected=True)
+    alpha, n, s = tail_alphas(logx, bias_corrected=True)
     idx = np.flatnonzero((n >= k_min) & (s > 1e-12))
     if idx.size == 0:
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
-    d = _exact_d(x, idx, alpha, n)
+    d = exact_ks_distances(x, idx, alpha, n)
     b = int(np.argmin(d))
     i = int(idx[b])
     return PowerLawFit(float(alpha[i]), float(x[i]), float(d[b]), int(n[i]))

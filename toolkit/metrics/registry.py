@@ -13,13 +13,21 @@ A diff metric (``kind="diff"``) is ``func(base, target, ctx) -> float``; see
 reads only the shared context (its entry-wise sums) and is called with
 ``base = target = None``, so the caller never converts the matrices.
 
+The registry is a leaf: it imports no other metric module. Importing
+:mod:`toolkit.metrics` registers every built-in metric
+(:mod:`toolkit.metrics.builtin`) and tells the registry how to compute
+singular values (:func:`use_singular_values`, called by
+:mod:`toolkit.metrics.spectral`); the one-matrix front door
+:func:`~toolkit.metrics.compute_weight_metrics` lives beside the evaluator
+(:mod:`toolkit.metrics.compute`).
+
 Undefined values
 ----------------
 Where a statistic is undefined for a matrix (all zeros, NaN/Inf entries, a
 spectrum too short for a power-law fit, ...) the function raises
 :class:`DegenerateMatrix` with a ``reason``. It never returns a silent NaN.
 The caller turns it into NaN and records the reason:
-:meth:`Metric.evaluate` and :func:`compute_weight_metrics` do exactly that
+:meth:`Metric.evaluate` and :func:`~toolkit.metrics.compute_weight_metrics` do exactly that
 and return a :class:`MetricValue` ``(value, reason)``; ``reason`` is ``""``
 for a defined value. Any other exception is a bug and propagates.
 """
@@ -125,9 +133,7 @@ class Metric:
         """
         try:
             if self.needs_singular_values and s is None:
-                from toolkit.metrics.spectral import singular_values
-
-                s = singular_values(w)
+                s = _singular_values(w)
             value = self.func(w, s if self.needs_singular_values else None, **{**dict(self.options), **options})
         except DegenerateMatrix as e:
             return MetricValue(math.nan, e.reason)
@@ -135,6 +141,34 @@ class Metric:
 
 
 _REGISTRY: dict[str, Metric] = {}
+#: ``func(w) -> s``: how :meth:`Metric.evaluate` computes the singular values it is not given
+#: (set by :mod:`toolkit.metrics.spectral` through :func:`use_singular_values`).
+_SINGULAR_VALUES: list[Callable] = []
+
+
+def use_singular_values(func: Callable) -> None:
+    """Set how :meth:`Metric.evaluate` computes the singular values of a matrix when none are given.
+
+    Called once by :mod:`toolkit.metrics.spectral` with
+    :func:`~toolkit.metrics.singular_values`, so that the registry imports no
+    metric module.
+
+    Parameters
+    ----------
+    func : callable
+        ``func(w) -> s``: ``w`` a tensor (out, in), ``s`` its singular values
+        (1-D float64 CPU tensor, descending); raises :class:`DegenerateMatrix`
+        where they are undefined.
+    """
+    _SINGULAR_VALUES[:] = [func]
+
+
+def _singular_values(w):
+    if not _SINGULAR_VALUES:  # only when toolkit.metrics.spectral was never imported, which importing any
+        raise ToolkitError(  # module of toolkit.metrics does
+            "no singular-value function is set for Metric.evaluate; import toolkit.metrics"
+        )
+    return _SINGULAR_VALUES[0](w)
 
 
 def register_metric(
@@ -206,7 +240,6 @@ def register_metric(
         raise ToolkitError(f"metric kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise ToolkitError(f"metric name must be a snake_case identifier, got {name!r}")
-    _ensure_builtins()  # so a user metric cannot be silently replaced by a built-in later
 
     def _add(f: Callable):
         old = _REGISTRY.get(name)
@@ -262,7 +295,6 @@ def get_metric(name: str) -> Metric:
     UnknownMetricError
         Names the unknown metric and lists the known ones.
     """
-    _ensure_builtins()
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):  # TypeError: an unhashable name
@@ -279,7 +311,6 @@ def list_metrics(kind: str = "weight", *, opt_in: bool = False) -> list[str]:
         Also list the opt-in metrics (computed only when asked for by name);
         without it the list is what ``metrics=None`` computes.
     """
-    _ensure_builtins()
     return [n for n, m in _REGISTRY.items() if m.kind == kind and (opt_in or not m.opt_in)]
 
 
@@ -293,7 +324,6 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
         and the close matches; for a name of another kind it says which kind
         and which function computes it.
     """
-    _ensure_builtins()
     if names is None:
         return [m for m in _REGISTRY.values() if m.kind == kind and not m.opt_in]
     if isinstance(names, str):
@@ -306,43 +336,3 @@ def resolve_metrics(names, kind: str = "weight") -> list[Metric]:
             raise UnknownMetricError(n, list_metrics(kind, opt_in=True), kind=kind, others=others)
         out.append(m)
     return out
-
-
-def compute_weight_metrics(w, metrics=None, *, s=None, device="cpu") -> dict[str, MetricValue]:
-    """Every requested weight metric of one matrix, sharing one SVD.
-
-    Parameters
-    ----------
-    w : torch.Tensor, shape (out, in)
-    metrics : str, list of str or None
-        Names (None: every registered weight metric).
-    s : torch.Tensor, optional
-        Precomputed singular values; otherwise computed once here if any
-        requested metric needs them.
-    device : str or torch.device
-        Where the singular values are computed (see ``singular_values``).
-
-    Returns
-    -------
-    dict of name -> MetricValue
-        NaN with a reason where the metric is undefined; if the singular
-        values themselves cannot be computed (NaN/Inf entries), every spectral
-        metric gets that reason. The same evaluator as ``weight_stats``
-        (:func:`toolkit.metrics.evaluate.evaluate_matrix`).
-
-    Raises
-    ------
-    UnknownMetricError
-    Exception
-        Whatever a metric raises other than ``DegenerateMatrix``.
-    """
-    from toolkit.metrics.evaluate import evaluate_matrix
-
-    records = resolve_metrics(metrics, kind="weight")
-    result = evaluate_matrix(w, records, s=s, device=device, strict=True)
-    return {m.name: MetricValue(result.values[m.name], result.reasons.get(m.name, "")) for m in records}
-
-
-def _ensure_builtins() -> None:
-    # Built-in metric modules register themselves on import.
-    from toolkit.metrics import builtin  # noqa: F401

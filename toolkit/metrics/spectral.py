@@ -20,7 +20,7 @@ from toolkit.metrics.gram import (  # noqa: F401 - _BUFFERS and reuse_buffers ar
     _raise_nonfinite,
     reuse_buffers,
 )
-from toolkit.metrics.registry import DegenerateMatrix, register_metric
+from toolkit.metrics.registry import DegenerateMatrix, register_metric, use_singular_values
 
 # float64 input whose spectrum is worse conditioned than this is redone by SVD.
 _GRAM_MAX_COND = 1e4
@@ -379,6 +379,7 @@ def condition_number(w, s: torch.Tensor) -> float:
     return math.inf if low == 0.0 else top / low
 
 
+use_singular_values(singular_values)  # what Metric.evaluate computes a spectral metric from when given none
 register_metric(
     "spectral_norm",
     spectral_norm,

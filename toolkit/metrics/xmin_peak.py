@@ -1,7 +1,8 @@
 r"""WeightWatcher's ``fix_fingers="xmin_peak"`` power-law fit: xmin searched below the ESD's peak region.
 
 Called by :func:`toolkit.metrics.powerlaw.fit_power_law` (``fix_fingers="xmin_peak"``),
-whose candidate exponents and exact KS distances it shares.
+whose candidate exponents and exact KS distances it shares
+(:mod:`toolkit.metrics.power_law_tail`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ import math
 
 import numpy as np
 
-from toolkit.metrics.powerlaw import EVALS_THRESHOLD, MIN_EIGENVALUES, PowerLawFit, _exact_d, _tail_alphas
-from toolkit.metrics.registry import DegenerateMatrix
+from toolkit.errors import DegenerateMatrix
+from toolkit.metrics.power_law_tail import (
+    EVALS_THRESHOLD,
+    MIN_EIGENVALUES,
+    PowerLawFit,
+    exact_ks_distances,
+    tail_alphas,
+)
 
 #: ``fix_fingers="xmin_peak"``: bins of the log10 histogram whose fullest bin is the peak (WeightWatcher 0.7.7).
 PEAK_BINS = 100
@@ -92,9 +99,9 @@ def fit_xmin_peak(x, *, xmin_max: float | None = None, min_eigenvalues: int = MI
     if idx.size < 2:
         raise DegenerateMatrix(f"xmin_peak: {idx.size} candidate xmin below xmin_max = {top:.4g} "
                                "(the fit needs at least 2)", "alpha")
-    alpha_all, n_all, _ = _tail_alphas(np.log(x))
+    alpha_all, n_all, _ = tail_alphas(np.log(x))
     alpha, n = alpha_all[idx], n_all[idx]
-    d = _exact_d(x, idx, alpha_all, n_all)
+    d = exact_ks_distances(x, idx, alpha_all, n_all)
     valid = (alpha > VALID_ALPHA[0]) & (alpha < VALID_ALPHA[1]) & np.isfinite(d)
     pick = np.flatnonzero(valid)[np.argmin(d[valid])] if valid.any() else int(np.argmin(d))
     a, i = float(alpha[pick]), int(idx[pick])

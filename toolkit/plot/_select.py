@@ -154,7 +154,7 @@ def reason_for(text: str, metric: str) -> str:
 
     ``nan_reason`` joins the reasons of several metrics as
     ``"delta_alpha, delta_matrix_rank: zero update; alpha: too few eigenvalues"``
-    (:func:`toolkit.collect.grid.join_reasons`); this returns ``"zero update"``
+    (:func:`toolkit.collect.cells.join_reasons`); this returns ``"zero update"``
     for ``delta_alpha``, and the whole text when no part names ``metric``.
     """
     text = str(text or "")

@@ -10,12 +10,18 @@ format             files                                  module
 =================  =====================================  ==========================
 ``"safetensors"``  ``model.safetensors``, sharded + index  :mod:`.safetensors_`
 ``"pytorch"``      ``pytorch_model.bin``, sharded + index  :mod:`.torch_bin`
-``"gguf"``         ``*.gguf`` (any quantisation)           :mod:`.gguf_`
+``"lora"``         a PEFT LoRA adapter folder              :mod:`.lora`
+``"gguf"``         ``*.gguf`` (any quantisation)           :mod:`.gguf`
 =================  =====================================  ==========================
 
-A PEFT LoRA adapter folder opens as an :class:`~toolkit.sources.lora.AdapterSource`
-(format ``"lora"``, :func:`open_adapter` to name its base); a checkpoint with a
+Each format is a :class:`~toolkit.sources.formats.CheckpointFormat` in a
+registry (:mod:`toolkit.sources.formats`, in the manner of xarray's
+backends): a local path opens with the first format whose ``guess_can_open``
+says yes, and a new format is one module plus one ``register_format`` line.
+A LoRA adapter opens as an :class:`~toolkit.sources.lora.AdapterSource`
+(:func:`open_adapter` to name its base); a checkpoint with a
 ``quantization_config`` is dequantised on read (:mod:`toolkit.sources.quantized`).
+What a caller may ask of any source is declared on :class:`Source`.
 
 Heavy libraries (``transformers``, ``gguf``, ``huggingface_hub``) are imported
 only when a source of that kind is opened.
@@ -27,9 +33,12 @@ import os
 from pathlib import Path
 
 from toolkit.errors import SourceNotFoundError, SourceTypeError
+from toolkit.sources import builtin_formats  # noqa: F401  (registers the built-in formats, in order)
 from toolkit.sources.base import Source, TensorRecord
+from toolkit.sources.formats import CheckpointFormat, list_formats, register_format
 
-__all__ = ["Source", "TensorRecord", "check_source_arguments", "open_adapter", "open_source"]
+__all__ = ["CheckpointFormat", "Source", "TensorRecord", "check_source_arguments", "list_formats", "open_adapter",
+           "open_source", "register_format"]
 
 
 def open_source(

@@ -3,11 +3,18 @@
 A source finds a checkpoint's tensors and yields them one at a time as
 :class:`TensorRecord` objects whose bytes are read only when ``read()`` is
 called, so peak memory stays near the largest tensor, never the model.
+
+Everything a caller may ask of a source is declared on :class:`Source`, with a
+default that holds for a plain checkpoint: the callers never probe for
+optional attributes. A format overrides what differs (a LoRA adapter is
+``measured_as_factors`` and does not cover every layer; a GGUF file lists the
+tensors ``transformers`` leaves out in ``dropped``...).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +41,10 @@ class TensorRecord:
     stored_name : str
         The tensor's name inside that file when it differs from ``name``
         (GGUF ``blk.0.attn_q.weight``, a legacy ``LayerNorm.gamma``), else ``""``.
+    base_record : TensorRecord or None
+        For a record whose values are a base tensor with an update merged in
+        (:class:`toolkit.sources.lora.MergedRecord`): the record of that base
+        tensor, read once and shared. None (the default) for a stored tensor.
     """
 
     name: str
@@ -43,6 +54,14 @@ class TensorRecord:
     file: str = field(default="", compare=False)
     stored_name: str = field(default="", compare=False)
     _row_reader: Callable[[int, int], torch.Tensor] | None = field(default=None, repr=False, compare=False)
+    base_record: TensorRecord | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def can_read_rows(self) -> bool:
+        """Whether the format reads a block of rows (first index) without the rest of the tensor
+        (:meth:`row_blocks` streams, an expert of a stack is read alone); safetensors, and
+        quantised stacks of such parts, can."""
+        return self._row_reader is not None
 
     def read(self) -> torch.Tensor:
         """Read the tensor now.
@@ -98,7 +117,7 @@ class TensorRecord:
         size = 1
         for d in self.shape:
             size *= d
-        if self._row_reader is None or size <= max_entries or rows <= 1:
+        if not self.can_read_rows or size <= max_entries or rows <= 1:
             yield self.read()
             return
         step = max(1, max_entries // max(1, size // rows))
@@ -107,14 +126,15 @@ class TensorRecord:
 
 
 class Source:
-    """A checkpoint opened for streaming.
+    """A checkpoint opened for streaming, and everything its callers may ask of it.
 
     Attributes
     ----------
     location : str
         What the user passed (hub id, directory, or file), normalised.
     format : str
-        ``"safetensors"``, ``"pytorch"`` or ``"gguf"``.
+        The name of its format in the registry (:mod:`toolkit.sources.formats`):
+        ``"safetensors"``, ``"pytorch"``, ``"gguf"``, ``"lora"``...
     config : dict
         The ``transformers`` config as a dict (``model_type``,
         ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads``,
@@ -127,6 +147,23 @@ class Source:
     missing_config : str
         The ``config.json`` path looked for next to the weights and not found
         (``config`` is then ``{}``: no family, no sizes), else ``""``.
+    checks_identity_on_read : bool
+        True for a source that checks its files' identity itself when it first
+        reads (a cached plan's source); the planner then does not re-check them
+        up front. Default False.
+    dropped : sequence of str
+        Stored tensors the format's loader leaves out, which get no record
+        (GGUF: tensors ``transformers`` maps to no parameter, such as
+        ``rope_freqs.weight``). Default empty.
+    covers_every_layer : bool
+        Whether the records cover every layer of the model the config
+        describes (False for a LoRA adapter, which may adapt only some);
+        the planner checks the layer count only when True. Default True.
+    measured_as_factors : bool
+        The records are low-rank updates ΔW = s·B·A of a base model, and
+        ``record.delta.factors()`` gives B, A and the scale s
+        (:class:`toolkit.sources.lora.Factors`): their statistics are computed
+        from the factors, never from a dense ΔW (a LoRA adapter). Default False.
     """
 
     location: str
@@ -135,9 +172,10 @@ class Source:
     fingerprint: str
     revision: str = ""
     missing_config: str = ""
-    #: True for a source that checks its files' identity itself when it first reads
-    #: (a cached plan's source); the planner then does not re-check them up front.
     checks_identity_on_read: bool = False
+    dropped: Sequence[str] = ()
+    covers_every_layer: bool = True
+    measured_as_factors: bool = False
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield every stored tensor's record, reading no tensor data."""
@@ -146,6 +184,80 @@ class Source:
     def files(self) -> list[str]:
         """The weight files this source reads."""
         raise NotImplementedError
+
+    def check_standalone(self) -> None:
+        """Raise when the records cannot be measured without their base model; do nothing otherwise.
+
+        Called before any work by whoever measures the records on their own
+        (``weight_stats``). Nothing to check for a full checkpoint.
+
+        Raises
+        ------
+        AdapterBaseError
+            A DoRA adapter: its update rescales each row of base + s·B·A by a
+            stored magnitude, so it depends on the base weights.
+        """
+
+    def merged_into(self, base: Source) -> Source:
+        """``base`` with this update merged in: its adapted parameters read as base + ΔW.
+
+        Parameters
+        ----------
+        base : Source
+            The base model this source updates.
+
+        Returns
+        -------
+        Source
+            Records named as ``base``'s; each merged one has its ``base_record``.
+
+        Raises
+        ------
+        NotAnUpdateError
+            This source is a full checkpoint, no update of a base (the default).
+        """
+        from toolkit.errors import NotAnUpdateError
+
+        raise NotAnUpdateError(
+            self.location, self.format, "only an update (a LoRA adapter folder) can be merged into a base model; "
+            f"compare the two checkpoints instead: toolkit.compare({base.location!r}, {self.location!r})",
+        )
+
+    def extra_attrs(self) -> dict:
+        """The Dataset attrs this source adds to the standard ones (NetCDF-safe: str and numbers).
+
+        The default describes a quantised checkpoint from its config
+        (``{"quantization": "fp8 e4m3, 128x128 blocks"}``,
+        :func:`toolkit.sources.quantized.quantization_attrs`), so a source known
+        only from its config gives the same attrs; ``{}`` for an unquantised one.
+        """
+        from toolkit.sources.quantized.methods import quantization_attrs
+
+        return quantization_attrs(self.config)
+
+    def decoder_versions(self) -> str:
+        """Versions of the libraries that turn this source's bytes into values (part of a cache key).
+
+        ``""`` for formats read bit for bit (safetensors, ``.bin``); for GGUF
+        ``"gguf=<version>,transformers=<version>"`` (``gguf.dequantize`` and
+        ``transformers``' tensor processors). The default asks the registered
+        format of :attr:`format` (:meth:`toolkit.sources.formats.CheckpointFormat.decoder_versions`),
+        so a source known only from its format name gives the same answer.
+        """
+        from toolkit.sources.formats import list_formats
+
+        fmt = list_formats().get(self.format)
+        return fmt.decoder_versions() if fmt is not None else ""
+
+    def reopen_kwargs(self) -> dict:
+        """The keywords ``open_source(self.location, **kwargs)`` needs to open the same checkpoint
+        again in another process (a Dask worker).
+
+        The default: the commit of a hub checkpoint (``{"revision": ...}``;
+        ``location`` is then a hub id, not a path), else ``{}``. A GGUF source
+        adds its file (``{"gguf_file": ...}``).
+        """
+        return {"revision": self.revision} if self.revision and not os.path.isabs(self.location) else {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.format} {self.location!r}>"

@@ -27,7 +27,7 @@ SEPARATOR = "#expert="
 
 def sliceable(record: TensorRecord) -> bool:
     """True when ``record`` is a 3-D tensor whose format reads one expert (first index) at a time."""
-    return record._row_reader is not None and len(record.shape) == 3
+    return record.can_read_rows and len(record.shape) == 3
 
 
 def _one(row_reader, expert: int) -> torch.Tensor:

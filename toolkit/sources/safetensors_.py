@@ -28,6 +28,7 @@ import torch
 from toolkit.errors import CheckpointFileError, UnsupportedDtypeError
 from toolkit.sources._common import FileSource, open_failure, read_index, shards_of, shown, transformers_renamer
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.saved_layout import SavedFormat
 
 #: safetensors dtype codes -> torch dtype names.
 DTYPES = {
@@ -371,3 +372,15 @@ class SafetensorsSource(FileSource):
                 name, entry.shape, entry.dtype, reader,
                 file=file, stored_name=stored if name != stored else "", _row_reader=reader,
             )
+
+
+class SafetensorsFormat(SavedFormat):
+    """The registry entry of safetensors checkpoints (:mod:`toolkit.sources.formats`)."""
+
+    name = "safetensors"
+    description = "model.safetensors, or model.safetensors.index.json and its shards"
+    single = "model.safetensors"
+    index = "model.safetensors.index.json"
+    index_suffix = ".safetensors.index.json"
+    suffixes = (".safetensors",)
+    source_class = SafetensorsSource

@@ -24,6 +24,7 @@ from toolkit.sources._common import (
     transformers_renamer,
 )
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.saved_layout import SavedFormat
 
 
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -136,3 +137,15 @@ class TorchBinSource(FileSource):
                 name, shape, dt, lambda f=file, s=stored: self._read(f, s),
                 file=file, stored_name=stored if name != stored else "",
             )
+
+
+class TorchBinFormat(SavedFormat):
+    """The registry entry of PyTorch pickle checkpoints (:mod:`toolkit.sources.formats`)."""
+
+    name = "pytorch"
+    description = "pytorch_model.bin (.pt, .pth), or pytorch_model.bin.index.json and its shards"
+    single = "pytorch_model.bin"
+    index = "pytorch_model.bin.index.json"
+    index_suffix = ".bin.index.json"
+    suffixes = (".bin", ".pt", ".pth")
+    source_class = TorchBinSource

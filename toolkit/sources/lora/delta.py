@@ -132,10 +132,10 @@ class DeltaRecord(TensorRecord):
 
 @dataclass(frozen=True)
 class MergedRecord(TensorRecord):
-    """A base parameter with the adapter merged in: ``read()`` reads ``base_record`` and adds ΔW;
-    :meth:`merged_with` adds it to a base tensor read already (each base tensor read once)."""
+    """A base parameter with the adapter merged in: ``read()`` reads ``base_record`` (declared by
+    :class:`~toolkit.sources.TensorRecord`) and adds ΔW; :meth:`merged_with` adds it to a base tensor
+    read already (each base tensor read once)."""
 
-    base_record: TensorRecord | None = field(default=None, repr=False, compare=False)
     delta: LowRankDelta | None = field(default=None, repr=False, compare=False)
 
     def merged_with(self, base: torch.Tensor) -> torch.Tensor:

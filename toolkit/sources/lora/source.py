@@ -22,6 +22,7 @@ from pathlib import Path
 from toolkit.errors import AdapterBaseError, CheckpointFileError, CheckpointMismatchError, SourceNotFoundError
 from toolkit.sources._common import fingerprint, read_json
 from toolkit.sources.base import Source, TensorRecord
+from toolkit.sources.formats import CheckpointFormat, get_format
 from toolkit.sources.lora.config import CONFIG_NAME, AdapterConfig
 from toolkit.sources.lora.delta import DeltaRecord, LowRankDelta, merged_record
 
@@ -38,10 +39,9 @@ def is_adapter_folder(path: str | os.PathLike) -> bool:
 
 
 def _open_weights(path: Path) -> Source:
-    from toolkit.sources.local import _source_class
-
+    """The adapter's weight file as stored (its factors), through the registered format of its kind."""
     kind = "safetensors" if path.suffix == ".safetensors" else "pytorch"
-    return _source_class(kind).from_file(path, config={}, location=str(path))
+    return get_format(kind).open_file(path, config={}, location=str(path))
 
 
 def _cached_config(repo_id: str) -> Path | None:
@@ -97,7 +97,8 @@ class AdapterSource(Source):
     """
 
     format = "lora"
-    covers_every_layer = False
+    covers_every_layer = False  # an adapter may adapt only some layers
+    measured_as_factors = True  # record.delta.factors() gives B, A and the scale of each ΔW
 
     def __init__(self, folder: str | os.PathLike, *, base: str | os.PathLike | None = None):
         from toolkit.config_keys import normalize_config
@@ -168,6 +169,30 @@ class AdapterSource(Source):
     def files(self) -> list[str]:
         return list(self._files)
 
+    def check_standalone(self) -> None:
+        """Refuse a DoRA adapter: its update cannot be measured without the base weights.
+
+        Raises
+        ------
+        AdapterBaseError
+            ``use_dora`` is set.
+        """
+        cfg = self.adapter_config
+        if cfg.use_dora:
+            raise AdapterBaseError(
+                self.location, cfg.base_model, "a DoRA adapter (use_dora) rescales each row of base + s*B*A by its "
+                "stored magnitude, so its update cannot be measured without the base weights. Compare it with its "
+                "base: toolkit.compare(base, adapter), or toolkit.compare(adapter) to open the recorded base",
+            )
+
+    def merged_into(self, base: Source) -> MergedSource:
+        """``base`` with this adapter merged in (:class:`MergedSource`; see it for what it raises)."""
+        return MergedSource(base, self)
+
+    def extra_attrs(self) -> dict:
+        """The base's quantisation (if any) and the adapter's rank, alpha, base... (:meth:`adapter_attrs`)."""
+        return {**super().extra_attrs(), **self.adapter_attrs()}
+
     def adapter_attrs(self) -> dict:
         """NetCDF-safe Dataset attrs describing the adapter."""
         cfg = self.adapter_config
@@ -190,7 +215,7 @@ class MergedSource(Source):
     """
 
     def __init__(self, base: Source, adapter: AdapterSource):
-        from toolkit.collect.cache import digest
+        from toolkit.hashing import digest
 
         if adapter.other_tensors:
             raise CheckpointFileError(
@@ -204,7 +229,7 @@ class MergedSource(Source):
         self.config = base.config
         self.fingerprint = digest(base.fingerprint, adapter.fingerprint)
         self.revision = base.revision
-        self.missing_config = getattr(base, "missing_config", "")
+        self.missing_config = base.missing_config
         base_records = {r.name: r for r in base.tensors()}
         deltas = {r.name: r for r in adapter.tensors()}
         for name, d in deltas.items():
@@ -227,5 +252,29 @@ class MergedSource(Source):
     def files(self) -> list[str]:
         return [*self.base_source.files(), *self.adapter.files()]
 
+    def extra_attrs(self) -> dict:
+        """The base's quantisation (if any) and the adapter's attrs."""
+        return {**super().extra_attrs(), **self.adapter_attrs()}
+
+    def decoder_versions(self) -> str:
+        """The base's: the merged values are decoded from its bytes (the update is exact arithmetic)."""
+        return self.base_source.decoder_versions()
+
     def adapter_attrs(self) -> dict:
+        """NetCDF-safe Dataset attrs describing the adapter merged in."""
         return self.adapter.adapter_attrs()
+
+
+class AdapterFormat(CheckpointFormat):
+    """The registry entry of PEFT LoRA adapter folders (:mod:`toolkit.sources.formats`)."""
+
+    name = "lora"
+    description = "a PEFT LoRA adapter folder: adapter_config.json and adapter_model.safetensors (or .bin)"
+
+    def guess_can_open(self, path: Path, **options) -> bool:
+        """A folder holding ``adapter_config.json`` and an adapter weight file (:func:`is_adapter_folder`)."""
+        return path.is_dir() and is_adapter_folder(path)
+
+    def open(self, path: Path, *, location: str | None = None, revision: str = "", **options) -> AdapterSource:
+        """The adapter, its architecture from its recorded base (see :class:`AdapterSource` for what it raises)."""
+        return AdapterSource(path)

@@ -1,0 +1,127 @@
+"""What every command line of the toolkit shares: the one-line argument errors, the one-line
+error handling, and the checks and writing of ``--plot`` figures.
+
+Used by the main command line (:mod:`toolkit.cli.commands`), ``python -m
+toolkit.finetune`` (:mod:`toolkit.finetune.cli`) and ``python -m toolkit.lab``
+(:mod:`toolkit.lab.cli`); it imports none of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from toolkit.errors import HubUnreachableError, OutputPathError, ToolkitError, UnknownMetricError
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: ``error: PROG: MESSAGE (see PROG --help)``, exit 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def run_command(func: Callable, args) -> int:
+    """``func(args)`` as a command: a :class:`ToolkitError` is printed on one line with
+    exit status 2, an unexpected exception on one line with status 1 (set
+    ``TOOLKIT_TRACEBACK=1`` to see its traceback), Ctrl-C exits 130."""
+    try:
+        return int(func(args) or 0)
+    except ToolkitError as e:
+        print(f"error: {cli_message(e)}".replace("\n", " "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if os.environ.get("TOOLKIT_TRACEBACK", "").strip() not in ("", "0"):
+            raise
+        print(f"error: unexpected {type(e).__name__}: {str(e)[:300]} ".replace("\n", " ")
+              + "(a bug of the toolkit, not of your input: please report it with the command line; "
+              "TOOLKIT_TRACEBACK=1 shows the traceback)", file=sys.stderr)
+        return 1
+
+
+#: How each metric kind is computed on the command line (error messages).
+_CLI_COMMANDS = {
+    "weight": "python -m toolkit weights MODEL --metrics NAME",
+    "diff": "python -m toolkit compare BASE TARGET --metrics NAME "
+            "(or: python -m toolkit series CKPT... --metrics NAME)",
+}
+
+
+def check_plot_path(path: str, example: str) -> None:
+    """``--plot``: a file that can be written, in an image format matplotlib writes.
+
+    Raises
+    ------
+    OutputPathError
+    """
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from toolkit.io import check_output_path
+
+    check_output_path(path, "--plot", example)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix.lower().lstrip(".")
+    if suffix and suffix not in formats:
+        raise OutputPathError(
+            path, f"--plot must name an image file; .{suffix} is not a format matplotlib writes "
+            f"(use one of: {', '.join('.' + f for f in sorted(formats))})"
+        )
+
+
+def announce_new_folder(path: str, option: str) -> Path | None:
+    """Say on stderr, before any computing, that the folder of ``path`` does not exist and will be
+    created when the file is written (so a mistyped folder is seen at once, not found later).
+
+    Returns the first missing folder (the one that will be created), or None when the folder exists.
+    """
+    folder = Path(os.path.expanduser(os.fspath(path))).absolute().parent
+    if folder.is_dir():
+        return None
+    missing = folder
+    while not missing.parent.is_dir() and missing.parent != missing:
+        missing = missing.parent
+    print(f"note: {option}: the folder {str(missing)!r} does not exist; it will be created "
+          f"for {os.fspath(path)!r}", file=sys.stderr)
+    return missing
+
+
+def save_figure(fig, path: str, **savefig) -> None:
+    """Write ``fig`` to ``--plot`` (folders created) and close it; an ``OSError`` becomes an
+    :class:`OutputPathError`."""
+    import matplotlib.pyplot as plt
+
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, **savefig)
+    except OSError as e:
+        raise OutputPathError(path, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
+    finally:
+        plt.close(fig)
+
+
+def cli_message(e: ToolkitError) -> str:
+    """The error's message, plus the command that computes a metric of another kind."""
+    # a bare name that is neither a path nor in the hub cache (a partial cached copy, the other
+    # HubUnreachableError, has a toolkit error as its cause: that name was meant as a hub id)
+    if isinstance(e, HubUnreachableError) and _bare_name(e.source) and not isinstance(e.__cause__, ToolkitError):
+        return (f"no such folder or file {e.source!r} in {os.getcwd()!r} (nor a hub model this machine can "
+                "fetch: the hub is offline or unreachable, and the local Hugging Face cache has no copy). "
+                "Check the path; for a hub id, connect to the network or point HF_HUB_CACHE at the cache "
+                "that holds it.")
+    msg = str(e)
+    kind = getattr(e, "actual_kind", None) if isinstance(e, UnknownMetricError) else None
+    if kind in _CLI_COMMANDS:
+        msg += f" On the command line: {_CLI_COMMANDS[kind].replace('NAME', e.name)}."
+    return msg
+
+
+def _bare_name(source: str) -> bool:
+    """A name without an ``org/`` part that is no existing path: meant as a folder more often than as
+    one of the hub's few legacy ids (``gpt2``)."""
+    return "/" not in source and os.sep not in source and not Path(os.path.expanduser(source)).exists()

@@ -1,0 +1,175 @@
+"""What a Dask worker runs: one task per unit of work (a stored tensor, or a tensor pair).
+
+A task gets no tensor from the driver, only where each checkpoint lives
+(:class:`SourceSpec`), the unit's lookups with its records detached (they
+are re-opened here by name) and the measurement. The worker re-opens the
+checkpoint itself (from a shared file system or its own hub cache), reads
+the tensors exactly as the serial path does and runs the same
+``measurement.measure``; the driver stores the result
+(:func:`toolkit.collect.execute.run_pass`).
+
+Every failure is raised as :class:`~toolkit.errors.WorkerTaskError`, naming
+the checkpoint, the tensor and the worker, and picklable so it reaches the
+driver intact.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from toolkit.collect.execute.stream import Workspace
+from toolkit.errors import ToolkitError, WorkerTaskError
+from toolkit.sources.identity import files_identity
+
+__all__ = ["SourceSpec", "WorkerTaskError", "measure_task", "reporting", "worker_address"]
+
+_OPEN_SOURCES = 8  # opened checkpoints kept per worker process (a series task needs two)
+
+
+def worker_address() -> str:
+    """Address of the Dask worker running this code, ``"?"`` outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return "?"
+
+
+@contextmanager
+def reporting(checkpoint: str, tensor: str):
+    """Re-raise any error inside as a :class:`WorkerTaskError` naming checkpoint, tensor and worker."""
+    try:
+        yield
+    except WorkerTaskError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - wrapped with the facts the driver needs
+        raise WorkerTaskError(checkpoint, tensor, worker_address(), f"{type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """How a worker re-opens a checkpoint the driver planned.
+
+    Attributes
+    ----------
+    location : str
+        Absolute path of a local checkpoint, or a hub id.
+    gguf_file, revision : str or None
+        For hub ids: the GGUF file name and the commit the driver resolved.
+    fingerprint : str
+        The driver's portable identity of the files (device numbers left
+        out, :func:`toolkit.sources.identity.files_identity`); a worker that
+        sees other bytes fails instead of mixing numbers from two versions.
+    hub : bool
+        A hub id (checked by commit: each worker may hold its own download).
+    """
+
+    location: str
+    gguf_file: str | None
+    revision: str | None
+    fingerprint: str
+    hub: bool
+
+    @classmethod
+    def of(cls, source) -> SourceSpec:
+        """The spec of an opened :class:`~toolkit.sources.Source`."""
+        hub = not os.path.isabs(source.location)
+        gguf = Path(source.files()[0]).name if hub and source.format == "gguf" else None
+        if not hub and files_identity(source.files()) != source.fingerprint:
+            from toolkit.errors import CheckpointChangedError
+
+            raise CheckpointChangedError(source.location, source.fingerprint, files_identity(source.files()))
+        ident = "" if hub else files_identity(source.files(), portable=True)
+        return cls(source.location, gguf, (source.revision or None) if hub else None, ident, hub)
+
+    def open(self):
+        """``(source, {name: TensorRecord}, identity)`` as this process sees it, memoised per process.
+
+        Raises
+        ------
+        ToolkitError
+            The checkpoint cannot be opened here, or holds other bytes than the driver planned.
+        """
+        from toolkit.sources import open_source
+
+        key = (self.location, self.gguf_file, self.revision)
+        with _LOCK:
+            hit = _SOURCES.get(key)
+        # reuse a source opened earlier only if it was opened on these bytes and they are still there
+        if hit is not None and (self.hub or (hit[2] == self.fingerprint
+                                             and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
+            return hit
+        src = open_source(self.location, gguf_file=self.gguf_file, revision=self.revision)
+        seen = (src.revision or None) if self.hub else files_identity(src.files(), portable=True)
+        if not self.hub and files_identity(src.files()) != src.fingerprint:
+            seen = "changed while it was opened"
+        wanted = self.revision if self.hub else self.fingerprint
+        if seen != wanted:
+            what = "commit" if self.hub else "identity (file names, inodes, sizes, modification times)"
+            raise ToolkitError(
+                f"the worker sees another version of {self.location!r} than the driver planned: {what} "
+                f"{seen!r} here, {wanted!r} on the driver; was the checkpoint rewritten during the run?"
+            )
+        hit = (src, {r.name: r for r in src.tensors()}, seen)
+        with _LOCK:
+            _SOURCES[key] = hit
+            _SOURCES.move_to_end(key)
+            while len(_SOURCES) > _OPEN_SOURCES:
+                _SOURCES.popitem(last=False)
+        return hit
+
+    def record(self, name: str):
+        """The :class:`~toolkit.sources.TensorRecord` called ``name``."""
+        from toolkit.sources.expert_slices import find_record
+
+        record = find_record(self.open()[1], name)  # an expert slice's name too
+        if record is None:
+            raise ToolkitError(f"{self.location!r} has no tensor {name!r} on this worker")
+        return record
+
+
+_SOURCES: OrderedDict = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def load(reader, float32: bool):
+    """``reader()``, as float32 when asked (as :func:`~toolkit.collect.execute.stream.map_tensors` converts)."""
+    if reader is None:
+        return None
+    return Workspace().float32(reader()) if float32 else reader()
+
+
+def measure_task(measurement, work, specs: tuple) -> object:
+    """Run ``measurement.measure`` on one unit (the worker side of ``client=``).
+
+    Parameters
+    ----------
+    measurement : WeightMeasurement or PairMeasurement
+    work : TensorWork or PairWork
+        Detached: the records are re-opened here from ``specs`` by ``work.names``.
+    specs : tuple of SourceSpec
+        One per record (weights: the checkpoint; compare: base and target).
+
+    Returns
+    -------
+    What ``measurement.measure`` returns.
+
+    Raises
+    ------
+    WorkerTaskError
+        Naming the checkpoint (the side that cannot be opened, for a pair), the tensor and the worker.
+    """
+    label = " vs ".join(s.location for s in reversed(specs))
+    with reporting(label, work.names[0]):
+        records = []
+        for spec, stored in zip(specs, work.names, strict=True):
+            with reporting(spec.location, stored):  # name the side that cannot be opened
+                records.append(spec.record(stored))
+        work = work.attached(tuple(records))
+        return measurement.measure(work, load(measurement.reader(work), measurement.float32), {})

@@ -1,0 +1,104 @@
+"""The one loop every unit of work goes through: cache lookup -> executor -> store, with progress.
+
+A *unit* is a stored tensor of one checkpoint (``weight_stats``,
+``cell_spectrum``) or a stored tensor pair of two (``compare``,
+``compare_series``). A *measurement* (:mod:`toolkit.collect.measure`) says
+how a unit is looked up, read, measured and stored; an *executor*
+(:mod:`.executors`: in-process pipelines, or a Dask cluster) only runs
+``measure``. Lookups and stores happen here, in the calling thread, as each
+unit finishes, so an interrupted run keeps exactly the results it reported,
+whichever executor ran them.
+
+Every entry point sets a pass up the same way, :func:`open_pass` (the run's
+cache warnings, the executor, the progress bar shown while the checkpoints
+are opened), and runs each measurement with :meth:`Pass.run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from toolkit.collect.cache import ResultCache, cache_run, open_cache
+from toolkit.collect.execute.executors import executor_for
+from toolkit.collect.progress import Progress, opening_progress
+
+
+def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, progress: Callable[[str], None],
+             sources: Sequence) -> list:
+    """``measurement.finish(...)`` of every unit, in the order of ``units``.
+
+    Parameters
+    ----------
+    measurement : WeightMeasurement, LowRankMeasurement or PairMeasurement
+        ``lookup(store, unit)``, ``reader(work)``, ``measure(work, tensors, memo)``,
+        ``finish(store, work, fresh)``, ``float32``, ``kind``.
+    units : sequence
+        :class:`~toolkit.collect.plan.types.PlannedTensor` or
+        :class:`~toolkit.collect.plan.pairs.TensorPair`.
+    executor : SerialExecutor or DaskExecutor
+        ``executor.map(measurement, works, sources)`` yields ``(index, fresh)``
+        for the works it is given, in any order.
+    cache : ResultCache
+        Of the measurement's kind and the checkpoints' identity.
+    progress : callable
+        ``progress(unit name)`` after each unit, cached or computed.
+    sources : sequence of Source
+        The checkpoints the units' records come from (one, or base and target).
+
+    Returns
+    -------
+    list
+        What ``finish`` gives for each unit.
+
+    Raises
+    ------
+    Whatever reading or measuring raises (units already finished are stored).
+    """
+    works = [measurement.lookup(cache, u) for u in units]
+    results: list = [None] * len(works)
+    todo = [i for i, w in enumerate(works) if w.todo]
+
+    def take(i: int, fresh) -> None:
+        results[i] = measurement.finish(cache, works[i], fresh)
+        progress(works[i].name)
+
+    for i, work in enumerate(works):
+        if not work.todo:
+            take(i, None)
+    for n, fresh in executor.map(measurement, [works[i] for i in todo], sources):
+        take(todo[n], fresh)
+    return results
+
+
+@dataclass
+class Pass:
+    """One public call's pass: its executor and progress; :meth:`run` runs a measurement over units."""
+
+    executor: object
+    progress: Progress
+    cache: bool = True
+
+    def run(self, measurement, units: Sequence, *, identity: str, sources: Sequence) -> list:
+        """:func:`run_pass` of ``measurement`` over ``units`` with the cache of ``identity``
+        (what was measured: the checkpoints' identities)."""
+        store = open_cache(identity, measurement.kind, enabled=self.cache)
+        return run_pass(measurement, units, executor=self.executor, cache=store, progress=self.progress.step,
+                        sources=sources)
+
+
+@contextmanager
+def open_pass(*, progress, desc: str, what: str = "the checkpoint", client=None, device: str = "cpu",
+              cache: bool = True) -> Iterator[Pass]:
+    """Set up a pass: the extent of its cache warnings, its executor (:func:`executor_for`: serial, or
+    Dask on ``client``) and its progress bar, which says ``opening <what> …`` until
+    ``Pass.progress.begin(total)``.
+
+    Raises
+    ------
+    ToolkitError, MissingPackageError
+        As :func:`executor_for` (a device this process lacks, a bad client).
+    """
+    with cache_run(), executor_for(client, device) as executor, opening_progress(progress, desc, what) as report:
+        yield Pass(executor, report, cache)

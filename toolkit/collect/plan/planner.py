@@ -1,0 +1,119 @@
+"""Planning a pass over a checkpoint: which stored tensors hold which (layer, component) cells.
+
+A plan costs what opening the checkpoint costs (for a GGUF file: transformers'
+config, a meta-device model for the parameter names, a probe of its tensor
+processor, 2-3 s). It is therefore cached (:mod:`toolkit.collect.plan.cache`)
+under the identity of the files it was made from, and a cached plan opens
+nothing: its tensors are read through the real source only when a cell is
+not in the result cache.
+"""
+
+from __future__ import annotations
+
+from toolkit.architectures import resolve_adapter
+from toolkit.collect.plan import cache as plan_cache
+from toolkit.collect.plan.experts import check_dropped_experts, check_experts, planned_units
+from toolkit.collect.plan.types import Plan
+from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
+from toolkit.sources import check_source_arguments, open_source
+from toolkit.sources.base import Source
+
+
+def check_unchanged(src: Source) -> None:
+    """Raise :class:`~toolkit.errors.CheckpointChangedError` when the weight files of an opened
+    source no longer have the identity it was opened with (an opened Source kept across a re-save
+    would mix old offsets with new bytes, and its numbers would be cached under the old identity)."""
+    from toolkit.errors import CheckpointChangedError
+    from toolkit.sources.identity import files_identity
+
+    files = src.files() if hasattr(src, "files") else []
+    if not files or not src.fingerprint or src.checks_identity_on_read:
+        return  # nothing to check, or a cached plan's source (it checks when it opens)
+    try:
+        now = files_identity(files)
+    except OSError as exc:
+        raise CheckpointChangedError(src.location, src.fingerprint, f"unreadable ({exc})") from exc
+    if now != src.fingerprint:
+        raise CheckpointChangedError(src.location, src.fingerprint, now)
+
+
+def plan_source(src: Source, mapping=None) -> Plan:
+    """Map the tensors of an opened source to (layer, component) pieces.
+
+    Raises
+    ------
+    UnmappedParametersError
+        No tensor maps to a component; two tensors map to the same cell; or
+        the layers found disagree with the config's ``num_hidden_layers``.
+    UnsupportedArchitectureError
+        No family for the config's ``model_type`` and no ``mapping``; when the
+        folder has no ``config.json`` the message says so.
+    """
+    check_unchanged(src)
+    check_dropped_experts(src)
+    all_records = list(src.tensors())
+    names = [r.name for r in all_records]
+    try:
+        adapter = resolve_adapter(src.config, names, mapping=mapping)
+    except UnsupportedArchitectureError as e:
+        missing = getattr(src, "missing_config", "")
+        if missing and not src.config.get("model_type"):
+            raise UnsupportedArchitectureError(e.model_type, e.known, names, missing_config=missing) from None
+        raise
+    tensors, seen = [], {}
+    for rec in all_records:
+        pieces = adapter.pieces(rec.name)
+        for p in pieces:
+            key = p.key
+            if key in seen:
+                what = "" if p.expert is None else f" expert {p.expert}"
+                raise UnmappedParametersError(
+                    f"two parameters map to layer {p.layer} {p.component}{what}: {seen[key]!r} and {rec.name!r}; "
+                    "fix the mapping so each component has one matrix per layer"
+                )
+            seen[key] = rec.name
+        if pieces:
+            tensors.extend(planned_units(rec, pieces))
+    if not tensors:
+        raise UnmappedParametersError(
+            f"no parameter of {src.location!r} maps to an attention or MLP component "
+            f"(model_type {src.config.get('model_type')!r}); is this a transformer checkpoint? "
+            "Pass mapping=toolkit.Mapping({...}) for custom names",
+            names,
+        )
+    if getattr(src, "covers_every_layer", True):  # a LoRA adapter may adapt only some layers
+        adapter.check_layers({key[0] for key in seen})
+    check_experts(adapter, seen)
+    return Plan(src, tensors, int(adapter.num_layers), adapter)
+
+
+def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
+    """Open ``source`` (or find its plan in the cache) and map its tensors to (layer, component) pieces.
+
+    Parameters
+    ----------
+    source, gguf_file, revision
+        As :func:`toolkit.open_source` takes them.
+    mapping : toolkit.Mapping, optional
+        A user mapping (such plans are not cached).
+    cache : bool, default True
+        Look the plan up in, and store it into, the plan cache
+        (:mod:`toolkit.collect.plan.cache`); only local files and folders
+        with a built-in architecture are cached.
+
+    Raises
+    ------
+    As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
+    """
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision)  # before the plan cache looks at it
+    request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
+    before = {}
+    if request is not None:
+        cached = plan_cache.load(request)
+        if cached is not None:
+            return cached
+        before = request.snapshot()
+    plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
+    if request is not None:
+        plan_cache.store(request, plan, before)
+    return plan

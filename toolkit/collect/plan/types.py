@@ -1,0 +1,152 @@
+"""A plan's records: the stored tensors of a pass and the (layer, component) cells cut from each.
+
+Made by :mod:`toolkit.collect.plan.planner`, kept on disk by
+:mod:`toolkit.collect.plan.cache`, read by the measurements and the assembly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from toolkit.architectures.base import Piece
+from toolkit.collect.plan.selection import Selected, Selection
+from toolkit.sources.base import Source, TensorRecord
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """One stored tensor that holds at least one grid cell.
+
+    Attributes
+    ----------
+    record : TensorRecord
+    pieces : tuple of Piece
+        The (layer, component) cells cut from it (three for a fused QKV).
+    """
+
+    record: TensorRecord
+    pieces: tuple[Piece, ...]
+
+
+@dataclass
+class Plan:
+    """The component-bearing tensors of one checkpoint, in file order.
+
+    Attributes
+    ----------
+    source : Source
+        The opened checkpoint, or a :class:`~toolkit.collect.plan.cache.PlannedSource`
+        that opens it only when a tensor is read.
+    tensors : list of PlannedTensor
+        Only tensors that hold at least one component; the others are never read.
+    num_layers : int
+    adapter : the architecture adapter used (None for a plan read from the cache)
+    selected : Selected
+        What :meth:`select` kept (everything by default).
+    model_components : tuple of str
+        Every component of the model, in the vocabulary's order (also those a selection left out).
+    """
+
+    source: Source
+    tensors: list[PlannedTensor]
+    num_layers: int
+    adapter: object = field(default=None, repr=False)
+    selected: Selected = field(default_factory=Selected)
+    model_components: tuple = ()
+
+    def __post_init__(self):
+        if not self.model_components:
+            from toolkit.architectures.vocabulary import ALL_COMPONENTS
+
+            present = {p.component for t in self.tensors for p in t.pieces}
+            self.model_components = tuple(c for c in ALL_COMPONENTS if c in present)
+
+    @property
+    def num_experts(self) -> int:
+        """Routed experts per MoE layer (the largest expert index + 1; 0 for a dense model)."""
+        found = [p.expert for t in self.tensors for p in t.pieces if p.expert is not None]
+        return 1 + max(found) if found else 0
+
+    def select(self, selection: Selection) -> Plan:
+        """The plan of the selected cells only (tensors holding none are left out, so never read).
+
+        Raises
+        ------
+        SelectionError
+            A layer, component or expert the model does not have.
+        """
+        if selection.everything:
+            return self
+        chosen = selection.resolve(self.num_layers, self.model_components, self.num_experts)
+        tensors = []
+        for t in self.tensors:
+            kept = tuple(p for p in t.pieces if chosen.keeps(p))
+            if kept:
+                tensors.append(PlannedTensor(t.record, kept))
+        if not tensors:
+            from toolkit.errors import SelectionError
+
+            layers = chosen.layers if chosen.layers is not None else range(self.num_layers)
+            held = sorted({p.component for t in self.tensors for p in t.pieces if p.layer in layers},
+                          key=self.model_components.index)
+            raise SelectionError("selection", chosen.describe(), "no matrix of the model is in it; the selected "
+                                 f"layers hold {', '.join(held) or 'nothing'}")
+        return replace(self, tensors=tensors, selected=chosen)
+
+    def grid(self, fill: bool = False) -> dict:
+        """The coordinates of this plan's Dataset (:func:`~toolkit.collect.assemble.grid.build_grid_dataset`'s
+        ``layers``, ``components``, ``experts``): the selected ones, or with ``fill`` the whole model's."""
+        from toolkit.architectures.vocabulary import COMPONENTS
+
+        whole = list(COMPONENTS) + [c for c in self.model_components if c not in COMPONENTS]
+        sel = self.selected
+        if fill or sel.everything:
+            return {"components": whole}
+        return {"layers": sel.layers, "components": [c for c in whole if sel.components is None
+                                                     or c in sel.components], "experts": sel.experts}
+
+    @cached_property
+    def value_identity(self) -> str:
+        """What the numbers of this plan's cells depend on besides the cell itself: the bytes
+        (the source fingerprint), the format, the toolkit's reading code and, for GGUF, the
+        dequantising libraries."""
+        from toolkit.collect.cache import code_identity, digest
+
+        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format),
+                      code_identity("sources"))
+
+    def attrs(self) -> dict:
+        """Dataset attrs describing where the numbers came from."""
+        cfg = self.source.config
+        dtypes = sorted({t.record.dtype for t in self.tensors})
+        from toolkit.sources.quantized import quantization_attrs
+
+        extra = getattr(self.source, "adapter_attrs", None)  # a LoRA adapter: its rank, alpha, base...
+        return {
+            **quantization_attrs(cfg), **(extra() if callable(extra) else {}),
+            **({"selection": self.selected.describe()} if not self.selected.everything else {}),
+            "source": self.source.location,
+            "format": self.source.format,
+            "revision": self.source.revision or "",
+            "fingerprint": self.source.fingerprint,
+            "model_type": str(cfg.get("model_type", "")),
+            "num_hidden_layers": int(self.num_layers),
+            "storage_dtype": ",".join(dtypes),
+        }
+
+
+def dequantizer_versions(fmt: str) -> str:
+    """Versions of the libraries that turn stored bytes into values for ``fmt`` (GGUF: gguf and
+    transformers' tensor processors); ``""`` for formats read bit for bit."""
+    if fmt != "gguf":
+        return ""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in ("gguf", "transformers"):
+        try:
+            found.append(f"{name}={version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name}=?")
+    return ",".join(found)
