@@ -411,7 +411,7 @@ def scaling_moe(rec: dict, res: dict) -> str:
             compute = total / n
             prow.append([n, secs(compute), f"{DEEPSEEK['fp8_bytes'] * n / total / 1e6:.0f} MB/s",
                          "compute" if compute >= io else f"NFS ({secs(io)})"])
-        out.append(f"\n**Projection, every weight metric**: {tasks} tasks; per MoE layer {experts} experts x "
+        out.append(f"**Projection, every weight metric**: {tasks} tasks; per MoE layer {experts} experts x "
                    f"{secs(full['expert'])} + router + attention {secs(attention)} = {secs(moe_layer)}; per dense "
                    f"layer {secs(dense_layer)}; C = {total / 3600:.1f} core-hours. Reading the "
                    f"{DEEPSEEK['fp8_bytes'] / 1e9:.0f} GB of FP8 from one NFS server takes {secs(io)}.\n\n"
