@@ -60,6 +60,8 @@ NOT_METRICS = {
     "weak_rank_loss": "not a toolkit metric (eigenvalues below a fixed 1e-6)",
     "ww_softrank": "not a toolkit metric (lambda_max of the shuffle / lambda_max)",
     "ww_maxdist": "not a toolkit metric",
+    "num_fingers": "a field of the clip_xmax fit, no metric (compared in test_clip_xmax_fingers_are_weightwatchers)",
+    "raw_alpha": "a field of the clip_xmax fit, no metric (compared in test_clip_xmax_fingers_are_weightwatchers)",
     "max_rand_eval": "shuffled lambda_max", "rand_W_scale": "shuffled MP fit internal",
     "rand_bulk_max": "shuffled MP fit internal", "rand_bulk_min": "shuffled MP fit internal",
     "rand_sigma_mp": "shuffled MP fit internal", "rand_mp_softrank": "shuffled MP fit internal",
@@ -101,7 +103,8 @@ def toolkit_side(model: str, run: str):
     if (model, run) not in _DATASETS:
         names = list(CLIP_COLUMNS) if run == "clip_xmax" else list(COLUMNS)
         fit = toolkit.FitOptions(fix_fingers="clip_xmax") if run == "clip_xmax" else None
-        _DATASETS[model, run] = toolkit.weight_stats(_model_path(model), names, progress=False, cache=False, fit=fit)
+        _DATASETS[model, run] = toolkit.weight_stats(_model_path(model), names, progress=False, cache=False, fit=fit,
+                                                     keep_spectra=run == "clip_xmax")
     return _DATASETS[model, run]
 
 
@@ -186,6 +189,24 @@ def test_column_agrees_with_weightwatcher(model, run, column):
         figures = json.loads(published.read_text())["figures"]["deterministic"].get(column)
         if figures is not None:
             assert (figures["agree"], figures["compared"]) == (n - len(bad), n)
+
+
+@pytest.mark.parametrize("model", sorted({_parse(g)[0] for g in GOLDEN if _parse(g)[1] == "clip_xmax"}))
+def test_clip_xmax_fingers_are_weightwatchers(model):
+    """The clip_xmax fit's finger count and the alpha before the fix (fields of the fit, no Dataset variable),
+    from the stored spectrum of each cell, against WeightWatcher's ``num_fingers`` and ``raw_alpha``."""
+    from toolkit.metrics.powerlaw import fit_power_law
+
+    _, rows = read_golden(f"ww_{model}_clip_xmax.csv")
+    by_name = {r["longname"]: r for r in rows}
+    ds = toolkit_side(model, "clip_xmax")
+    eigenvalues = ds.eigenvalues.values
+    for i, j, name in cells(ds):
+        lam = eigenvalues[i, j]
+        fit = fit_power_law(lam[~np.isnan(lam)], fix_fingers="clip_xmax")
+        ww = by_name[name]
+        assert fit.num_fingers == ww["num_fingers"], name
+        assert agreement(fit.raw_alpha, ww["raw_alpha"])[0], (name, fit.raw_alpha, ww["raw_alpha"])
 
 
 @pytest.mark.parametrize("model", sorted({_parse(g)[0] for g in GOLDEN if _parse(g)[1] == "default"}))
