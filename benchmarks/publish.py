@@ -66,6 +66,10 @@ def secs(x: float) -> str:
     return f"{g(x, 3 if x >= 10 else 2)} s"
 
 
+def rate(bytes_per_s: float) -> str:
+    return f"{g(bytes_per_s / 1e9)} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.0f} MB/s"
+
+
 def size(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
 
@@ -368,7 +372,7 @@ def scaling_projection_7b(rec: dict, res: dict) -> str:
         rows = []
         for n in (1, 8, 64):
             compute = total / n
-            rows.append([n, secs(compute), f"{d * n / total / 1e6:.0f} MB/s",
+            rows.append([n, secs(compute), rate(d * n / total),
                          "compute" if compute >= io else f"NFS ({secs(io)})"])
         out.append(f"**{title}**: C = 100 x {secs(per_ckpt)} = {total / 3600:.1f} core-hours; "
                    f"D = {d / 1e12:.2f} TB.\n\n" + table(["workers N", "compute C / N", "I/O demand", "bound by"],
@@ -409,7 +413,7 @@ def scaling_moe(rec: dict, res: dict) -> str:
         prow = []
         for n in (1, 16, 64, 128, 256):
             compute = total / n
-            prow.append([n, secs(compute), f"{DEEPSEEK['fp8_bytes'] * n / total / 1e6:.0f} MB/s",
+            prow.append([n, secs(compute), rate(DEEPSEEK['fp8_bytes'] * n / total),
                          "compute" if compute >= io else f"NFS ({secs(io)})"])
         out.append(f"**Projection, every weight metric**: {tasks} tasks; per MoE layer {experts} experts x "
                    f"{secs(full['expert'])} + router + attention {secs(attention)} = {secs(moe_layer)}; per dense "
