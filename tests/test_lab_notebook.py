@@ -41,9 +41,10 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     from toolkit.lab import load_result
 
     fresh = load_result(tmp_path / "attention_lab_fresh.nc")  # the notebook's run: 2 activations x 8 epochs
-    assert list(fresh.activation.values) == ["softmax", "x²/4"] and fresh.sizes["epoch"] == 8
+    assert list(fresh.activation.values) == ["softmax", "x²/4"]
+    assert list(fresh.epoch.values) == list(range(9))  # epoch 0 is the untrained model, then 8 epochs
     acc = fresh.test_accuracy.values
-    assert np.isfinite(acc).all() and ((acc >= 0) & (acc <= 1)).all() and acc.shape == (2, 8)
+    assert np.isfinite(acc).all() and ((acc >= 0) & (acc <= 1)).all() and acc.shape == (2, 9)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_lab_fresh.nc"]  # no checkpoint folder left
     levels = next(c for c in nb.cells if c.source.startswith("runs = {"))
     assert [o for o in levels.outputs if "image/png" in o.get("data", {})]

@@ -16,7 +16,7 @@ def saved_against_weightwatcher(path):
     from _golden import read_golden
 
     ds = toolkit.load(path)
-    assert dict(ds.sizes) == {"layer": 30, "component": 7}
+    assert (ds.sizes["layer"], ds.sizes["component"]) == (30, 7)
     by_name = {r["longname"]: r for r in read_golden("ww_smollm2_default.csv")[1]}
     names = ds.parameter_name.values
     for i in range(30):
