@@ -201,7 +201,7 @@ def test_a_checkpoint_rewritten_after_planning_is_refused(tmp_path):
     work = measurement.lookup(open_cache("x", enabled=False), planned).detached()
     assert work.records is None  # nothing unpicklable travels to the worker
     spec = SourceSpec.of(plan.source)
-    stale = SourceSpec(spec.location, None, None, "0" * 64, False)
+    stale = SourceSpec(spec.location, (), "0" * 64, False)
     cells = measure_task(measurement, work, (spec,))
     expected = torch.linalg.matrix_norm(planned.pieces[0].extract(planned.record.read()).double())
     assert cells[0].values["frobenius_norm"] == pytest.approx(float(expected), rel=1e-12)
