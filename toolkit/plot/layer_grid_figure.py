@@ -238,7 +238,7 @@ def _draw_panel(ax, data: LayerGridData, i: int, *, title: str | None = None):
         ax.set_yscale("log")
     ax.set_ylim(*data.ylim)
     ax.set_xlim(data.x[0], data.x[-1])
-    ax.set_title(title or data.panel_titles[i], fontsize=10)
+    ax.set_title(data.panel_titles[i] if title is None else title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -276,7 +276,7 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
         if i >= len(data.panels):
             ax.set_visible(False)
             continue
-        _draw_panel(ax, data, i)
+        _draw_panel(ax, data, i, title="" if data.panels == (-1,) else None)  # the suptitle names it
         if legend == "panel":
             ax.legend(loc="upper left", fontsize=7)
         if i % data.ncols == 0:
