@@ -25,6 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("loglog", "linear", "logx", "singular_values")
+#: Colours of the figure (the browser's drill-down uses the same).
+BAR_COLOR, BAR_EDGE, FIT_COLOR, XMAX_COLOR = "#9ec3e6", "#1f5fa8", "#c45a00", "#555555"
+
+
+def number(x: float) -> str:
+    """A figure's number: :func:`toolkit.plot._style.format_value`, ``nan`` when undefined."""
+    from toolkit.plot._style import format_value
+
+    return format_value(x) if math.isfinite(x) else "nan"
 
 
 @dataclass
@@ -110,6 +119,15 @@ def esd_histogram(p: ESDData, bins: int = 100) -> ESDHistogram:
     return ESDHistogram(edges, counts, density, int(lam.size - positive.size))
 
 
+def fit_curve(p: ESDData, points: int = 200):
+    """The fitted power law as :func:`draw_esd` draws it: ``(λ, density)`` from ``xmin`` to λ_max,
+    scaled to the fraction of eigenvalues in the tail; None without a fit."""
+    if not (math.isfinite(p.alpha) and math.isfinite(p.xmin) and p.xmin > 0):
+        return None
+    x = np.logspace(np.log10(p.xmin), np.log10(p.xmax), points)
+    return x, p.tail_fraction * (p.alpha - 1) / p.xmin * (x / p.xmin) ** (-p.alpha)
+
+
 def _stored(ds, name: str, layer, component) -> float:
     if name not in ds:
         return math.nan
@@ -178,9 +196,9 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
     quality = esd_quality(alpha, reason=reason)
     head = model_name(ds.attrs)
     if update:
-        title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {alpha:.3g}"
+        title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {number(alpha)}"
     else:
-        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {alpha:.3g} ({quality})"
+        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {number(alpha)} ({quality})"
     return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind, update)
 
 
@@ -218,14 +236,14 @@ def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
         return ax
     bars = esd_histogram(p, bins)
     label = "ESD" + (f" ({bars.zeros} zero eigenvalues not drawn)" if bars.zeros and p.kind != "linear" else "")
-    ax.hist(bars.edges[:-1], bins=bars.edges, weights=bars.density, color="#9ec3e6", edgecolor="#1f5fa8",
+    ax.hist(bars.edges[:-1], bins=bars.edges, weights=bars.density, color=BAR_COLOR, edgecolor=BAR_EDGE,
             linewidth=0.4, label=label)
-    if math.isfinite(p.alpha) and math.isfinite(p.xmin) and p.xmin > 0:
-        x = np.logspace(np.log10(p.xmin), np.log10(p.xmax), 200)
-        density = p.tail_fraction * (p.alpha - 1) / p.xmin * (x / p.xmin) ** (-p.alpha)
-        ax.plot(x, density, color="#c45a00", lw=1.8, label=f"power law, α = {p.alpha:.3g}")
-        ax.axvline(p.xmin, color="#c45a00", ls="--", lw=1, label=f"xmin = {p.xmin:.3g}")
-    ax.axvline(p.xmax, color="#555555", ls=":", lw=1, label=f"xmax = λ_max = {p.xmax:.3g}")
+    curve = fit_curve(p)
+    if curve is not None:
+        x, density = curve
+        ax.plot(x, density, color=FIT_COLOR, lw=1.8, label=f"power law, α = {number(p.alpha)}")
+        ax.axvline(p.xmin, color=FIT_COLOR, ls="--", lw=1, label=f"xmin = {number(p.xmin)}")
+    ax.axvline(p.xmax, color=XMAX_COLOR, ls=":", lw=1, label=f"xmax = λ_max = {number(p.xmax)}")
     if p.kind in ("loglog", "logx"):
         ax.set_xscale("log")
     if p.kind == "loglog":

@@ -124,6 +124,18 @@ class HeatmapData:
         return "" if self.col_dim == "component" else str(self.col_dim)
 
     @property
+    def notes(self) -> list[str]:
+        """What the x axis label says under the panel: the column dimension (``head``), that hatched
+        cells have no value, and the ``caption``."""
+        mask = self.nan_mask
+        notes = [self.col_axis_label] if self.col_axis_label else []
+        if mask.any() and not mask.all():
+            notes.append("hatched: no value (NaN)")
+        if self.caption:
+            notes.append(self.caption)
+        return notes
+
+    @property
     def clipped(self) -> bool:
         """True when some values lie outside the colour limits (see ``extend``)."""
         return self.extend != "neither"
@@ -365,11 +377,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     ax.set_yticks(np.asarray(p.yticks) + 0.5, p.ytick_labels)
     ax.tick_params(length=2)
     ax.set_ylabel("layer")
-    notes = [p.col_axis_label] if p.col_axis_label else []
-    if mask.any() and not mask.all():
-        notes.append("hatched: no value (NaN)")
-    if p.caption:
-        notes.append(p.caption)
+    notes = p.notes
     size = value_font_size(ax, n_rows, n_cols) if annotate else 0.0
     if annotate and size < MIN_VALUE_FONT:
         notes.append(f"values in cells off: {n_rows} rows leave {size:.1f} pt; draw a taller figure")

@@ -285,11 +285,11 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
             ax.set_xlabel("epoch")
     if legend == "shared":
         _shared_legend(fig, axes[0], data.ncols)
-    fig.suptitle(title or _title(data))
+    fig.suptitle(title or grid_title(data))
     return fig
 
 
-def _title(data: LayerGridData) -> str:
+def grid_title(data: LayerGridData) -> str:
     """``"<long name> (head 1; layer 0 = …)"``: what was selected and how layers count."""
     extra = ["head mean" if v == "mean" else f"{k} {v}" for k, v in data.selection.items()]
     extra += [data.note] if data.note else []
