@@ -361,3 +361,31 @@ def test_comparison_click_reads_both_checkpoints_for_the_update(tmp_path, cache)
     assert "ΔW entries" in dd.titles[0]
     np.testing.assert_array_equal(ex.show_cell(0, "mlp.up").row_change, 0.0)  # untouched matrix
     assert "relative weight change: 0.5\n" in ex.hover_text(1, "mlp.up")
+
+
+def test_a_component_no_model_has_keeps_its_hatched_column_but_no_toggle():
+    ds = make_stats(6, gate=False)  # as BERT: no mlp.gate matrix at all
+    ds = ds.assign_coords(parameter_name=ds.parameter_name.where(ds.component != "mlp.gate", ""),
+                          n_rows=ds.n_rows.where(ds.component != "mlp.gate", 0),
+                          nan_reason=ds.nan_reason.where(ds.component != "mlp.gate", ""))
+    ex = explore(ds)
+    assert "mlp.gate" not in ex.controls["components"] and ex.absent == ["mlp.gate"]
+    assert "mlp.gate" in ex.current.cols  # the column stays (hatched), so datasets of any family line up
+    assert ex.hover_text(2, "mlp.gate").endswith("undefined: no mlp. gate matrix in this layer of the model")
+    notes = [w.value for row in ex.widget.children for w in getattr(row, "children", ()) if hasattr(w, "value")
+             and isinstance(w.value, str)]
+    assert any("no mlp.gate in this model" in n for n in notes)
+    ds["stable_rank"][1, 0] = np.nan  # a matrix that exists but has no value, and no reason recorded
+    assert "NaN for this matrix and the Dataset records no reason" in explore(ds).hover_text(1, "attn.q")
+
+
+def test_the_ratio_view_of_a_series_opens_on_a_base_that_is_not_all_zero():
+    ds = make_stats(6, checkpoints=3).assign_coords(checkpoint=np.arange(3), step=("checkpoint", [0, 2, 4]))
+    change = np.random.default_rng(1).uniform(0.01, 0.02, (3, 6, 7))
+    change[0] = 0.0  # step 0 against itself
+    ds["relative_change"] = (("checkpoint", "layer", "component"), change, {"long_name": "relative change"})
+    ex = explore(ds, "relative_change")
+    assert ex.controls["base"].value == 1 and ex.controls["target"].value == 2
+    ex.controls["view"].value = "ratio"
+    assert np.isfinite(ex.current.values).all()  # not empty, as it was with base = step 0
+    np.testing.assert_allclose(ex.current.values, change[2] / change[1])

@@ -142,7 +142,7 @@ class ModelExplorer:
         self._done = threading.Event()
         self._last_draw = 0.0
         self._latest = None  # the newest partial() of the pass
-        self._handle, self._static_shown = None, False
+        self._handle, self._static_shown = None, 0
         self.progress = WidgetProgress(self._what())
         c = self.form = {
             "source": W.Text(value="" if source is None else str(source), placeholder="the embedded SmolLM2-135M",
@@ -201,7 +201,7 @@ class ModelExplorer:
         self._stop.clear()
         self._done.clear()
         self.state, self.error, self._result, self._partial = "running", None, None, None
-        self._started_at, self._last_draw, self._static_shown, self._latest = time.monotonic(), 0.0, False, None
+        self._started_at, self._last_draw, self._static_shown, self._latest = time.monotonic(), 0.0, 0, None
         self.first_cells_s, self.updates = None, []
         self.progress.restart(self._what())
         self.form["stop"].description, self.form["stop"].icon = "Stop", "stop"
@@ -290,7 +290,8 @@ class ModelExplorer:
             raise TimeoutError(f"the pass over {self._what()} is still running")
         if self.error is not None:
             raise self.error
-        self._static()
+        if threading.current_thread() is threading.main_thread():
+            self._static(waiting=True)
         return self._result
 
     @property
@@ -312,11 +313,14 @@ class ModelExplorer:
         return getattr(self.explorer, name)
 
     # -- display --------------------------------------------------------------
-    def _static(self) -> None:
-        """Put the finished figure's PNG into the displayed output (what a saved notebook keeps)."""
-        if self._handle is None or self._static_shown or self.explorer is None:
+    def _static(self, *, waiting: bool = False) -> None:
+        """Put the finished figure's PNG into the displayed output (what a saved notebook keeps).
+
+        Done when the pass ends (for a live front end) and once more by the first :meth:`wait` in the
+        kernel's own thread: a headless runner keeps only the messages of the cell that runs."""
+        if self._handle is None or self.explorer is None or self._static_shown >= (2 if waiting else 1):
             return
-        self._static_shown = True
+        self._static_shown = 2 if waiting else 1
         self._handle.update(self._repr_mimebundle_(), raw=True)
 
     def _repr_mimebundle_(self, **kwargs):
