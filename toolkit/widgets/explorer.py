@@ -82,9 +82,14 @@ class Explorer(CellSide, Saving, Views):
         The drill-down shown (:meth:`show_cell`); None when none is.
     renders : int
         Number of figures drawn so far.
+    absent : list of str
+        Components none of the models has (no toggle; their hatched column says why).
+    pending : bool
+        A pass is still measuring (the live view): empty cells read "not measured yet".
     """
 
-    def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True):
+    def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True,
+                 absent=None, pending=False):
         self.models = models_of(data, labels)
         self.ds = ds = self.models[0][1]
         names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
@@ -98,7 +103,7 @@ class Explorer(CellSide, Saving, Views):
         self.renders, self.message, self.cell, self._matrices = 0, "", None, {}
         self._png_cache: tuple = (-1, b"")
         self._lock, self._dirty, self._hold_depth = threading.Lock(), False, 0
-        self.pending = False  # a pass is still measuring: empty cells are "not measured yet"
+        self.pending = pending  # a pass is still measuring: empty cells are "not measured yet"
         self._init_cells()
         self.entries = self._entries()
         c = self.controls = {}
@@ -110,7 +115,8 @@ class Explorer(CellSide, Saving, Views):
             c[d] = W.Dropdown(options=C.dim_options(ds, d), description=d, style=C.WIDE,
                               layout=W.Layout(width="max-content"))
         comps = [str(x) for x in ds["component"].values] if "component" in ds.coords else []
-        self.absent = absent_components([m for _, m in self.models], comps)
+        self.absent = absent_components([m for _, m in self.models], comps) if absent is None else \
+            [c for c in comps if c in absent]
         col_choices = C.column_choices(ds, names)
         if len(col_choices) > 1:
             c["columns"] = W.Dropdown(options=col_choices, value="component", description="columns", style=C.WIDE)
