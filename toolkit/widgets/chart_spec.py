@@ -68,7 +68,7 @@ def esd_panel(p, *, title: str = "", bins: int = 100) -> dict:
                    "label": f"λ_max = {number(p.xmax)}", "role": "xmax"})
     log_x, log_y = p.kind in ("loglog", "logx"), p.kind == "loglog"
     zeros = f"; {bars.zeros} zero eigenvalues not drawn" if bars.zeros and log_x else ""
-    return {"title": title or p.title, "series": series, "legend": True, "role": "esd",
+    return {"title": title or p.title, "series": series, "legend": "upper right", "role": "esd",
             "x": {"log": log_x, "lim": None}, "y": {"log": log_y, "lim": None}, "ylabel": "density",
             "xlabel": ("eigenvalue λ of ΔWᵀΔW" if p.update else "eigenvalue λ of WᵀW")
                       + f" ({bars.counted} in {len(bars.counts)} bins{zeros})"}

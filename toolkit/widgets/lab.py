@@ -98,6 +98,7 @@ class LabExplorer:
         c["scale"].value = "log" if default_log(c["metric"].value) else "linear"
         self._enable_head()
         self.chart = ChartView()
+        self.chart.add_class("toolkit-lab-chart")
         self.status = W.HTML()
         c["metric"].observe(self._on_metric, names="value")
         for key in ("activations", "layers", "scale", "head"):

@@ -113,11 +113,16 @@ function render({ model, el }) {
     if (p.xlabel) s += svgText(ml + W / 2, mt + H + 31, p.xlabel, { "text-anchor": "middle", "font-size": "11" });
     if (p.ylabel) s += `<text transform="translate(12,${(mt + H / 2).toFixed(1)}) rotate(-90)" text-anchor="middle" font-size="11">${esc(p.ylabel)}</text>`;
     if (p.legend) {
-      let y = mt + 12;
-      for (const ser of p.series) {
-        if (!ser.label) continue;
-        s += `<line x1="${ml + 6}" x2="${ml + 22}" y1="${y - 4}" y2="${y - 4}" stroke="${ser.color}" stroke-width="2"${dashOf(ser.dash)}/>`;
-        s += svgText(ml + 26, y, ser.label, { "font-size": "10.5", class: "toolkit-chart-legend-text" });
+      // "upper right" (an ESD: its bars fall to the right) or upper left; on a white ground
+      const right = p.legend === "upper right";
+      const labelled = p.series.filter((ser) => ser.label);
+      const wide = Math.max(...labelled.map((ser) => ser.label.length)) * 6 + 28;
+      const x0 = right ? ml + W - wide - 4 : ml + 4;
+      s += `<rect x="${x0}" y="${mt + 3}" width="${wide}" height="${13 * labelled.length + 4}" fill="rgba(255,255,255,0.85)"/>`;
+      let y = mt + 14;
+      for (const ser of labelled) {
+        s += `<line x1="${x0 + 4}" x2="${x0 + 20}" y1="${y - 4}" y2="${y - 4}" stroke="${ser.color}" stroke-width="2"${dashOf(ser.dash)}/>`;
+        s += svgText(x0 + 24, y, ser.label, { "font-size": "10.5", class: "toolkit-chart-legend-text" });
         y += 13;
       }
     }

@@ -69,6 +69,7 @@ function render({ model, el }) {
   let windows = [];
   let geoms = [];
   let drawnSelection = "";
+  let lastClick = null;
   let drag = null;
 
   const spec = () => model.get("spec") || { panels: [] };
@@ -343,7 +344,21 @@ function render({ model, el }) {
     const d = drag;
     drag = null;
     const k = d.hit.panel, g = geoms[k];
-    if (!d.moved) { select(k, d.hit.row, d.hit.col, true); return; }
+    if (!d.moved) {
+      // a second click within 400 ms: a double-click, which shows every cell again (the first click
+      // redrew the panel, so the browser's own dblclick may not fire on the new element)
+      const now = performance.now();
+      if (lastClick && lastClick.k === k && now - lastClick.t < 400) {
+        lastClick = null;
+        windows[k] = fullWindow(panels()[k]);
+        syncWindows();
+        draw();
+        return;
+      }
+      lastClick = { k, t: now };
+      select(k, d.hit.row, d.hit.col, true);
+      return;
+    }
     if (d.pan) { syncWindows(); return; }
     if (!d.box) return;
     const [x1, y1, x2, y2] = d.box;
@@ -356,14 +371,6 @@ function render({ model, el }) {
   };
   window.addEventListener("mousemove", onMove);
   window.addEventListener("mouseup", onUp);
-
-  stage.addEventListener("dblclick", (ev) => {
-    const hit = locate(ev);
-    if (!hit) return;
-    windows[hit.panel] = fullWindow(panels()[hit.panel]);
-    syncWindows();
-    draw();
-  });
 
   stage.addEventListener("wheel", (ev) => {
     if (!(document.activeElement === root || ev.ctrlKey)) return; // the page scrolls until the heatmap has focus
