@@ -158,7 +158,7 @@ def _cmd_compare(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
-    _opening(args, f"{args.base} and {args.target}")
+    _opening(args, f"{args.base} and {args.target}" if args.target else f"{args.base} and its base")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
         device=args.device, progress=not args.quiet,
@@ -227,7 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="diff metrics of a base and a target checkpoint, per layer and component")
     c.add_argument("base", help="base checkpoint: hub id, local directory or .gguf file")
-    c.add_argument("target", help="target checkpoint (fine-tuned)")
+    c.add_argument("target", nargs="?", default=None,
+                   help="target checkpoint (fine-tuned); left out when BASE is a LoRA adapter folder, which is "
+                        "compared with the base it records")
     _add_diff_args(c)
     c.set_defaults(func=_cmd_compare)
 
