@@ -627,3 +627,27 @@ class SelectionError(ToolkitError, ValueError):
 
     def __reduce__(self):
         return type(self), (self.option, self.value, self.reason)
+
+
+class QuantizedLayoutError(UnsupportedQuantizationError):
+    """The stored parts of a quantised parameter that do not fit together or the ``quantization_config``
+    (a ``qzeros`` of the wrong shape, 1-D GPTQ scales, a compressed-tensors ``weight_shape`` that its packed
+    words cannot hold, a scale grid of another block size), or quantised tensors without a usable
+    ``quantization_config``: never dequantised into a wrong matrix.
+
+    A subclass of :class:`UnsupportedQuantizationError` (and :class:`CheckpointFileError`), so code
+    catching those keeps working. Fields: ``path`` (the weight file, or ``config.json``), ``tensor``
+    (the parameter, or the stored tensor, at fault), ``method`` (the ``quant_method`` and layout),
+    ``reason``.
+    """
+
+    def __init__(self, path: str, tensor: str, method: str, reason: str):
+        self.tensor = str(tensor)
+        self.method = str(method)
+        self.supported = []
+        self.path = str(path)
+        self.reason = (f"tensor {self.tensor!r} ({self.method}): " if self.tensor else f"{self.method}: ") + reason
+        ToolkitError.__init__(self, f"bad checkpoint file {self.path!r}: {self.reason}")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
