@@ -651,3 +651,50 @@ class QuantizedLayoutError(UnsupportedQuantizationError):
 
     def __reduce__(self):
         return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class MissingTensorWarning(UserWarning):
+    """A checkpoint lacks a weight its family has in every such layer (a ``q_proj`` of layer 0): the cell is
+    NaN with the reason "tensor missing from the checkpoint", and ``transformers`` would initialise that
+    weight at random. Raised once per pass, naming the cells."""
+
+
+class MissingWeightsError(CheckpointFileError):
+    """A checkpoint that lacks weights its model has, so ``transformers`` would build that model with them
+    initialised at random (a forward pass of it measures noise, differently on every run).
+
+    Fields: ``path`` (the checkpoint), ``missing`` and ``unexpected`` (the keys ``transformers``' loader
+    reports: parameters without a stored tensor, stored tensors no parameter takes), ``reason``.
+    """
+
+    def __init__(self, path: str, missing: Sequence[str], unexpected: Sequence[str] = ()):
+        self.missing, self.unexpected = list(missing), list(unexpected)
+
+        def listed(keys):
+            return ", ".join(repr(k) for k in keys[:8]) + (f" ... ({len(keys)} in all)" if len(keys) > 8 else "")
+
+        super().__init__(path, f"transformers reports {len(self.missing)} weight(s) of the model missing from the "
+                         f"checkpoint ({listed(self.missing)})"
+                         + (f" and {len(self.unexpected)} stored tensor(s) it does not use ({listed(self.unexpected)})"
+                            if self.unexpected else "")
+                         + "; it would initialise the missing ones at random, so the activations would be noise. "
+                         "Complete the checkpoint (a shard or a tensor missing?), or measure its weights with "
+                         "toolkit.weight_stats, which marks the missing cells")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class ExtraDimensionError(ToolkitError, ValueError):
+    """A variable drawn as a 2-D figure while it has one more dimension, none of whose labels was chosen
+    (``plot.heatmap(ds, "stable_rank_per_expert")``: which expert?).
+
+    Fields: ``variable``, ``dim``, ``labels`` (the dimension's labels, shortened), ``reason`` (how to choose).
+    """
+
+    def __init__(self, variable: str, dim: str, labels: object, reason: str):
+        self.variable, self.dim, self.labels, self.reason = variable, dim, labels, reason
+        super().__init__(f"{variable!r} has an extra dimension {dim!r} ({_shown(labels)}): {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.variable, self.dim, self.labels, self.reason)

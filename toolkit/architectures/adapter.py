@@ -48,6 +48,11 @@ class FamilyAdapter(Adapter):
         Module path inside a block -> canonical component, or a :class:`Split`.
     transposed : frozenset of str
         Module paths stored (in, out) (GPT-2 ``Conv1D``), transposed before any split.
+
+    Every layer holds all of the family's components, each of the shape a
+    llama-style block of the config's sizes has
+    (:func:`~toolkit.architectures.expected.standard_shape`); a family whose
+    blocks differ overrides :meth:`expected_shape` and :meth:`expected_components`.
     """
 
     prefixes: tuple[str, ...] = ("model.", "")
@@ -79,6 +84,16 @@ class FamilyAdapter(Adapter):
     def components(self) -> tuple[str, ...]:
         have = {c for parts in self._targets.values() for c, *_ in parts}
         return tuple(c for c in ALL_COMPONENTS if c in have)
+
+    def expected_shape(self, piece):
+        """The llama-style (out, in) of ``piece``'s component from the config's sizes."""
+        from toolkit.architectures.expected import standard_shape
+
+        return standard_shape(piece.component, self.dims)
+
+    def expected_components(self, layer: int) -> tuple[str, ...]:
+        """Every component of the family, in every layer."""
+        return self.components
 
     def _match(self, name):
         m = self._pattern.match(name)

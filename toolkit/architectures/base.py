@@ -277,6 +277,32 @@ class Adapter:
             for comp, extract, index in sorted(parts, key=lambda p: ALL_COMPONENTS.index(p[0]))
         ]
 
+    def check_stored(self, name: str, shape: tuple[int, ...]) -> None:
+        """Check a stored tensor's shape against the counts the config declares, before :meth:`pieces`
+        enumerates anything from them (a stack of experts: its first dimension is the expert count).
+
+        Raises
+        ------
+        MappingError
+            The shape contradicts a declared count. The default checks nothing.
+        """
+
+    def expected_shape(self, piece: Piece):
+        """The (out, in) shape the config gives ``piece``'s matrix, an
+        :class:`~toolkit.architectures.expected.Expected`, or None when the family does not say
+        (the default; a user mapping)."""
+        return None
+
+    def config_problems(self) -> list[str]:
+        """What in the config would make the model ``transformers`` builds from it fail or compute
+        nonsense (checked before building it for a forward pass); ``[]`` when nothing (the default)."""
+        return []
+
+    def expected_components(self, layer: int) -> tuple[str, ...] | None:
+        """The components every checkpoint of this family holds in ``layer`` (a weight missing there is
+        one ``transformers`` would initialise at random); None when the family does not say (the default)."""
+        return None
+
     def map_names(self, names: Iterable[str]) -> dict[str, list[Piece]]:
         """``{name: pieces}`` for the names that hold at least one component."""
         return {n: ps for n in names if (ps := self.pieces(n))}
