@@ -408,3 +408,16 @@ def test_expert_dimension_is_reduced_or_selected_and_can_be_the_columns():
     np.testing.assert_array_equal(per_expert.values, raw[:, 4, :])
     with pytest.raises(ValueError, match="mean / max / min"):
         prepare_heatmap(ds, "alpha_per_expert")
+
+
+def test_a_per_expert_metric_without_an_expert_is_a_typed_error_saying_how_to_choose():
+    """heatmap(ds, "stable_rank_per_expert") raised an untyped ValueError: a ToolkitError naming the
+    dimension, its labels and the three ways out (one expert, a reduction, experts as columns)."""
+    from toolkit.errors import ExtraDimensionError, ToolkitError
+
+    ds = _with_experts()
+    with pytest.raises(ExtraDimensionError) as e:
+        heatmap(ds, "alpha_per_expert")
+    assert isinstance(e.value, ToolkitError) and (e.value.dim, e.value.labels) == ("expert", [0, 1, 2, 3])
+    for way in ("expert=0", "expert='mean'", "component='mlp.up'"):
+        assert way in str(e.value)

@@ -171,7 +171,8 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
         (checked before the model is built).
     MissingWeightsError
         Weights of the model the checkpoint lacks (``transformers`` would initialise them at random);
-        the message lists the missing and the unexpected keys.
+        the message lists the missing and the unexpected keys. (Stored weights of another shape than
+        the config gives: a :class:`CheckpointFileError`.)
 
     Notes
     -----
@@ -210,6 +211,10 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
         if isinstance(err, ToolkitError):
             raise
         raise SourceNotFoundError(shown, f"transformers cannot load it: {err}") from err
+    except RuntimeError as err:  # transformers 5: a stored tensor of another shape than the config gives
+        raise CheckpointFileError(shown, f"transformers cannot load its weights into the model its config "
+                                  f"describes ({' '.join(str(err).split())[:300]}); does config.json belong to "
+                                  "these weights?") from err
     model.eval()
     error = ""
     if tokenizer is None:

@@ -114,7 +114,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     if request is not None:
         cached = plan_cache.load(request)
         if cached is not None:
-            return cached
+            return with_missing(cached)
         before = request.snapshot()
     plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
     if request is not None:

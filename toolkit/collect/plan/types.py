@@ -101,9 +101,10 @@ class Plan:
     def grid(self, fill: bool = False) -> dict:
         """The coordinates of this plan's Dataset (:func:`~toolkit.collect.assemble.grid.build_grid_dataset`'s
         ``layers``, ``components``, ``experts``): the selected ones, or with ``fill`` the whole model's."""
-        from toolkit.architectures.vocabulary import COMPONENTS
+        from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS
 
-        whole = list(COMPONENTS) + [c for c in self.model_components if c not in COMPONENTS]
+        have = {*self.model_components, *(comp for _, comp in self.missing)}  # a missing router keeps its column
+        whole = list(COMPONENTS) + [c for c in ALL_COMPONENTS if c in have and c not in COMPONENTS]
         sel = self.selected
         if fill or sel.everything:
             return {"components": whole, "missing": self.missing}
