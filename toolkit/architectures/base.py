@@ -322,15 +322,18 @@ class Adapter:
             a layer the config does not have. The message names both.
         """
         found = sorted(set(int(i) for i in found_layers))
-        expected = set(range(self.num_layers or 0))
-        if set(found) == expected and found:
+        count = self.num_layers or 0
+        if found and len(found) == count and found[0] == 0 and found[-1] == count - 1:
             return
-        missing = sorted(expected - set(found))
-        extra = sorted(set(found) - expected)
+        inside = [i for i in found if 0 <= i < count]
+        extra = [i for i in found if not 0 <= i < count]
+        bounds = [-1, *inside, count]  # the missing layers are the gaps (a declared 10^7 is never enumerated)
+        missing = ", ".join(str(a + 1) if b - a == 2 else f"{a + 1}-{b - 1}"
+                            for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1)
         raise UnmappedParametersError(
             f"{self.family}: the config says num_hidden_layers={self.num_layers} but components "
             f"were found in {len(found)} layers ({_ranges(found) or 'none'}); "
-            f"missing layers: {_ranges(missing) or 'none'}; layers beyond the config: "
+            f"missing layers: {missing or 'none'}; layers beyond the config: "
             f"{_ranges(extra) or 'none'}. Is the config from another checkpoint, or a shard missing?"
         )
 

@@ -19,12 +19,13 @@ before any tensor is read:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from toolkit.errors import MappingError
+from toolkit.errors import MappingError, UnmappedParametersError
 
-__all__ = ["MISSING_REASON", "Expected", "missing_cells", "piece_shape", "product", "standard_shape",
+__all__ = ["MISSING_REASON", "Expected", "missing_cells", "naming", "piece_shape", "product", "standard_shape",
            "stored_pieces"]
 
 #: The reason a missing cell carries in a Dataset's ``nan_reason``.
@@ -180,3 +181,26 @@ def missing_cells(adapter, keys: Iterable[tuple], num_layers: int) -> list[tuple
             if (layer, comp) not in found:
                 missing.append((layer, comp))
     return missing
+
+
+@contextlib.contextmanager
+def naming(location: str):
+    """Name the checkpoint ``location`` in a :class:`~toolkit.errors.MappingError` or
+    :class:`~toolkit.errors.UnmappedParametersError` raised inside (a config that contradicts its
+    weights, found while mapping them), unless the message names it already.
+
+    Raises
+    ------
+    MappingError, UnmappedParametersError
+        The same error, its message ending with the checkpoint.
+    """
+    try:
+        yield
+    except MappingError as exc:
+        if location in exc.reason:
+            raise
+        raise MappingError(exc.key, f"{exc.reason} (checkpoint {location!r})") from None
+    except UnmappedParametersError as exc:
+        if location in exc.reason:
+            raise
+        raise UnmappedParametersError(f"{exc.reason} (checkpoint {location!r})", exc.names) from None

@@ -194,6 +194,7 @@ class MoEAdapter(FamilyAdapter):
         MappingError
             Naming the stack, its shape and the count the config declares.
         """
+        super().check_stored(name, shape)
         m = self._stack.match(name) if self._stack is not None else None
         if m is None:
             return

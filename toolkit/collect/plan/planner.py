@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from toolkit.architectures import resolve_adapter
-from toolkit.architectures.expected import missing_cells, stored_pieces
+from toolkit.architectures.expected import missing_cells, naming, stored_pieces
 from toolkit.collect.plan import cache as plan_cache
 from toolkit.collect.plan.experts import check_dropped_experts, check_experts, planned_units
 from toolkit.collect.plan.types import Plan
@@ -116,7 +116,9 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
         if cached is not None:
             return with_missing(cached)
         before = request.snapshot()
-    plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
+    src = open_source(source, gguf_file=gguf_file, revision=revision)
+    with naming(src.location):  # a config that contradicts the weights: which checkpoint
+        plan = plan_source(src, mapping)
     if request is not None:
         plan_cache.store(request, plan, before)
     return with_missing(plan)
