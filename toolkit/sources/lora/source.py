@@ -99,8 +99,20 @@ class AdapterSource(Source):
         The base's ``config.json`` cannot be found: no ``base=`` and no
         ``base_model_name_or_path``, or a path / hub id not on this machine.
     CheckpointFileError
-        A bad adapter config, a module with only one factor, or factors
-        whose rank differs from the config's.
+        A bad adapter config (:meth:`AdapterConfig.read`), a module with only
+        one factor, factors whose rank differs from the config's, factors of a
+        module ``target_modules`` does not adapt, or a DoRA magnitude that is
+        not one entry per output row.
+    CheckpointMismatchError
+        A ΔW of another shape than the base's stored parameter (checked when
+        the base's weights lie beside its config; only their headers are read).
+
+    Warns
+    -----
+    UserWarning
+        ``fan_in_fan_out`` contradicts the type of an adapted module (an
+        ``nn.Linear`` flagged, a ``Conv1D`` not): ``peft`` sets it per module
+        type, and so does this source.
     """
 
     format = "lora"
