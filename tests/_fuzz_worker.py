@@ -30,6 +30,14 @@ SLACK = 256 * 2**20
 TIMES_THE_FILE = 4
 
 
+def log(path: Path, reply: dict, what) -> None:
+    """Append the outcome of one input to ``$FUZZ_LOG`` (a JSON line), when that is set."""
+    if os.environ.get("FUZZ_LOG"):
+        with open(os.environ["FUZZ_LOG"], "a") as fh:
+            fh.write(json.dumps({"input": path.name, "reply": {k: v for k, v in reply.items() if k != "traceback"},
+                                 "edits": repr(what)[:300]}) + "\n")
+
+
 def vm_size() -> int:
     """This process's address space (``VmSize``), bytes."""
     with open("/proc/self/status") as fh:
@@ -111,6 +119,12 @@ class Worker:
         if self.proc is None or not self.warm:
             self._start()
         return self.ask({**request, "op": "open"}, TIMEOUT)
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         if self.proc is not None:

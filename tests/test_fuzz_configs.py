@@ -39,7 +39,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _fuzz_worker import Worker, serve
+from _edited import edited
+from _fuzz_worker import Worker, log, serve
 
 _RANDOM = int(os.environ.get("TOOLKIT_FUZZ_EXAMPLES", "0"))
 
@@ -87,9 +88,8 @@ def _measure(request: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def spawned():
-    w = Worker(__file__)
-    yield w
-    w.close()
+    with Worker(__file__) as w:
+        yield w
 
 
 @pytest.fixture(scope="module")
@@ -135,13 +135,8 @@ class Folders:
 
     def copy(self, src: Path, name: str, edit) -> tuple[Path, dict]:
         self.n += 1
-        folder = self.root / f"c{self.n}"
-        shutil.copytree(src, folder, copy_function=os.link)
-        cfg = json.loads((src / name).read_text())
-        cfg = edit(cfg)
-        (folder / name).unlink()
-        (folder / name).write_text(json.dumps(cfg))
-        return folder, cfg
+        folder = edited(src, self.root / f"c{self.n}", edit, config_name=name)
+        return folder, json.loads((folder / name).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -186,10 +181,7 @@ def _apply(cfg: dict, changes) -> dict:
 
 def _check(reply: dict, folder: Path, what, reference=None) -> None:
     """Typed (naming the folder) or ok with ``reference(reply)`` returning ``""`` (else what differs)."""
-    if os.environ.get("FUZZ_LOG"):
-        with open(os.environ["FUZZ_LOG"], "a") as fh:
-            fh.write(json.dumps({"folder": folder.name, "reply": {k: v for k, v in reply.items() if k != "traceback"},
-                                 "edits": repr(what)[:300]}) + "\n")
+    log(folder, reply, what)
     assert reply["kind"] in ("ok", "typed"), (what, reply)
     if reply["kind"] == "typed":
         assert str(folder) in reply["message"], ("the error does not name the checkpoint", what, reply)
@@ -224,6 +216,12 @@ _LLAMA = {"q_proj": "attn.q", "k_proj": "attn.k", "v_proj": "attn.v", "o_proj": 
           "down_proj": "mlp.down", "gate_proj": "mlp.gate"}
 
 
+def _cell(module: str) -> tuple[int, str]:
+    """The (layer, component) of a llama module (``model.layers.0.self_attn.q_proj``)."""
+    parts = module.split(".")
+    return int(parts[2]), _LLAMA[parts[-1]]
+
+
 def _peft_reference(adapter: Path, cfg: dict):
     """The check of a reply against ΔW = s·B·A with peft's rules for ``cfg``."""
     from peft.tuners.tuners_utils import check_target_module_exists
@@ -251,11 +249,10 @@ def _peft_reference(adapter: Path, cfg: dict):
                 alpha = (cfg.get("alpha_pattern") or {}).get(pattern, cfg["lora_alpha"])
                 scale = alpha / (math.sqrt(r) if cfg.get("use_rslora") else r)
                 a, b = stored[key].double(), stored[key.replace("lora_A", "lora_B")].double()
-                layer, name = int(module.split(".")[2]), module.split(".")[-1]
                 delta = scale * (b @ a).numpy()
                 # entries beyond float32 (an alpha of 1e40): the float32 pipeline reads NaN/Inf, with that reason
                 fits = np.abs(delta).max() <= np.finfo(np.float32).max
-                want[(layer, _LLAMA[name])] = float(np.linalg.norm(delta)) if fits else None
+                want[_cell(module)] = float(np.linalg.norm(delta)) if fits else None
         except Exception as exc:  # noqa: BLE001 - peft cannot read this config: the toolkit must not have either
             return f"peft's rules fail on this config ({type(exc).__name__}: {exc}), the toolkit measured it"
         return _compare(reply, want)
@@ -296,18 +293,10 @@ def _fp8_reference(folder: Path, cfg: dict):
             else:
                 rows, cols = q.shape
                 full = q * s[np.arange(rows)[:, None] // block[0], np.arange(cols)[None, :] // block[1]]
-            parts = name.split(".")
-            want[(int(parts[2]), _LLAMA[parts[-2]])] = float(np.linalg.norm(full))
+            want[_cell(name.removesuffix(".weight_scale_inv"))] = float(np.linalg.norm(full))
         return _compare(reply, want)
 
     return reference
-
-
-@given(changes=edits(FP8_KEYS))
-@_settings(60)
-def test_mutated_fp8_quantization_config(worker, originals, folders, changes):
-    folder, cfg = folders.copy(originals["fp8"], "config.json", lambda c: _apply(c, changes))
-    _check(worker.run({"path": str(folder)}), folder, changes, _fp8_reference(folder, cfg))
 
 
 GPTQ_KEYS = ["quantization_config/" + k for k in ("bits", "group_size", "desc_act", "sym", "checkpoint_format",
@@ -340,18 +329,10 @@ def _gptq_reference(folder: Path, cfg: dict):
             z = _unpack(t[f"{prefix}.qzeros"].numpy(), bits, 1)[:, : q.shape[1]] + (1 if v1 else 0)
             g = t[f"{prefix}.g_idx"].numpy().astype(np.int64)
             w = (q - z[g]) * t[f"{prefix}.scales"].double().numpy()[g]
-            parts = prefix.split(".")
-            want[(int(parts[2]), _LLAMA[parts[-1]])] = float(np.linalg.norm(w))
+            want[_cell(prefix)] = float(np.linalg.norm(w))
         return _compare(reply, want)
 
     return reference
-
-
-@given(changes=edits(GPTQ_KEYS))
-@_settings(60)
-def test_mutated_gptq_quantization_config(worker, originals, folders, changes):
-    folder, cfg = folders.copy(originals["gptq"], "config.json", lambda c: _apply(c, changes))
-    _check(worker.run({"path": str(folder)}), folder, changes, _gptq_reference(folder, cfg))
 
 
 _ARGS = "quantization_config/config_groups/group_0/weights/"
@@ -377,8 +358,7 @@ def _compressed_reference(folder: Path, cfg: dict):
                 prefix = name.removesuffix(".weight_scale")
                 state = {k.removeprefix(prefix + "."): v for k, v in t.items() if k.startswith(prefix + ".")}
                 w = compressor.decompress(state, scheme)["weight"].double().numpy()
-                parts = prefix.split(".")
-                want[(int(parts[2]), _LLAMA[parts[-1]])] = float(np.linalg.norm(w))
+                want[_cell(prefix)] = float(np.linalg.norm(w))
         except Exception:  # noqa: BLE001 - the library refuses these args: no reference value to compare
             return ""
         return _compare(reply, want, rtol=1e-4)
@@ -386,12 +366,21 @@ def _compressed_reference(folder: Path, cfg: dict):
     return reference
 
 
-@given(changes=edits(COMPRESSED_KEYS))
+#: ``{kind: (keys to mutate, reference)}`` of the quantised checkpoints.
+QUANTIZED = {"fp8": (FP8_KEYS, _fp8_reference), "gptq": (GPTQ_KEYS, _gptq_reference),
+             "compressed": (COMPRESSED_KEYS, _compressed_reference)}
+
+
+@pytest.mark.parametrize("kind", list(QUANTIZED))
+@given(data=st.data())
 @_settings(60)
-def test_mutated_compressed_tensors_config(worker, originals, folders, changes):
-    pytest.importorskip("compressed_tensors")
-    folder, cfg = folders.copy(originals["compressed"], "config.json", lambda c: _apply(c, changes))
-    _check(worker.run({"path": str(folder)}), folder, changes, _compressed_reference(folder, cfg))
+def test_mutated_quantization_config(worker, originals, folders, kind, data):
+    if kind == "compressed":
+        pytest.importorskip("compressed_tensors")
+    keys, reference = QUANTIZED[kind]
+    changes = data.draw(edits(keys))
+    folder, cfg = folders.copy(originals[kind], "config.json", lambda c: _apply(c, changes))
+    _check(worker.run({"path": str(folder)}), folder, changes, reference(folder, cfg))
 
 
 # -- MoE configs -----------------------------------------------------------------------------------------------------

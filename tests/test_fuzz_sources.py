@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _fuzz_worker import TIMEOUT, Worker, serve
+from _fuzz_worker import TIMEOUT, Worker, log, serve
 
 _RANDOM = int(os.environ.get("TOOLKIT_FUZZ_EXAMPLES", "0"))
 
@@ -139,9 +139,8 @@ def _worker() -> None:
 @pytest.fixture(scope="module")
 def spawned():
     """The worker process, started first so that its imports overlap with writing the files."""
-    w = Worker(__file__)
-    yield w
-    w.close()
+    with Worker(__file__) as w:
+        yield w
 
 
 @pytest.fixture(scope="module")
@@ -183,10 +182,7 @@ def files(tmp_path_factory):
 
 
 def _check(reply: dict, path: Path, what) -> None:
-    if os.environ.get("FUZZ_LOG"):
-        with open(os.environ["FUZZ_LOG"], "a") as fh:
-            fh.write(json.dumps({"file": path.name, "reply": {k: v for k, v in reply.items() if k != "traceback"},
-                                 "edits": repr(what)[:300]}) + "\n")
+    log(path, reply, what)
     assert reply["kind"] in ("ok", "typed"), (what, reply)
     if reply["kind"] == "typed":
         assert path.name in reply["message"], ("the error does not name the file", what, reply)

@@ -3,12 +3,9 @@ raw error from inside transformers' forward pass; the config is checked before t
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import pytest
-from safetensors.torch import load_file, save_file
 
+from _edited import edited
 from toolkit.activations import activation_stats
 from toolkit.errors import CheckpointFileError, MissingWeightsError
 from toolkit.testing import write_tiny_checkpoint, write_tiny_moe_checkpoint
@@ -28,25 +25,13 @@ def folders(tmp_path_factory):
             "deepseek_v3": write_tiny_moe_checkpoint(root / "deepseek_v3", "deepseek_v3", num_layers=2)}
 
 
-def edited(src, folder, config=None, drop=()):
-    shutil.copytree(src, folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg.update(config or {})
-    (folder / "config.json").write_text(json.dumps(cfg))
-    if drop:
-        t = load_file(str(folder / "model.safetensors"))
-        for name in drop:
-            t.pop(name)
-        save_file(t, str(folder / "model.safetensors"))
-    return folder
-
-
 def test_a_missing_weight_is_refused_naming_it(folders, tmp_path):
     """A llama without layers.0.self_attn.q_proj: transformers initialises it at random (two runs differed in
     14 of 18 variables); refused, listing the key transformers reports missing."""
     import transformers
 
-    hostile = edited(folders["llama"], tmp_path / "m", drop=["model.layers.0.self_attn.q_proj.weight"])
+    hostile = edited(folders["llama"], tmp_path / "m",
+                     tensors=lambda t: t.pop("model.layers.0.self_attn.q_proj.weight"))
     _, info = transformers.AutoModelForCausalLM.from_pretrained(hostile, output_loading_info=True)
     assert info["missing_keys"] == {"model.layers.0.self_attn.q_proj.weight"} or \
         list(info["missing_keys"]) == ["model.layers.0.self_attn.q_proj.weight"]

@@ -7,16 +7,16 @@ refusals, and its own matching rules (``check_target_module_exists``,
 
 from __future__ import annotations
 
-import json
 import shutil
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 import toolkit
+from _edited import edited as edit_copy
 from toolkit.errors import CheckpointFileError, CheckpointMismatchError
 from toolkit.sources import open_source
 from toolkit.sources.lora import open_adapter
@@ -41,15 +41,8 @@ def gpt2(tmp_path_factory):
 
 def edited(adapter, folder, config=None, tensors=None):
     """A copy of ``adapter`` with its config updated by ``config`` (a dict) and its tensors by ``tensors(t)``."""
-    shutil.copytree(adapter, folder)
-    cfg = json.loads((folder / "adapter_config.json").read_text())
-    cfg.update(config or {})
-    (folder / "adapter_config.json").write_text(json.dumps(cfg))
-    if tensors is not None:
-        t = load_file(str(folder / "adapter_model.safetensors"))
-        tensors(t)
-        save_file(t, str(folder / "adapter_model.safetensors"))
-    return folder
+    return edit_copy(adapter, folder, config, tensors, config_name="adapter_config.json",
+                     weights_name="adapter_model.safetensors")
 
 
 def _factor(t, module, part):

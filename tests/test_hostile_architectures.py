@@ -7,16 +7,16 @@ contradicts, and reports a missing weight), numpy on the stored tensors.
 
 from __future__ import annotations
 
-import json
 import shutil
 import warnings
 
 import numpy as np
 import pytest
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 import toolkit
 from _bounded import run_bounded
+from _edited import edited
 from toolkit.errors import CheckpointFileError, MappingError, MissingTensorWarning
 from toolkit.testing import write_tiny_checkpoint, write_tiny_moe_checkpoint, write_tiny_moe_gguf
 
@@ -27,19 +27,6 @@ def folders(tmp_path_factory):
     out = {f: write_tiny_moe_checkpoint(root / f, f, num_layers=2) for f in ("gpt_oss", "qwen3_moe", "deepseek_v3")}
     out["llama"] = write_tiny_checkpoint(root / "llama", "llama", num_layers=2)
     return out
-
-
-def edited(src, folder, config=None, tensors=None):
-    """A copy of ``src`` with ``config`` merged into its config.json and its tensors edited by ``tensors(t)``."""
-    shutil.copytree(src, folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    cfg.update(config or {})
-    (folder / "config.json").write_text(json.dumps(cfg))
-    if tensors is not None:
-        t = load_file(str(folder / "model.safetensors"))
-        tensors(t)
-        save_file({k: v.contiguous() for k, v in t.items()}, str(folder / "model.safetensors"))
-    return folder
 
 
 def transformers_refuses(folder) -> None:

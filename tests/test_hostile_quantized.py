@@ -8,9 +8,7 @@ packed, compressed-tensors' own (de)compressors.
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 import toolkit
 from _bounded import run_bounded
+from _edited import edited
 from _quant_writers import E2M1_VALUES, tiny_original, write_compressed, write_fp8, write_int, write_mxfp4_experts
 from toolkit.errors import QuantizedLayoutError, UnsupportedQuantizationError
 from toolkit.sources import open_source
@@ -52,18 +51,14 @@ def packed(original, tmp_path_factory):
 def variant(src, folder, *, qc=..., tensors=None):
     """A copy of checkpoint ``src`` with ``quantization_config`` replaced by ``qc`` (``None``: removed; a
     callable: applied to the old one) and its tensors edited in place by ``tensors(t)``."""
-    shutil.copytree(src, folder)
-    cfg = json.loads((folder / "config.json").read_text())
-    if qc is None:
-        cfg.pop("quantization_config")
-    elif qc is not ...:
-        cfg["quantization_config"] = qc(cfg["quantization_config"]) if callable(qc) else qc
-    (folder / "config.json").write_text(json.dumps(cfg))
-    if tensors is not None:
-        t = load_file(str(folder / "model.safetensors"))
-        tensors(t)
-        save_file({k: v.contiguous() for k, v in t.items()}, str(folder / "model.safetensors"))
-    return folder
+    def config(cfg):
+        if qc is None:
+            cfg.pop("quantization_config")
+        elif qc is not ...:
+            cfg["quantization_config"] = qc(cfg["quantization_config"]) if callable(qc) else qc
+        return cfg
+
+    return edited(src, folder, config, tensors)
 
 
 def q_norm(path) -> float:
