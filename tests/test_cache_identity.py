@@ -14,6 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 from safetensors.torch import load_file
 
 import toolkit
@@ -182,3 +183,55 @@ def test_a_cached_plan_opens_nothing_and_a_stale_one_is_replanned(tmp_path, monk
     monkeypatch.setattr("toolkit.collect.plan.planner.open_source", lambda *a, **k: calls.append(a) or real(*a, **k))
     toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
     assert len(calls) == 1
+
+
+def test_a_file_rewritten_while_it_is_read_is_refused_and_nothing_of_it_is_cached(tmp_path, cache, monkeypatch):
+    """The identity is checked again after each read, before a result is stored: a rewrite in place between
+    the plan and a read (here: during the read of layer 1's q) is a CheckpointChangedError, and what is
+    cached afterwards is only what the old bytes gave."""
+    from toolkit.errors import CheckpointChangedError
+    from toolkit.sources.base import TensorRecord
+
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2, seed=1)
+    other = write_tiny_checkpoint(tmp_path / "o", "llama", num_layers=2, seed=2)
+    old = toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
+    original = TensorRecord.read
+
+    def rewriting(self):
+        out = original(self)
+        if self.name == "model.layers.1.self_attn.q_proj.weight":
+            data = (other / "model.safetensors").read_bytes()
+            with open(path / "model.safetensors", "r+b") as f:  # in place: same inode
+                f.write(data)
+        return out
+
+    monkeypatch.setattr(TensorRecord, "read", rewriting)
+    with pytest.raises(CheckpointChangedError):
+        toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    monkeypatch.setattr(TensorRecord, "read", original)
+    new = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    fresh = toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
+    xr.testing.assert_equal(new.frobenius_norm, fresh.frobenius_norm)
+    assert not np.allclose(new.frobenius_norm.values, old.frobenius_norm.values)
+
+
+@pytest.mark.parametrize("method, key, value", [
+    ("gptq", "checkpoint_format", "gptq_v2"),  # zeros read as stored instead of stored + 1
+    ("awq", "group_size", 32),
+])
+def test_a_config_edit_alone_is_a_cache_miss(tmp_path, cache, method, key, value):
+    """Everything in config.json that turns bytes into matrices is part of what identifies a cached value:
+    the same weight bytes under an edited quantization_config give the numbers the new config gives."""
+    from _quant_writers import tiny_original, write_int
+
+    original, _, _ = tiny_original(tmp_path / "orig")
+    path, _ = write_int(tmp_path / "q", original, method)
+    first = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["quantization_config"][key] = value
+    (path / "config.json").write_text(json.dumps(cfg))
+    again = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    fresh = toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
+    xr.testing.assert_equal(again.frobenius_norm, fresh.frobenius_norm)
+    assert not np.allclose(again.frobenius_norm.values, first.frobenius_norm.values, equal_nan=True)
+    assert again.attrs["fingerprint"] == first.attrs["fingerprint"]  # the weight bytes did not change

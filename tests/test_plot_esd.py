@@ -63,5 +63,5 @@ def test_esd_errors_say_what_to_do(ckpt):
     with_spectra = toolkit.weight_stats(ckpt, ["alpha"], progress=False, keep_spectra=True)
     with pytest.raises(toolkit.ToolkitError, match="kind must be one of"):
         toolkit.plot.esd(with_spectra, layer=0, component="attn.q", kind="pie")
-    with pytest.raises(toolkit.ToolkitError, match="no matrix at layer 7"):
+    with pytest.raises(toolkit.ToolkitError, match="layers=7 selects nothing in this model: the model has 2 layers"):
         toolkit.plot.esd(ckpt, layer=7, component="attn.q")

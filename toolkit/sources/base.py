@@ -249,6 +249,33 @@ class Source:
         fmt = list_formats().get(self.format)
         return fmt.decoder_versions() if fmt is not None else ""
 
+    def check_unchanged(self) -> None:
+        """Raise when the weight files no longer have the identity this source was opened with.
+
+        Called after reading (before a result is stored) as well as before
+        planning, so that bytes of a file rewritten meanwhile are never
+        measured, mixed with the old ones or cached under the old identity.
+        The default compares :func:`~toolkit.sources.identity.files_identity`
+        of :meth:`files` with :attr:`fingerprint`.
+
+        Raises
+        ------
+        CheckpointChangedError
+            A file was replaced, rewritten, touched or removed.
+        """
+        files = self.files()
+        if not files or not self.fingerprint:
+            return
+        from toolkit.errors import CheckpointChangedError
+        from toolkit.sources.identity import files_identity
+
+        try:
+            now = files_identity(files)
+        except OSError as exc:
+            raise CheckpointChangedError(self.location, self.fingerprint, f"unreadable ({exc})") from exc
+        if now != self.fingerprint:
+            raise CheckpointChangedError(self.location, self.fingerprint, now)
+
     def reopen_kwargs(self) -> dict:
         """The keywords ``open_source(self.location, **kwargs)`` needs to open the same checkpoint
         again in another process (a Dask worker).

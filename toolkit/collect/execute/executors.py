@@ -20,7 +20,8 @@ for both, so the Datasets are identical.
   submitting and stores each result as its task finishes, so a re-run after
   a failure submits only what is missing. A worker that dies mid-run
   (killed, out of memory) loses nothing: the scheduler re-runs its tasks
-  elsewhere; a task that raises is retried :data:`RETRIES` times before the
+  elsewhere, and a result lost with its worker before the driver fetched it is
+  submitted again (at most :data:`RETRIES` times); a task that raises is retried :data:`RETRIES` times before the
   run fails with a :class:`~toolkit.errors.WorkerTaskError` naming the
   checkpoint, the tensor and the worker. Dask is an optional extra:
   ``pip install "toolkit[distributed]"``.
@@ -82,9 +83,21 @@ class DaskExecutor:
                                                              for i in range(len(works))],
                                   retries=RETRIES, pure=False)
         where = {f.key: i for i, f in enumerate(futures)}
+        resubmitted = [0] * len(works)
         try:
-            for future in as_completed(futures):
+            pending = as_completed(futures)
+            for future in pending:
                 i = where[future.key]
+                if future.status == "lost" and resubmitted[i] < RETRIES:
+                    # finished on a worker that died before its result was fetched: measure it again
+                    resubmitted[i] += 1
+                    again = self.client.submit(remote.measure_task, measurement, works[i].detached(), specs,
+                                               key=f"toolkit-{measurement.kind}-{run}-{i}-again{resubmitted[i]}",
+                                               retries=RETRIES, pure=False)
+                    where[again.key] = i
+                    futures.append(again)
+                    pending.add(again)
+                    continue
                 if future.status != "finished":
                     exc = future.exception() if future.status == "error" else None
                     if isinstance(exc, WorkerTaskError):

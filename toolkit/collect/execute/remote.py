@@ -20,7 +20,6 @@ import threading
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 from toolkit.collect.execute.stream import Workspace
 from toolkit.errors import ToolkitError, WorkerTaskError
@@ -60,8 +59,10 @@ class SourceSpec:
     ----------
     location : str
         Absolute path of a local checkpoint, or a hub id.
-    gguf_file, revision : str or None
-        For hub ids: the GGUF file name and the commit the driver resolved.
+    options : tuple of (str, str)
+        What ``open_source`` needs besides the location
+        (:meth:`~toolkit.sources.Source.reopen_kwargs`: the commit the driver
+        resolved, the GGUF file), sorted.
     fingerprint : str
         The driver's portable identity of the files (device numbers left
         out, :func:`toolkit.sources.identity.files_identity`); a worker that
@@ -71,8 +72,7 @@ class SourceSpec:
     """
 
     location: str
-    gguf_file: str | None
-    revision: str | None
+    options: tuple
     fingerprint: str
     hub: bool
 
@@ -80,13 +80,17 @@ class SourceSpec:
     def of(cls, source) -> SourceSpec:
         """The spec of an opened :class:`~toolkit.sources.Source`."""
         hub = not os.path.isabs(source.location)
-        gguf = Path(source.files()[0]).name if hub and source.format == "gguf" else None
         if not hub and files_identity(source.files()) != source.fingerprint:
             from toolkit.errors import CheckpointChangedError
 
             raise CheckpointChangedError(source.location, source.fingerprint, files_identity(source.files()))
         ident = "" if hub else files_identity(source.files(), portable=True)
-        return cls(source.location, gguf, (source.revision or None) if hub else None, ident, hub)
+        return cls(source.location, tuple(sorted(source.reopen_kwargs().items())), ident, hub)
+
+    @property
+    def revision(self) -> str | None:
+        """The hub commit the driver resolved (None for a local checkpoint)."""
+        return dict(self.options).get("revision") or None
 
     def open(self):
         """``(source, {name: TensorRecord}, identity)`` as this process sees it, memoised per process.
@@ -98,14 +102,14 @@ class SourceSpec:
         """
         from toolkit.sources import open_source
 
-        key = (self.location, self.gguf_file, self.revision)
+        key = (self.location, self.options)
         with _LOCK:
             hit = _SOURCES.get(key)
         # reuse a source opened earlier only if it was opened on these bytes and they are still there
         if hit is not None and (self.hub or (hit[2] == self.fingerprint
                                              and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
             return hit
-        src = open_source(self.location, gguf_file=self.gguf_file, revision=self.revision)
+        src = open_source(self.location, **dict(self.options))
         seen = (src.revision or None) if self.hub else files_identity(src.files(), portable=True)
         if not self.hub and files_identity(src.files()) != src.fingerprint:
             seen = "changed while it was opened"
@@ -172,4 +176,7 @@ def measure_task(measurement, work, specs: tuple) -> object:
             with reporting(spec.location, stored):  # name the side that cannot be opened
                 records.append(spec.record(stored))
         work = work.attached(tuple(records))
-        return measurement.measure(work, load(measurement.reader(work), measurement.float32), {})
+        result = measurement.measure(work, load(measurement.reader(work), measurement.float32), {})
+        for spec in specs:  # the bytes read here are the planned ones
+            spec.open()[0].check_unchanged()
+        return result

@@ -54,6 +54,9 @@ def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, prog
 
     Raises
     ------
+    CheckpointChangedError
+        A file of ``sources`` changed while it was read (checked after each
+        unit is measured, before its results are stored).
     Whatever reading or measuring raises (units already finished are stored).
     """
     works = [measurement.lookup(cache, u) for u in units]
@@ -61,6 +64,9 @@ def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, prog
     todo = [i for i, w in enumerate(works) if w.todo]
 
     def take(i: int, fresh) -> None:
+        if fresh is not None:  # the bytes measured are the planned ones: else never stored, never mixed
+            for source in sources:
+                source.check_unchanged()
         results[i] = measurement.finish(cache, works[i], fresh)
         progress(works[i].name)
 

@@ -255,7 +255,7 @@ def _valid_totals(totals: dict, shape) -> bool:
 
 def _same_tensor(a, b) -> bool:
     """Two records of one stored tensor (neither with an update merged in)."""
-    plain = getattr(a, "base_record", None) is None and getattr(b, "base_record", None) is None
+    plain = a.base_record is None and b.base_record is None
     return plain and bool(a.file) and (a.name, a.file, a.stored_name) == (b.name, b.file, b.stored_name)
 
 
@@ -267,7 +267,7 @@ def read_pair(tp: TensorPair) -> tuple:
     in (``merged_with``, :class:`toolkit.sources.lora.MergedRecord`).
     """
     base = tp.base.read()
-    over = getattr(tp.target, "base_record", None)
+    over = tp.target.base_record
     if over is not None:
         return base, (tp.target.merged_with(base) if _same_tensor(tp.base, over) else tp.target.read())
     return base, (base if _same_tensor(tp.base, tp.target) else tp.target.read())
@@ -276,7 +276,7 @@ def read_pair(tp: TensorPair) -> tuple:
 def _blocks_sums(tp: TensorPair, tolerance: float) -> PairSums:
     """The pair's sums from row blocks, so a large embedding is never held whole (safetensors on both
     sides; other formats are read whole)."""
-    if tp.base._row_reader is None or tp.target._row_reader is None:
+    if not (tp.base.can_read_rows and tp.target.can_read_rows):
         return pair_sums(*read_pair(tp), tolerance)
     total = PairSums()
     if _same_tensor(tp.base, tp.target):  # one read: no change

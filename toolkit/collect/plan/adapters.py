@@ -13,11 +13,13 @@ import os
 
 from toolkit.collect.plan.types import Plan, PlannedTensor
 from toolkit.errors import AdapterBaseError, ToolkitError
+from toolkit.sources.base import Source
+from toolkit.sources.expert_slices import find_record
 
 
 def _is_adapter(source) -> bool:
-    if getattr(source, "format", None) == "lora":
-        return True
+    if isinstance(source, Source):
+        return source.measured_as_factors
     if isinstance(source, (str, os.PathLike)):
         from toolkit.sources.lora import is_adapter_folder
 
@@ -72,23 +74,22 @@ def merge_adapters(plans: list[Plan], pairs, client=None) -> list[Plan]:
         An adapter as the base side, in a series of more than one pair, or with
         ``client`` (a Dask worker re-opens sources by path, and a merged one has none).
     CheckpointMismatchError, CheckpointFileError
-        As :class:`toolkit.sources.lora.MergedSource`.
+        As the update's :meth:`~toolkit.sources.Source.merged_into`.
     """
-    from toolkit.sources.lora import MergedSource
-
     out = list(plans)
     for b, t in pairs:
-        if plans[b].source.format == "lora" and b != t:
+        if plans[b].source.measured_as_factors and b != t:
             raise ToolkitError(f"{plans[b].source.location!r} is a LoRA adapter: compare its base with it "
                                "(compare(base, adapter)), not the adapter with another checkpoint")
-        if plans[t].source.format != "lora" or b == t:
+        if not plans[t].source.measured_as_factors or b == t:
             continue
         if client is not None:
             raise ToolkitError("a LoRA adapter is compared with its base in this process: drop client=")
         if len(pairs) > 1:
             raise ToolkitError("LoRA adapters are compared one at a time: toolkit.compare(base, adapter)")
         base = plans[b]
-        merged = MergedSource(base.source, plans[t].source)
-        out[t] = Plan(merged, [PlannedTensor(merged.record_for(p.record), p.pieces) for p in base.tensors],
+        merged = plans[t].source.merged_into(base.source)
+        records = {r.name: r for r in merged.tensors()}
+        out[t] = Plan(merged, [PlannedTensor(find_record(records, p.record.name), p.pieces) for p in base.tensors],
                       base.num_layers, base.adapter)
     return out

@@ -29,10 +29,11 @@ import torch
 from toolkit.architectures.base import Extract, Piece
 from toolkit.collect.cache import cache_dir, cache_kind, code_identity, digest, warn_unusable
 from toolkit.collect.plan.cell_ids import decode_index, encode_index
-from toolkit.collect.plan.types import Plan, PlannedTensor, dequantizer_versions
+from toolkit.collect.plan.types import Plan, PlannedTensor
 from toolkit.errors import CheckpointChangedError
 from toolkit.sources.base import Source, TensorRecord
 from toolkit.sources.expert_slices import find_record
+from toolkit.sources.formats import decoder_versions
 from toolkit.sources.identity import file_identity, files_identity
 
 KIND = cache_kind("plans", "plans of local checkpoints: their tensors, cells and splits")
@@ -43,7 +44,7 @@ _WATCHED = (".json", ".safetensors", ".bin", ".pt", ".pth", ".gguf")
 def _code_identity() -> str:
     """The code that makes plans (a source checkout that changes it misses, even at the same
     version) and the libraries it calls."""
-    return digest(code_identity("sources", "architectures"), dequantizer_versions("gguf"))
+    return digest(code_identity("sources", "architectures"), decoder_versions())
 
 
 @dataclass(frozen=True)
@@ -191,9 +192,9 @@ def store(request: PlanRequest, plan: Plan, before: dict[str, str]) -> None:
             "adapter": adapter,
             "source": {"location": src.location, "format": src.format, "config": src.config,
                        "fingerprint": src.fingerprint, "revision": src.revision or "",
-                       "missing_config": getattr(src, "missing_config", ""), "files": src.files()},
+                       "missing_config": src.missing_config, "files": src.files()},
             "records": [{"name": r.name, "shape": list(r.shape), "dtype": r.dtype, "file": r.file,
-                         "stored_name": r.stored_name, "rows": r._row_reader is not None}
+                         "stored_name": r.stored_name, "rows": r.can_read_rows}
                         for r in src.tensors()],
             "pieces": pieces,
             "num_layers": plan.num_layers,

@@ -85,7 +85,7 @@ def check_dropped_experts(source) -> None:
     CheckpointFileError
         Naming the dropped expert tensors and the way out.
     """
-    dropped = [n for n in getattr(source, "dropped", []) if _GGUF_MOE.search(n)]
+    dropped = [n for n in source.dropped if _GGUF_MOE.search(n)]
     if dropped:
         from toolkit.errors import CheckpointFileError
 

@@ -22,24 +22,6 @@ from toolkit.sources import check_source_arguments, open_source
 from toolkit.sources.base import Source
 
 
-def check_unchanged(src: Source) -> None:
-    """Raise :class:`~toolkit.errors.CheckpointChangedError` when the weight files of an opened
-    source no longer have the identity it was opened with (an opened Source kept across a re-save
-    would mix old offsets with new bytes, and its numbers would be cached under the old identity)."""
-    from toolkit.errors import CheckpointChangedError
-    from toolkit.sources.identity import files_identity
-
-    files = src.files() if hasattr(src, "files") else []
-    if not files or not src.fingerprint or src.checks_identity_on_read:
-        return  # nothing to check, or a cached plan's source (it checks when it opens)
-    try:
-        now = files_identity(files)
-    except OSError as exc:
-        raise CheckpointChangedError(src.location, src.fingerprint, f"unreadable ({exc})") from exc
-    if now != src.fingerprint:
-        raise CheckpointChangedError(src.location, src.fingerprint, now)
-
-
 def plan_source(src: Source, mapping=None) -> Plan:
     """Map the tensors of an opened source to (layer, component) pieces.
 
@@ -52,14 +34,15 @@ def plan_source(src: Source, mapping=None) -> Plan:
         No family for the config's ``model_type`` and no ``mapping``; when the
         folder has no ``config.json`` the message says so.
     """
-    check_unchanged(src)
+    if not src.checks_identity_on_read:  # a cached plan's source checks when it opens
+        src.check_unchanged()
     check_dropped_experts(src)
     all_records = list(src.tensors())
     names = [r.name for r in all_records]
     try:
         adapter = resolve_adapter(src.config, names, mapping=mapping)
     except UnsupportedArchitectureError as e:
-        missing = getattr(src, "missing_config", "")
+        missing = src.missing_config
         if missing and not src.config.get("model_type"):
             raise UnsupportedArchitectureError(e.model_type, e.known, names, missing_config=missing) from None
         raise
@@ -84,7 +67,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
             "Pass mapping=toolkit.Mapping({...}) for custom names",
             names,
         )
-    if getattr(src, "covers_every_layer", True):  # a LoRA adapter may adapt only some layers
+    if src.covers_every_layer:  # a LoRA adapter may adapt only some layers
         adapter.check_layers({key[0] for key in seen})
     check_experts(adapter, seen)
     return Plan(src, tensors, int(adapter.num_layers), adapter)

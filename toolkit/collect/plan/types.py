@@ -115,22 +115,20 @@ class Plan:
     @cached_property
     def value_identity(self) -> str:
         """What the numbers of this plan's cells depend on besides the cell itself: the bytes
-        (the source fingerprint), the format, the toolkit's reading code and, for GGUF, the
-        dequantising libraries."""
+        (the source fingerprint), the config that says how they become matrices (quantisation,
+        fused split sizes, head counts, dtype: all of it, so any edit is a miss), the format,
+        the toolkit's reading code and the decoding libraries."""
         from toolkit.collect.cache import code_identity, digest
 
-        return digest(self.source.fingerprint, self.source.format, dequantizer_versions(self.source.format),
-                      code_identity("sources"))
+        return digest(self.source.fingerprint, self.source.config, self.source.format,
+                      self.source.decoder_versions(), code_identity("sources"))
 
     def attrs(self) -> dict:
         """Dataset attrs describing where the numbers came from."""
         cfg = self.source.config
         dtypes = sorted({t.record.dtype for t in self.tensors})
-        from toolkit.sources.quantized import quantization_attrs
-
-        extra = getattr(self.source, "adapter_attrs", None)  # a LoRA adapter: its rank, alpha, base...
         return {
-            **quantization_attrs(cfg), **(extra() if callable(extra) else {}),
+            **self.source.extra_attrs(),  # quantisation; a LoRA adapter's rank, alpha, base...
             **({"selection": self.selected.describe()} if not self.selected.everything else {}),
             "source": self.source.location,
             "format": self.source.format,
@@ -140,19 +138,3 @@ class Plan:
             "num_hidden_layers": int(self.num_layers),
             "storage_dtype": ",".join(dtypes),
         }
-
-
-def dequantizer_versions(fmt: str) -> str:
-    """Versions of the libraries that turn stored bytes into values for ``fmt`` (GGUF: gguf and
-    transformers' tensor processors); ``""`` for formats read bit for bit."""
-    if fmt != "gguf":
-        return ""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for name in ("gguf", "transformers"):
-        try:
-            found.append(f"{name}={version(name)}")
-        except PackageNotFoundError:
-            found.append(f"{name}=?")
-    return ",".join(found)

@@ -324,6 +324,11 @@ class MergedSource(Source):
         """The base's: the merged values are decoded from its bytes (the update is exact arithmetic)."""
         return self.base_source.decoder_versions()
 
+    def check_unchanged(self) -> None:
+        """Both the base's and the adapter's files (:meth:`Source.check_unchanged`)."""
+        self.base_source.check_unchanged()
+        self.adapter.check_unchanged()
+
     def adapter_attrs(self) -> dict:
         """NetCDF-safe Dataset attrs describing the adapter merged in."""
         return self.adapter.adapter_attrs()
