@@ -123,9 +123,19 @@ def check_config_sizes(config: dict, path: str | os.PathLike) -> dict:
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object or raise :class:`CheckpointFileError` naming the file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise CheckpointFileError(path, f"cannot read the {what} as JSON ({exc}); re-download or re-save it") from exc
+    return json_object(raw, path, what)
+
+
+def json_object(raw: bytes, path, what: str) -> dict:
+    """``raw`` (the bytes of the file ``path``, local or remote) as a JSON object, or raise
+    :class:`CheckpointFileError` naming the file."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckpointFileError(path, f"cannot read the {what} as JSON ({exc}); re-download or re-save it") from exc
     if not isinstance(data, dict):
         raise CheckpointFileError(path, f"the {what} is not a JSON object; re-download or re-save it")
@@ -140,7 +150,17 @@ def read_index(index_path: Path) -> dict[str, str]:
     CheckpointFileError
         The index is not JSON or has no ``weight_map``.
     """
-    data = read_json(index_path, "sharded checkpoint index")
+    return weight_map_of(read_json(index_path, "sharded checkpoint index"), index_path)
+
+
+def weight_map_of(data: dict, index_path) -> dict[str, str]:
+    """The checked ``weight_map`` of an index's JSON object (``index_path``, local or remote, names it in errors).
+
+    Raises
+    ------
+    CheckpointFileError
+        No ``weight_map``, or one naming a shard outside the index's folder.
+    """
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointFileError(

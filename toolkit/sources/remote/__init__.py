@@ -1,0 +1,23 @@
+"""Checkpoints read in place over HTTP: a hub repo not in the local cache, or plain URLs.
+
+Only the bytes a pass needs move: a sharded index, each shard's header (two
+small range requests), then each selected tensor's byte range, streamed into
+the same pipeline as a local file's. Dask workers re-open the checkpoint
+from the same repo and commit (or URL) and read their own ranges.
+
+=============  ======================================================================
+module         job
+=============  ======================================================================
+``http``       :class:`RemoteFile`: checked range reads (retries, resume, versions)
+``folders``    where the files lie: a hub repo at a commit, or a folder of URLs
+``safetensors``  the safetensors reader over range requests
+``open``       choosing the weight files and opening them
+=============  ======================================================================
+"""
+
+from toolkit.sources.remote.folders import RemoteFolder, hub_folder, is_url, url_folder
+from toolkit.sources.remote.http import RemoteFile, transfer_stats
+from toolkit.sources.remote.open import open_remote, open_url, weight_target
+
+__all__ = ["RemoteFile", "RemoteFolder", "hub_folder", "is_url", "open_remote", "open_url", "transfer_stats",
+           "url_folder", "weight_target"]
