@@ -136,6 +136,10 @@ class QuantizedSource(Source):
     def files(self) -> list[str]:
         return self.inner.files()
 
+    def check_unchanged(self) -> None:
+        """The inner source's check (a remote one's files are URLs, checked by the versions its responses show)."""
+        self.inner.check_unchanged()
+
 
 def quantized_source(src: Source) -> Source:
     """``src`` with its quantised tensors dequantised on read, or ``src`` itself when its config
