@@ -267,6 +267,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
                 repo_id, f"the hub client refuses the id, revision or a file name ({exc}); check them"
             ) from exc
         except _network_errors() as exc:
+            remote = None  # the cached copy, if any, is used (below)
             why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"
             advice = ("check the network connection (and HF_ENDPOINT) to download it; set HF_HUB_OFFLINE=1 to use "
                       "only the local cache without trying the hub")

@@ -31,7 +31,7 @@ Each response is checked against the version the file was opened at: the
 size (``Content-Range``'s total, or a 200's ``Content-Length``), the hub's
 ``X-Repo-Commit`` and ``X-Linked-Etag`` on every hop (a redirect to a CDN
 included), and the final server's ``ETag``, which must stay the one it gave
-first in this process. Bytes are counted per process (:func:`transfer_stats`).
+first since the file was opened. Bytes are counted per process (:func:`transfer_stats`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import email.utils
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -93,17 +93,23 @@ class _Stats:
 
 
 _STATS = _Stats()
-#: The ``ETag`` each URL's final server gave first in this process.
-_FIRST_ETAG: dict[str, str] = {}
-#: URLs a response showed in another version than the one opened, in this process.
-_CHANGED: dict[str, str] = {}
 _ETAG_LOCK = threading.Lock()
 
 
-def changed_since_opened(urls) -> str:
-    """What a response showed of another version of one of ``urls`` in this process (``""``: nothing)."""
+class _Seen:
+    """What the responses for one opened file showed: the final server's first ``ETag``, and another
+    version (``changed``, ``""`` while none was seen)."""
+
+    def __init__(self):
+        self.first_etag = ""
+        self.changed = ""
+
+
+def changed_since_opened(files) -> str:
+    """What a response showed of another version of one of ``files`` (RemoteFile) since they were opened
+    (``""``: nothing)."""
     with _ETAG_LOCK:
-        return next((f"{u}: {_CHANGED[u]}" for u in urls if u in _CHANGED), "")
+        return next((f"{f.url}: {f.seen.changed}" for f in files if f.seen.changed), "")
 
 
 def transfer_stats(reset: bool = False) -> dict:
@@ -161,6 +167,9 @@ class RemoteFile:
         The hub commit each response's ``X-Repo-Commit`` must match (``""`` for a plain URL).
     hub : bool
         A hub file: requests carry the hub token.
+    seen : _Seen
+        What the responses showed since this file was opened (the final server's
+        first ``ETag``, another version), for :func:`changed_since_opened`.
     """
 
     url: str
@@ -169,6 +178,7 @@ class RemoteFile:
     etag: str = ""
     commit: str = ""
     hub: bool = False
+    seen: _Seen = field(default_factory=_Seen, repr=False, compare=False)
 
     @property
     def identity(self) -> str:
@@ -316,11 +326,11 @@ class RemoteFile:
         """Raise :class:`CheckpointChangedError` when a response (or a redirect before it) shows
         another commit, LFS hash or ETag than the version opened (and remember it:
         :func:`changed_since_opened`)."""
-        seen = self._other_version(resp)
-        if seen:
+        other = self._other_version(resp)
+        if other:
             with _ETAG_LOCK:
-                _CHANGED.setdefault(self.url, seen)
-            raise CheckpointChangedError(self.url, self.identity, seen)
+                self.seen.changed = self.seen.changed or other
+            raise CheckpointChangedError(self.url, self.identity, other)
 
     def _other_version(self, resp) -> str:
         for hop in [*resp.history, resp]:
@@ -336,7 +346,7 @@ class RemoteFile:
         if not self.hub and self.etag and etag != self.etag:
             return f"ETag {etag}"
         with _ETAG_LOCK:
-            first = _FIRST_ETAG.setdefault(self.url, etag)
+            first = self.seen.first_etag = self.seen.first_etag or etag
         return f"ETag {etag} (first seen: {first})" if first != etag else ""
 
 

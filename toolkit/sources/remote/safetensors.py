@@ -146,6 +146,6 @@ class RemoteSafetensorsSource(SafetensorsSource):
         CheckpointChangedError
             A file of this source was seen in another version.
         """
-        seen = changed_since_opened(self._remote)
+        seen = changed_since_opened(self._remote.values())
         if seen:
             raise CheckpointChangedError(self.location, self.fingerprint, seen)
