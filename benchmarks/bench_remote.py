@@ -100,7 +100,8 @@ def deepseek_tensors(cfg: dict) -> list[tuple[str, str, tuple[int, ...]]]:
             out += linear(q + "gate_proj", moe, h) + linear(q + "up_proj", moe, h) + linear(q + "down_proj", h, moe)
         shared = moe * cfg["n_shared_experts"]
         q = p + "mlp.shared_experts."
-        out += linear(q + "gate_proj", shared, h) + linear(q + "up_proj", shared, h) + linear(q + "down_proj", h, shared)
+        out += linear(q + "gate_proj", shared, h) + linear(q + "up_proj", shared, h)
+        out += linear(q + "down_proj", h, shared)
     out += [("model.norm.weight", "BF16", (h,)), ("lm_head.weight", "BF16", (cfg["vocab_size"], h))]
     return out
 
@@ -116,7 +117,7 @@ def write_deepseek(folder: Path) -> dict:
     tensors = deepseek_tensors(cfg)
     sizes = [int(np.prod(s)) * _BYTES[d] for _, d, s in tensors]
     per_shard = sum(sizes) / SHARDS
-    shards, current, filled = [[]], 0, 0.0
+    shards, filled = [[]], 0.0
     for t, n in zip(tensors, sizes, strict=True):
         if filled >= per_shard and len(shards) < SHARDS:
             shards.append([])
@@ -139,7 +140,7 @@ def write_deepseek(folder: Path) -> dict:
         with open(folder / fname, "wb") as fh:
             fh.write(struct.pack("<Q", len(raw)) + raw)
             start = 8 + len(raw)
-            for (name, dtype, shape), _ in shard:
+            for (name, _dtype, shape), _ in shard:
                 if name.endswith("mlp.gate.weight"):  # the routers: real bytes
                     values = (rng.standard_normal(shape, dtype=np.float32) * 0.02)
                     bf16 = (values.view(np.uint32) >> 16).astype(np.uint16)
@@ -193,7 +194,7 @@ def serve(root: Path, work: Path):
 def record(name: str, figures: dict, command: str) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"remote_{name}.json"
-    path.write_text(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    path.write_text(json.dumps({"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                                 "machine": H.machine(), "load": H.load(), "command": command, **figures}, indent=2))
     return path
 
