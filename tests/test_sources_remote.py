@@ -40,9 +40,10 @@ METRICS = ["frobenius_norm", "spectral_norm"]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_qwen2):
-    """nginx over: hub repos ``tt/single`` and ``tt/sharded`` (at :data:`COMMIT`), and plain folders
-    ``/plain/single`` and ``/plain/sharded`` (copies, so a test may rewrite them)."""
+def server(tmp_path_factory, tiny_qwen2, smollm2_path):
+    """nginx over: hub repos ``tt/single``, ``tt/sharded`` and ``tt/gguf`` (the bundled SmolLM2 GGUF) at
+    :data:`COMMIT`, and plain folders ``/plain/single``, ``/plain/sharded`` (copies, so a test may
+    rewrite them) and ``/plain/gguf``."""
     _, folders = tiny_qwen2
     tmp = tmp_path_factory.mktemp("http")
     root = tmp / "www"
@@ -50,6 +51,11 @@ def server(tmp_path_factory, tiny_qwen2):
     for name in ("single", "sharded"):
         ng.serve(lay_out_repo(root, f"tt/{name}", folders[name], COMMIT))
         shutil.copytree(folders[name], root / "plain" / name)
+    gguf = tmp / "gguf"
+    gguf.mkdir()
+    os.symlink(smollm2_path, gguf / smollm2_path.name)
+    ng.serve(lay_out_repo(root, "tt/gguf", gguf, COMMIT))
+    shutil.copytree(gguf, root / "plain" / "gguf", symlinks=True)
     ng.start()
     yield ng
     ng.stop()
@@ -379,3 +385,24 @@ def test_dask_workers_read_their_own_ranges(server, cluster_client, local, tiny_
     # the driver and each worker that ran a task read the headers; each matrix was read once, by one worker
     assert headers + tensors <= sum(r[3] for r in reads) <= 3 * headers + tensors
     assert sum(r[3] for r in ranged) >= tensors
+
+
+# ------------------------------------------------------------------ GGUF
+
+
+@pytest.mark.parametrize("where", ["hub", "url"])
+def test_a_gguf_file_is_read_in_place_header_then_tensor_ranges(server, smollm2_path, where):
+    from toolkit.sources.gguf.table import read_gguf_table
+
+    table = read_gguf_table(smollm2_path)
+    q = next(t for t in table.tensors if t.name == "blk.3.attn_q.weight")
+    header_end = min(t.start for t in table.tensors)
+    location = "tt/gguf" if where == "hub" else f"{server.url}/plain/gguf/{smollm2_path.name}"
+    mark = server.mark()
+    ds = toolkit.weight_stats(location, METRICS, progress=False, layers=[3], components=["attn.q"],
+                              gguf_file=smollm2_path.name if where == "hub" else None)
+    ref = toolkit.weight_stats(smollm2_path, METRICS, progress=False, layers=[3], components=["attn.q"], cache=False)
+    assert_same_values(ds, ref)
+    moved = server.bytes_sent(mark, ".gguf")
+    assert header_end + q.nbytes <= moved <= max(2 * header_end, 1 << 20) + q.nbytes
+    assert ds.attrs["format"] == "gguf"

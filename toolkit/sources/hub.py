@@ -1,12 +1,11 @@
 """Hub ids (``"Qwen/Qwen2.5-7B"``): the local HF cache, else read in place over HTTP, or downloaded.
 
 Online, the revision is resolved to a commit and the repo listed; a commit
-whose weight files are all cached is read from the cache, safetensors weights
-that are not are read in place by range requests (:mod:`toolkit.sources.remote`),
+whose weight files are all cached is read from the cache, safetensors and GGUF
+weights that are not are read in place by range requests (:mod:`toolkit.sources.remote`),
 and other weights are downloaded, only what they need: ``config.json`` and one
 copy of the weights (the ``.bin`` index and its shards or ``pytorch_model.bin``,
-a LoRA adapter, or the named GGUF file). ``download=True`` downloads
-safetensors weights too.
+or a LoRA adapter). ``download=True`` downloads all of them.
 Offline (``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the
 cached snapshot is used. The environment (``HF_HUB_OFFLINE``,
 ``HF_HUB_CACHE``, ``HF_HOME``, ``HF_ENDPOINT``) is read at each call, not at
@@ -233,7 +232,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     )
 
     from toolkit.sources.local import open_local
-    from toolkit.sources.remote import hub_folder, open_remote, weight_target
+    from toolkit.sources.remote import READ_IN_PLACE, hub_folder, open_remote
 
     cache = cache_dir()
     folder = remote = None
@@ -244,7 +243,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
         try:
             remote = hub_folder(repo_id, revision)
             wanted = _wanted_files(repo_id, remote.names(), gguf_file)
-            target = weight_target(remote, gguf_file)
+            target = wanted[-1] if wanted[-1].endswith(READ_IN_PLACE) else ""
             if not download:
                 folder = _cached(repo_id, remote.commit, wanted, cache)
             if folder is None and (download or not target):

@@ -11,21 +11,21 @@ from toolkit.sources.remote.safetensors import RemoteSafetensorsSource, read_rem
 
 #: The weight files looked for in a folder, in order (as ``transformers`` looks for them).
 WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors")
-#: Formats read in place; the others are downloaded (``download=True``).
-READ_IN_PLACE = (".safetensors", ".safetensors.index.json")
+#: Files read in place; the others (``.bin``, a LoRA adapter) are downloaded.
+READ_IN_PLACE = (".safetensors", ".safetensors.index.json", ".gguf")
 
 
 def weight_target(folder: RemoteFolder, gguf_file: str | None = None) -> str:
-    """The file of ``folder`` to open: its sharded safetensors index, else ``model.safetensors``; ``""``
-    when it has neither (a ``.bin``, GGUF or adapter repo, downloaded instead).
+    """The file of a URL folder to open: ``gguf_file``, else its sharded safetensors index, else
+    ``model.safetensors``; ``""`` when it has none of them.
 
     Raises
     ------
     RemoteReadError, RemoteAccessError
-        A HEAD request of a plain URL failed.
+        A HEAD request failed.
     """
     if gguf_file:
-        return ""
+        return gguf_file if folder.file(gguf_file) is not None else ""
     for name in WEIGHT_FILES:
         if folder.file(name) is not None:
             return name
@@ -33,12 +33,14 @@ def weight_target(folder: RemoteFolder, gguf_file: str | None = None) -> str:
 
 
 def open_remote(folder: RemoteFolder, target: str) -> Source:
-    """Open ``target`` (a safetensors file or index) of ``folder`` in place, with the folder's ``config.json``.
+    """Open ``target`` of ``folder`` in place: a ``.gguf`` file, or a safetensors file or index with the
+    folder's ``config.json``.
 
     Returns
     -------
     Source
-        A :class:`~toolkit.sources.remote.safetensors.RemoteSafetensorsSource`, wrapped to dequantise
+        A :class:`~toolkit.sources.remote.gguf.RemoteGGUFSource`, or a
+        :class:`~toolkit.sources.remote.safetensors.RemoteSafetensorsSource` wrapped to dequantise
         on read when the config has a ``quantization_config`` (:mod:`toolkit.sources.quantized`).
 
     Raises
@@ -47,7 +49,13 @@ def open_remote(folder: RemoteFolder, target: str) -> Source:
         As the reads raise them; a ``config.json`` that is no JSON object or declares a bad size.
     UnsupportedQuantizationError
         A ``quantization_config`` that is not read.
+    SourceNotFoundError
+        A GGUF layout only ``transformers`` reads (it needs the file on disk).
     """
+    if target.endswith(".gguf"):
+        from toolkit.sources.remote.gguf import RemoteGGUFSource
+
+        return RemoteGGUFSource(folder, target)
     config_file = folder.file("config.json")
     config = {} if config_file is None else check_config_sizes(
         normalize_config(read_remote_json(config_file, "config.json")), config_file.url)
@@ -60,13 +68,14 @@ def open_remote(folder: RemoteFolder, target: str) -> Source:
 
 
 def open_url(url: str, *, gguf_file: str | None = None) -> Source:
-    """Open a checkpoint behind a plain URL: a ``.safetensors`` file, a sharded index, or a folder holding one.
+    """Open a checkpoint behind a plain URL: a ``.safetensors`` or ``.gguf`` file, a sharded index, or a
+    folder holding one (``gguf_file`` names the GGUF file of a folder).
 
     Raises
     ------
     SourceNotFoundError
-        A URL of another format (``.bin``, ``.gguf``: download it and pass its path), or a folder
-        without ``model.safetensors(.index.json)``.
+        A URL of another format (``.bin``: download it and pass its path), or a folder
+        without ``model.safetensors(.index.json)`` (or ``gguf_file``).
     CheckpointFileError, RemoteReadError, RemoteAccessError, CheckpointChangedError
         As :func:`open_remote`.
     """
@@ -75,9 +84,10 @@ def open_url(url: str, *, gguf_file: str | None = None) -> Source:
     folder, name = url_folder(url)
     target = name or weight_target(folder, gguf_file)
     if not target.endswith(READ_IN_PLACE):
-        what = f"{name!r} is not" if name else "the folder has no model.safetensors(.index.json), or it is not"
+        what = f"{name!r} is not" if name else \
+            "the folder has no model.safetensors(.index.json) (nor the gguf_file= named), or it is not"
         raise SourceNotFoundError(
-            url, f"{what} a safetensors checkpoint; only safetensors are read in place from a URL. Download the "
+            url, f"{what} a safetensors or GGUF checkpoint, the formats read in place from a URL. Download the "
             "file (and its config.json) and pass the local path",
         )
     if folder.file(target) is None:

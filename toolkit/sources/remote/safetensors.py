@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from toolkit.errors import CheckpointChangedError, CheckpointFileError, RemoteReadError
+from toolkit.errors import CheckpointFileError, RemoteReadError
 from toolkit.sources._common import json_object, transformers_renamer, weight_map_of
 from toolkit.sources.identity import remote_identity
+from toolkit.sources.remote.checked import RemoteFiles
 from toolkit.sources.remote.folders import RemoteFolder
-from toolkit.sources.remote.http import RemoteFile, changed_since_opened
+from toolkit.sources.remote.http import RemoteFile
 from toolkit.sources.safetensors_ import (
     HEADER_PROBE,
     Entry,
@@ -77,7 +78,7 @@ def read_remote_header(file: RemoteFile) -> dict[str, Entry]:
     return header_entries(file.url, (start + rest)[8:8 + n], size)
 
 
-class RemoteSafetensorsSource(SafetensorsSource):
+class RemoteSafetensorsSource(RemoteFiles, SafetensorsSource):
     """A safetensors checkpoint on a hub repo or behind plain URLs, read by range requests.
 
     Build with :meth:`open`. ``files()`` are the URLs; ``fingerprint`` is
@@ -128,24 +129,3 @@ class RemoteSafetensorsSource(SafetensorsSource):
 
     def _filler(self, file: str):
         return self._remote[file].read_into
-
-    def files(self) -> list[str]:
-        """The weight files' URLs."""
-        return list(self._remote)
-
-    def check_unchanged(self) -> None:
-        """Raise when a response seen in this process showed another version of a weight file.
-
-        Every range response is checked as it arrives (size, ``ETag``,
-        ``X-Repo-Commit``, ``X-Linked-Etag``: :mod:`toolkit.sources.remote.http`);
-        this also refuses a result whose own reads passed while another read
-        of the same files saw them change.
-
-        Raises
-        ------
-        CheckpointChangedError
-            A file of this source was seen in another version.
-        """
-        seen = changed_since_opened(self._remote.values())
-        if seen:
-            raise CheckpointChangedError(self.location, self.fingerprint, seen)
