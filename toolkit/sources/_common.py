@@ -177,6 +177,35 @@ def weight_map_of(data: dict, index_path) -> dict[str, str]:
     return dict(weight_map)
 
 
+def missing_from_shard(index_path, shard_name: str, wanted, held) -> None:
+    """Raise when the shard ``shard_name`` lacks a tensor the index puts in it.
+
+    Parameters
+    ----------
+    index_path : path-like or str
+        The index (local or remote), named in the error.
+    shard_name : str
+        The shard's file name.
+    wanted : iterable of str
+        The tensors the index puts in the shard.
+    held : container of str
+        The tensors the shard holds.
+
+    Raises
+    ------
+    CheckpointFileError
+        Naming how many are missing and the first.
+    """
+    absent = [k for k in wanted if k not in held]
+    if absent:
+        raise CheckpointFileError(
+            index_path,
+            f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
+            f"(first: {absent[0]!r}); the shard and the index come from different saves. "
+            "Download both again, or re-save the checkpoint.",
+        )
+
+
 def _shard_name_problem(shard) -> str:
     """Why ``shard`` is no file name inside the index's folder (``""`` when it is one)."""
     if not isinstance(shard, str) or not shard:

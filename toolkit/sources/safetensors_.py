@@ -26,7 +26,15 @@ import numpy as np
 import torch
 
 from toolkit.errors import CheckpointFileError, UnsupportedDtypeError
-from toolkit.sources._common import FileSource, open_failure, read_index, shards_of, shown, transformers_renamer
+from toolkit.sources._common import (
+    FileSource,
+    missing_from_shard,
+    open_failure,
+    read_index,
+    shards_of,
+    shown,
+    transformers_renamer,
+)
 from toolkit.sources.base import TensorRecord
 from toolkit.sources.saved_layout import SavedFormat
 
@@ -396,14 +404,7 @@ def sharded_entries(index_path, weight_map: dict[str, str], headers: list[dict[s
         wanted.setdefault(shard, []).append(name)
     entries = []
     for shard_name, header, file in zip(sorted(wanted), headers, files, strict=True):
-        absent = [k for k in wanted[shard_name] if k not in header]
-        if absent:
-            raise CheckpointFileError(
-                index_path,
-                f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
-                f"(first: {absent[0]!r}); the shard and the index come from different saves. "
-                "Download both again, or re-save the checkpoint.",
-            )
+        missing_from_shard(index_path, shard_name, wanted[shard_name], header)
         entries += [(name, entry, file) for name, entry in header.items()]
     return entries
 
