@@ -21,7 +21,9 @@ Two benchmarks, each a fresh child process per measured run, the result cache of
 ``7b``
     Qwen2.5-7B's shapes (``_scale_7b.py``), ``--layers`` of them, served as
     a plain URL folder: ``weight_stats(url)`` must take at most 1.2 x
-    ``weight_stats(folder)``, reading the same bytes, with equal values.
+    ``weight_stats(folder)``, reading the same bytes, with equal values; and
+    the reading alone (``open_source`` + every matrix's ``read()``), which
+    isolates what HTTP adds from the statistics' time.
 
 Each writes ``benchmarks/results/remote_<name>.json`` (date, machine, load
 average, command, figures). Needs nginx (``make server-deps``).
@@ -177,6 +179,22 @@ def child_weight_stats(location: str, components: list[str] | None) -> None:
            values=values)
 
 
+def child_read(location: str) -> None:
+    """Only the reading: every component matrix's ``record.read()``, timed (no statistics)."""
+    import toolkit
+    from toolkit.sources.remote import transfer_stats
+
+    H.set_threads(None)
+    t0 = time.perf_counter()
+    src = toolkit.open_source(location)
+    opened = time.perf_counter() - t0
+    nbytes = 0
+    for rec in src.tensors():
+        if rec.name.endswith("_proj.weight"):
+            nbytes += rec.read().numel() * 2
+    H.emit(seconds=time.perf_counter() - t0, open_s=opened, bytes=nbytes, client=transfer_stats())
+
+
 def run_toolkit(location: str, components, env: dict) -> dict:
     argv = [sys.executable, __file__, "child", location] + (["--components", *components] if components else [])
     return H.run_child(argv, env={"PYTHONPATH": str(H.ROOT), **env})
@@ -251,11 +269,16 @@ def bench_7b(args) -> dict:
         env = {"TOOLKIT_CACHE_DIR": str(work / "tk")}
         url = f"{server.url}/qwen7b/"
         for rep in range(args.reps):
-            local = run_toolkit(str(folder), None, env)
+            skip = {"seconds": float("nan"), "values": None}
+            local = skip if args.read_only else run_toolkit(str(folder), None, env)
             mark = server.mark()
-            remote = run_toolkit(url, None, env)
+            remote = skip if args.read_only else run_toolkit(url, None, env)
+            moved = server.bytes_sent(mark, ".safetensors")
+            read_local = H.run_child([sys.executable, __file__, "read", str(folder)], env={"PYTHONPATH": str(H.ROOT)})
+            read_remote = H.run_child([sys.executable, __file__, "read", url], env={"PYTHONPATH": str(H.ROOT)})
             rows.append({"rep": rep, "local_s": local["seconds"], "remote_s": remote["seconds"],
-                         "moved_bytes_server": server.bytes_sent(mark, ".safetensors"),
+                         "read_local_s": read_local["seconds"], "read_remote_s": read_remote["seconds"],
+                         "read_bytes": read_remote["bytes"], "moved_bytes_server": moved,
                          "values_equal_local": remote["values"] == local["values"], "load": H.load()})
             print(rows[-1], flush=True)
     finally:
@@ -265,14 +288,23 @@ def bench_7b(args) -> dict:
     local_s = sorted(r["local_s"] for r in rows)[len(rows) // 2]
     remote_s = sorted(r["remote_s"] for r in rows)[len(rows) // 2]
     ratio = remote_s / local_s
-    print(H.table([[str(args.layers), f"{local_s:.1f}", f"{remote_s:.1f}", f"{ratio:.2f}", H.verdict(ratio <= 1.2)]],
-                  ["layers", "local s (median)", "loopback HTTP s (median)", "ratio", "<= 1.2"]))
+    read_local = sorted(r["read_local_s"] for r in rows)[len(rows) // 2]
+    read_remote = sorted(r["read_remote_s"] for r in rows)[len(rows) // 2]
+    print(H.table([["weight_stats", str(args.layers), f"{local_s:.1f}", f"{remote_s:.1f}", f"{ratio:.2f}",
+                    H.verdict(ratio <= 1.2)],
+                   ["reading only", str(args.layers), f"{read_local:.2f}", f"{read_remote:.2f}",
+                    f"{read_remote / read_local:.2f}", ""]],
+                  ["what", "layers", "local s (median)", "loopback HTTP s (median)", "ratio", "<= 1.2"]))
     return {"layers": args.layers, "reps": args.reps, "runs": rows, "local_s": local_s, "remote_s": remote_s,
-            "ratio": ratio, "ratio_ok": ratio <= 1.2,
+            "ratio": ratio, "ratio_ok": ratio <= 1.2, "read_local_s": read_local, "read_remote_s": read_remote,
+            "read_ratio": read_remote / read_local,
             "values_equal_local": all(r["values_equal_local"] for r in rows)}
 
 
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "read":
+        child_read(sys.argv[2])
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         p = argparse.ArgumentParser()
         p.add_argument("child")
@@ -287,11 +319,12 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=1, help="7b: runs of each mode (the median is reported)")
     p.add_argument("--workdir", default=None, help="where the checkpoint is written (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the checkpoint and the server's log")
+    p.add_argument("--read-only", action="store_true", help="7b: time the reading only, not weight_stats")
     args = p.parse_args()
     print(H.machine(), "|", H.load(), flush=True)
     figures = bench_deepseek(args) if args.bench == "deepseek" else bench_7b(args)
     command = "python benchmarks/bench_remote.py " + " ".join(sys.argv[1:])
-    print("wrote", record(args.bench, figures, command))
+    print("wrote", record(args.bench + ("_read" if args.read_only else ""), figures, command))
 
 
 if __name__ == "__main__":
