@@ -273,9 +273,11 @@ def bench_7b(args) -> dict:
             local = skip if args.read_only else run_toolkit(str(folder), None, env)
             mark = server.mark()
             remote = skip if args.read_only else run_toolkit(url, None, env)
-            moved = server.bytes_sent(mark, ".safetensors")
             read_local = H.run_child([sys.executable, __file__, "read", str(folder)], env={"PYTHONPATH": str(H.ROOT)})
+            if args.read_only:
+                mark = server.mark()
             read_remote = H.run_child([sys.executable, __file__, "read", url], env={"PYTHONPATH": str(H.ROOT)})
+            moved = server.bytes_sent(mark, ".safetensors")  # weight_stats' bytes, or the reading's (read-only)
             rows.append({"rep": rep, "local_s": local["seconds"], "remote_s": remote["seconds"],
                          "read_local_s": read_local["seconds"], "read_remote_s": read_remote["seconds"],
                          "read_bytes": read_remote["bytes"], "moved_bytes_server": moved,
