@@ -126,7 +126,7 @@ def test_records_are_lazy(tiny_qwen2, monkeypatch):
 
     calls = []
     real = st_mod._read_tensor
-    monkeypatch.setattr(st_mod, "_read_tensor", lambda f, n, *a, **k: calls.append(n) or real(f, n, *a, **k))
+    monkeypatch.setattr(st_mod, "_read_tensor", lambda f, n, *a: calls.append(n) or real(f, n, *a))
     _, folders = tiny_qwen2
     # records bind the reader when yielded, so patch before listing
     records = list(open_source(folders["single"]).tensors())

@@ -468,7 +468,8 @@ class SafetensorsSource(FileSource):
         if self._names is None:
             self._names = [self._rename(stored) for stored, _, _ in self._entries]
         for name, (stored, entry, file) in zip(self._names, self._entries, strict=True):
-            reader = partial(_read_tensor, file, stored, entry, fill=self._filler(file))
+            fill = self._filler(file)
+            reader = partial(_read_tensor, file, stored, entry, **({} if fill is None else {"fill": fill}))
             yield TensorRecord(
                 name, entry.shape, entry.dtype, reader,
                 file=file, stored_name=stored if name != stored else "", _row_reader=reader,

@@ -118,19 +118,17 @@ MAX_TENSOR_NAME = 1024
 MAX_KEY = 65536
 
 
-class NeedMore(Exception):  # noqa: N818 - a signal to read more, not an error of the file
-    """The parse of a :class:`Prefix` reached byte ``end``, past the bytes read so far."""
-
-    def __init__(self, end: int):
-        super().__init__(end)
-        self.end = end
+def need_more(end: int) -> EOFError:
+    """The signal that the parse of a :class:`Prefix` reached byte ``end`` (``args[0]``), past the bytes read
+    so far: read more and parse again (an ``EOFError``, which no check of the file raises)."""
+    return EOFError(end)
 
 
 class Prefix:
     """The first bytes of a file of ``size`` bytes (a remote file's header, read by ranges).
 
     ``len()`` is the file's size, so every count is checked against the whole
-    file as for a local one; slicing past the bytes held raises :class:`NeedMore`.
+    file as for a local one; slicing past the bytes held raises :func:`need_more`'s ``EOFError``.
     """
 
     def __init__(self, data: bytes, size: int):
@@ -141,7 +139,7 @@ class Prefix:
 
     def __getitem__(self, key: slice) -> bytes:
         if key.stop > len(self.data):
-            raise NeedMore(key.stop)
+            raise need_more(key.stop)
         return self.data[key]
 
 
@@ -152,7 +150,7 @@ def _unpack(fmt: str, buf, pos: int) -> tuple:
         raise ValueError(f"the header runs past the end of the file (at byte {pos} of {len(buf)})")
     if isinstance(buf, Prefix):
         if end > len(buf.data):
-            raise NeedMore(end)
+            raise need_more(end)
         buf = buf.data
     return struct.unpack_from(fmt, buf, pos)
 
@@ -309,8 +307,9 @@ def parse_gguf_table(file: str, buf, size: int) -> GGUFTable:
 
     Raises
     ------
-    NeedMore
-        ``buf`` is a :class:`Prefix` that ends before the tensor table does.
+    EOFError
+        ``buf`` is a :class:`Prefix` that ends before the tensor table does (:func:`need_more`: ``args[0]``
+        is the byte the parse reached).
     CheckpointFileError
         As :func:`read_gguf_table`.
     """

@@ -17,7 +17,7 @@ from toolkit.errors import CheckpointFileError, SourceNotFoundError
 from toolkit.sources.gguf.own_plan import OwnPlan
 from toolkit.sources.gguf.sizes import check_declared_sizes
 from toolkit.sources.gguf.source import GGUFSource, _normalized
-from toolkit.sources.gguf.table import GGUFTable, NeedMore, Prefix, RangePath, parse_gguf_table
+from toolkit.sources.gguf.table import GGUFTable, Prefix, RangePath, parse_gguf_table
 from toolkit.sources.identity import remote_identity
 from toolkit.sources.remote.checked import RemoteFiles
 from toolkit.sources.remote.folders import RemoteFolder
@@ -48,11 +48,12 @@ def read_remote_gguf_table(file: RemoteFile) -> GGUFTable:
     while True:
         try:
             return parse_gguf_table(name, Prefix(data, file.size), file.size)
-        except NeedMore as more:
-            want = min(file.size, max(more.end, 2 * len(data)))
+        except EOFError as more:  # the parse reached byte more.args[0], past the bytes read
+            reached = int(more.args[0])
+            want = min(file.size, max(reached, 2 * len(data)))
             if want > MAX_HEADER:
                 raise CheckpointFileError(
-                    file.url, f"its GGUF header runs past {MAX_HEADER} bytes (to byte {more.end} at least): a "
+                    file.url, f"its GGUF header runs past {MAX_HEADER} bytes (to byte {reached} at least): a "
                     "corrupted header; re-download the file, or check the URL",
                 ) from None
             data += _read(file, len(data), want - len(data))

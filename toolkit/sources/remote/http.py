@@ -227,10 +227,8 @@ class RemoteFile:
         got = stalled = attempts = 0
         while got < nbytes:
             attempts += 1
-            try:
-                n, wait, why, status = self._attempt(offset + got, out[got:]), None, "", 0
-            except _Retry as r:
-                n, wait, why, status = r.got, r.wait, r.reason, r.status
+            n, failed = self._attempt(offset + got, out[got:])
+            status, wait, why = failed if failed is not None else (0, None, "")
             got += n
             if got >= nbytes:
                 break
@@ -255,19 +253,22 @@ class RemoteFile:
             headers = {**build_hf_headers(), **headers}
         return headers
 
-    def _attempt(self, start: int, out: memoryview) -> int:
-        """One ranged GET from ``start`` into ``out``; the bytes received (fewer when the body ends early).
+    def _attempt(self, start: int, out: memoryview) -> tuple[int, tuple | None]:
+        """One ranged GET from ``start`` into ``out``: the bytes received (fewer when the body ends early),
+        and ``(status, seconds to wait or None, reason)`` when it failed in a way a retry may cure.
 
-        Raises ``_Retry`` for what a retry may cure, a typed error for the rest.
+        Raises a typed error for the rest.
         """
         http = _http()
         want = len(out)
+        n = 0
         try:
             with _session().stream("GET", self.url, headers=self._headers(start, start + want - 1),
                                    timeout=TIMEOUT, follow_redirects=True) as resp:
                 _STATS.add(requests=1)
                 take = self._accepted(resp, start, want)
-                n = 0
+                if isinstance(take, tuple):
+                    return 0, take
                 try:
                     for chunk in resp.iter_raw():
                         k = min(len(chunk), take - n)
@@ -275,19 +276,19 @@ class RemoteFile:
                         n += k
                         if n >= take:
                             break
-                except http.TransportError as exc:
+                finally:
                     _STATS.add(nbytes=n)
-                    raise _Retry(0, None, f"the connection dropped mid-body ({type(exc).__name__}: {exc})", n) from exc
-                _STATS.add(nbytes=n)
-                return n
+                return n, None
         except http.TransportError as exc:
-            raise _Retry(0, None, f"no answer ({type(exc).__name__}: {exc})", 0) from exc
+            what = "the connection dropped mid-body" if n else "no answer"
+            return n, (0, None, f"{what} ({type(exc).__name__}: {exc})")
 
-    def _accepted(self, resp, start: int, want: int) -> int:
-        """Check a response's status and validators; how many of its body bytes to take."""
+    def _accepted(self, resp, start: int, want: int) -> int | tuple:
+        """Check a response's status and validators: how many of its body bytes to take, or
+        ``(status, seconds to wait or None, reason)`` for an answer to retry."""
         status = resp.status_code
         if status in _RETRIED:
-            raise _Retry(status, retry_after(resp, self.url), f"the server answered HTTP {status}", 0)
+            return status, retry_after(resp, self.url), f"the server answered HTTP {status}"
         if status in (401, 403):
             raise RemoteAccessError(self.url, status, login_advice(self.hub))
         if status == 404:
@@ -348,15 +349,6 @@ class RemoteFile:
         with _ETAG_LOCK:
             first = self.seen.first_etag = self.seen.first_etag or etag
         return f"ETag {etag} (first seen: {first})" if first != etag else ""
-
-
-class _Retry(Exception):
-    """A failed attempt a retry may cure: ``status`` (0: no answer), seconds to ``wait`` (None: back off),
-    the ``reason``, and the bytes ``got`` before it failed."""
-
-    def __init__(self, status: int, wait: float | None, reason: str, got: int):
-        super().__init__(reason)
-        self.status, self.wait, self.reason, self.got = status, wait, reason, got
 
 
 def retry_after(resp, url: str) -> float | None:
