@@ -52,3 +52,8 @@ bench-scale-7b: setup
 
 bench-cold: setup
 	$(BIN)/python benchmarks/bench_cold_start.py --reps 3
+
+# after a benchmark run: render the figures of README.md, benchmarks/README.md and docs/scaling.md from benchmarks/results/
+.PHONY: publish
+publish: setup
+	$(BIN)/python benchmarks/publish.py

@@ -128,3 +128,62 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 def fmt_bytes(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+
+
+# ---------------------------------------------------------------- committed results
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def command_line() -> str:
+    """The command that ran this benchmark, as a developer would type it from the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script = script.relative_to(ROOT)
+    except ValueError:
+        pass
+    return " ".join([".venv/bin/python", str(script), *sys.argv[1:]])
+
+
+class Results:
+    """The committed record of one benchmark run, ``benchmarks/results/<name>.json``: date, machine, load
+    average at the start and the end, the command, its wall time, and the figures (what
+    ``benchmarks/publish.py`` renders into README.md, benchmarks/README.md and docs/scaling.md).
+
+    Create it at the start of the run (it notes the load and the time), call :meth:`save` at the end.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self.started = time.time()
+        self.load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+
+    def save(self, figures: dict, *, folder: Path | None = None) -> Path:
+        import datetime as dt
+
+        record = {
+            "benchmark": self.name,
+            "date": dt.datetime.fromtimestamp(self.started).isoformat(timespec="minutes"),
+            "machine": machine(),
+            "load_average": {"start": _round(self.load_start), "end": _round(os.getloadavg())},
+            "command": command_line(),
+            "wall_s": round(time.time() - self.started, 1),
+            "figures": figures,
+        }
+        path = (folder or RESULTS) / f"{self.name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=1, default=_plain) + "\n")
+        print(f"results: {path}")
+        return path
+
+
+def _round(load):
+    return None if load is None else [round(x, 2) for x in load]
+
+
+def _plain(value):
+    """JSON for NumPy scalars and other numbers."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)

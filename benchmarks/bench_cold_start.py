@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _harness import load, machine, median_of, run_child, table, verdict  # noqa: E402
+from _harness import Results, load, machine, median_of, run_child, table, verdict  # noqa: E402
 
 CHILD = """
 import sys, time
@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args(argv)
+    rec = Results("cold_start")
     print(machine())
     print(load())
     rows, runs = [], {"uncached": [], "cached": [], "cached, results only": []}
@@ -78,6 +79,10 @@ def main(argv=None) -> int:
     print(f"cached call {cached:.3f} s (< 0.5 s), {cached / base:.3f} of uncached (< 0.25), "
           f"no model code: {verdict(ok)}")
     print(load())
+    rec.save({"reps": args.reps, "ok": ok, "cases": {
+        name: {"call_s": median_of(rs, "call_s"), "x_uncached": median_of(rs, "call_s") / base,
+               "model_code_modules": max(r["model_code"] for r in rs), "process_s": median_of(rs, "process_s")}
+        for name, rs in runs.items()}})
     return 0 if ok else 1
 
 

@@ -90,6 +90,12 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--skip-compare", action="store_true")
     args = ap.parse_args()
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _harness as H
+
+    rec = H.Results("dask_tasks")
     os.environ["TOOLKIT_CACHE_DIR"] = "off"
     torch.set_num_threads(1)
     from toolkit.collect.cache import open_cache
@@ -129,6 +135,7 @@ def main() -> None:
     res.update(cluster(base))
     res["load_avg_end"] = os.getloadavg()
     print(json.dumps({k: v for k, v in res.items() if k != "tensors"}, indent=1))
+    rec.save(res)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))
 

@@ -52,6 +52,13 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--out", default="")
     args = parser.parse_args()
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import _harness as H
+
+    rec = H.Results("moe_tasks")
     torch.set_num_threads(1)
     from toolkit.metrics.evaluate import evaluate_matrix
     from toolkit.metrics.registry import resolve_metrics
@@ -68,6 +75,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print("load average:", os.getloadavg())
+    rec.save({"repeat": args.repeat, "rows": rows})
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)

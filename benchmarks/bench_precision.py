@@ -76,6 +76,7 @@ def main(argv=None) -> int:
     if args.child:
         child(args.source, args.child, args.out, args.threads)
         return 0
+    rec = H.Results("precision" if args.source is None else f"precision_{Path(args.source).stem}")
     print(f"machine: {H.machine()}\n{H.load()} at start")
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", **H.thread_env(args.threads)}
@@ -94,6 +95,11 @@ def main(argv=None) -> int:
           f"({times['float64'] / times['float32']:.2f}x); {H.load()} at end")
     ok = all(r[-1] == "PASS" for r in rows)
     print("all targets met: PASS" if ok else "MISSED: " + ", ".join(r[0] for r in rows if r[-1] != "PASS"))
+    rec.save({"source": args.source or "SmolLM2-135M-Instruct Q4_1 (embedded)", "seconds": times,
+              "speedup": times["float64"] / times["float32"],
+              "metrics": {r[0]: {"compared": int(r[1]), "flagged": int(r[2]), "max_dev": float(r[3].split()[0]),
+                                 "kind": r[3].split()[1], "target": float(r[4].removeprefix("<= ")),
+                                 "ok": r[5] == "PASS"} for r in rows}})
     return 0
 
 

@@ -25,17 +25,18 @@ Two benchmarks, each a fresh child process per measured run, the result cache of
     the reading alone (``open_source`` + every matrix's ``read()``), which
     isolates what HTTP adds from the statistics' time.
 
-Each writes ``benchmarks/results/remote_<name>.json`` (date, machine, load
-average, command, figures). Needs nginx (``make server-deps``).
+Each writes ``benchmarks/results/remote_<name>.json`` (:class:`_harness.Results`:
+date, machine, load average, command, wall time, figures), which
+``benchmarks/publish.py`` renders into the README. Needs nginx (``make server-deps``).
 
-    python benchmarks/bench_remote.py deepseek
-    python benchmarks/bench_remote.py 7b --layers 28 --reps 3     # the full 7B; --layers 2 on a busy machine
+    .venv/bin/python benchmarks/bench_remote.py deepseek
+    .venv/bin/python benchmarks/bench_remote.py 7b --layers 28 --reps 3     # the full 7B; --layers 2 on a busy machine
+    .venv/bin/python benchmarks/bench_remote.py 7b --layers 28 --reps 3 --read-only
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import shutil
@@ -209,14 +210,6 @@ def serve(root: Path, work: Path):
     return Nginx(root, work)
 
 
-def record(name: str, figures: dict, command: str) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"remote_{name}.json"
-    path.write_text(json.dumps({"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-                                "machine": H.machine(), "load": H.load(), "command": command, **figures}, indent=2))
-    return path
-
-
 def bench_deepseek(args) -> dict:
     from _http_server import lay_out_repo
 
@@ -324,9 +317,9 @@ def main() -> None:
     p.add_argument("--read-only", action="store_true", help="7b: time the reading only, not weight_stats")
     args = p.parse_args()
     print(H.machine(), "|", H.load(), flush=True)
+    results = H.Results("remote_" + args.bench + ("_read" if args.read_only else ""))
     figures = bench_deepseek(args) if args.bench == "deepseek" else bench_7b(args)
-    command = "python benchmarks/bench_remote.py " + " ".join(sys.argv[1:])
-    print("wrote", record(args.bench + ("_read" if args.read_only else ""), figures, command))
+    results.save(figures)
 
 
 if __name__ == "__main__":

@@ -225,6 +225,8 @@ def main(argv=None) -> int:
         ap.error(f"unknown modes {sorted(unknown)}")
     if "floor" not in modes:
         modes.insert(0, "floor")
+    rec = H.Results("scale_1.5b" + ("" if args.precision == "float64" else f"_{args.precision}")
+                    + ("" if args.device == "cpu" else f"_{args.device}"))
     folder = args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-"))
     me = [sys.executable, str(Path(__file__).resolve())]
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", **H.thread_env(args.threads)}
@@ -256,6 +258,7 @@ def main(argv=None) -> int:
             shutil.rmtree(folder, ignore_errors=True)
 
     figures = report(runs, args)
+    rec.save(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
@@ -282,6 +285,7 @@ def main_7b(args) -> int:
     unknown = set(modes) - set(S7.MODES)
     if unknown:
         raise SystemExit(f"unknown 7b modes {sorted(unknown)}; known: {S7.MODES}")
+    rec = H.Results("scale_7b" + ("" if args.device == "cpu" else f"_{args.device}"))
     if "ww" in modes:
         ensure_ww_venv()
     folder = (args.keep or Path(tempfile.mkdtemp(prefix="bench-scale-7b-"))) / f"qwen25-7b-{args.layers}l"
@@ -324,6 +328,7 @@ def main_7b(args) -> int:
     print("all targets met: PASS" if not misses else "MISSED: " + "; ".join(misses))
     figures.update(machine=H.machine(), load_at_end=H.load(), misses=misses,
                    agreement=S7.agreement(runs), all_runs=runs)
+    rec.save(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

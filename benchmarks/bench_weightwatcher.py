@@ -228,6 +228,8 @@ def main(argv=None) -> int:
         child_ww(args.gguf, args.device, args.out, args.threads)
         return 0
 
+    rec = H.Results("weightwatcher" + ("" if args.precision == "float64" else f"_{args.precision}")
+                    + ("" if args.device == "cpu" else f"_{args.device}"))
     if args.gguf is None:
         code = "from toolkit.bundled import default_model_path as p; print(p())"
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -256,6 +258,7 @@ def main(argv=None) -> int:
         theirs = json.loads(Path(outs["weightwatcher"]).read_text())
     cached = cached_rerun(me, args, env)
     figures = report(runs, agreement(ours, theirs), args, cached)
+    rec.save(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -27,13 +27,19 @@ gives the means over all matrices of both sides.
 ``analyze(fix_fingers="clip_xmax")``, same tolerance. (``xmin_peak``:
 WeightWatcher 0.7.7 fails it on every matrix, see ``bench_xmin_peak.py``.)
 
-``--ww-cache FILE`` keeps WeightWatcher's rows (its run takes 25 min for
-SmolLM2 on 2 cores): read from FILE when it exists, else written there.
+``--ww-cache FILE`` keeps WeightWatcher's rows (its full run takes tens of
+minutes on 2 cores): read from FILE when it exists, else written there.
+``--ww-golden`` reads them from the committed golden table instead
+(``tests/data/ww_<model>_<run>.csv``, written by ``benchmarks/ww_golden.py``):
+WeightWatcher is not run, and the table's options must be the run's.
+
+The figures are written to ``benchmarks/results/ww_columns_<model>_<run>.json``
+(``benchmarks/publish.py`` renders the README's agreement table from them).
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|PATH.gguf] [--seeds 5] [--no-random]
-        [--no-mp] [--fix-fingers clip_xmax] [--ww-cache FILE] [--json FILE]
+    .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|minilm|PATH.gguf] [--seeds 5]
+        [--no-random] [--no-mp] [--fix-fingers clip_xmax] [--ww-cache FILE | --ww-golden] [--json FILE]
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ RTOL, ATOL = 1e-6, 1e-9
 TARGET, TARGET_RANDOM = 0.99, 0.95
 PREDICTION = 0.99  # two-sided prediction interval of the randomized columns
 RANDOM_SLACK = {"rand_distance": 1e-9, "rand_num_spikes": 1.0}
-MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path"}
+MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path", "minilm": "minilm_dir"}
 # xmin_peak is not here: WeightWatcher 0.7.7 fails it on every matrix (benchmarks/bench_xmin_peak.py
 # compares the toolkit's with the powerlaw package's fit that WeightWatcher means to call)
 FIX_FINGERS = ("clip_xmax",)
@@ -242,6 +248,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="thread budget of both sides")
     ap.add_argument("--json", type=Path, default=None, help="also write the table and figures to this JSON file")
     ap.add_argument("--ww-cache", type=Path, default=None, help="reuse (or save) WeightWatcher's rows in this file")
+    ap.add_argument("--ww-golden", action="store_true",
+                    help="WeightWatcher's rows from the committed tests/data/ww_<model>_<run>.csv (not run)")
     ap.add_argument("--no-mp", action="store_true", help="skip the Marchenko-Pastur fit on both sides")
     ap.add_argument("--fix-fingers", choices=FIX_FINGERS, default=None,
                     help="compare the fit columns of this fix-fingers mode (no MP fit, no randomized columns)")
@@ -258,8 +266,12 @@ def main(argv=None) -> int:
         child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers, mp)
         return 0
 
+    run = args.fix_fingers or "default"
+    rec = H.Results(f"ww_columns_{Path(args.model).stem if args.model not in MODELS else args.model}_{run}")
     gguf = model_path(args.model)
-    BW.ensure_ww_venv()
+    golden = golden_rows(args.model, run, mp, random) if args.ww_golden else None
+    if golden is None:
+        BW.ensure_ww_venv()
     me = str(Path(__file__).resolve())
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
@@ -271,6 +283,10 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
         res = {}
         for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
+            if side == "weightwatcher" and golden is not None:
+                res[side] = golden
+                print(f"  {side:13s} rows read from the golden table ({golden[0]['seconds']:.0f} s when run)")
+                continue
             if side == "weightwatcher" and args.ww_cache and args.ww_cache.is_file():
                 res[side] = tuple(json.loads(args.ww_cache.read_text()))
                 print(f"  {side:13s} rows read from {args.ww_cache} (work {res[side][0]['seconds']:.1f} s when run)")
@@ -305,10 +321,28 @@ def main(argv=None) -> int:
         if m["disagree"]:
             print(f"  {k}: {'; '.join(m['disagree'])}")
     print(f"{H.load()} at end")
+    figures = {"model": args.model, "run": run, "ww_options": ww_options(args.fix_fingers, random, mp),
+               "seeds": args.seeds if random else 0, "rtol": RTOL, "atol": ATOL, "matched": len(pairs),
+               "deterministic": det, "random": rnd, "seconds": {s: res[s][0]["seconds"] for s in res},
+               "ww_source": "golden table" if golden is not None else "run"}
+    rec.save(figures)
     if args.json:
-        args.json.write_text(json.dumps({"model": gguf, "machine": H.machine(), "deterministic": det, "random": rnd,
-                                         "seconds": {s: res[s][0]["seconds"] for s in res}}, indent=2, default=float))
+        args.json.write_text(json.dumps(figures, indent=2, default=float))
     return 0
+
+
+def golden_rows(model: str, run: str, mp: bool, random: bool) -> tuple[dict, list[dict]]:
+    """WeightWatcher's side from the committed golden table, in the shape ``child_ww`` writes."""
+    sys.path.insert(0, str(H.ROOT / "tests"))
+    from _golden import read_golden
+
+    header, rows = read_golden(f"ww_{model}_{run}.csv")
+    options = header["analyze_options"]
+    if run == "default" and (bool(options.get("mp_fit")) < mp or bool(options.get("randomize")) < random):
+        raise SystemExit(f"ww_{model}_{run}.csv was written with {options}: pass --no-mp / --no-random, or rerun "
+                         "benchmarks/ww_golden.py")
+    return ({"seconds": header["ww_seconds"]},
+            [{**r, "name": r["longname"]} for r in rows])
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", choices=["smollm2", "gemma3"], default="smollm2")
     ap.add_argument("--layers", default=None, help="comma-separated layers (default: all)")
     args = ap.parse_args(argv)
+    rec = H.Results(f"xmin_peak_{args.model}")
     print(f"machine: {H.machine()}\n{H.load()} at start; model {args.model}", flush=True)
     ds = toolkit.weight_stats(None if args.model == "smollm2" else gemma3_path(), ["stable_rank"],
                               keep_spectra=True, progress=False)
@@ -74,6 +75,9 @@ def main(argv=None) -> int:
     print(H.table(rows, ["column", f"agree (<= {RTOL:g} relative)", "max relative deviation"]))
     print(f"layers {layers}; CPU: toolkit {secs['toolkit']:.2f} s, powerlaw {secs['powerlaw']:.1f} s; "
           f"{H.load()} at end")
+    rec.save({"model": args.model, "rtol": RTOL, "layers": len(layers), "cpu_s": secs,
+              "columns": {k: {"agree": int(sum(d <= RTOL for d in v)), "compared": len(v), "max_rel_dev": max(v)}
+                          for k, v in devs.items()}})
     return 0
 
 

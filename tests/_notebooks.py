@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import nbformat
@@ -48,24 +47,22 @@ class CaptureCheckingClient(NotebookClient):
         super().register_output_hook(msg_id, hook)
 
 
-def run_notebook(notebook: Path, monkeypatch, *, timeout: int, limit_s: float, env: dict | None = None):
+def run_notebook(notebook: Path, monkeypatch, *, timeout: int, env: dict | None = None):
     """Execute the notebook headless (kernel in notebooks/, package importable from the
-    checkout); assert it took under ``limit_s`` seconds, raised no error and captured no
+    checkout, ``timeout`` seconds at most per cell); assert it raised no error and captured no
     output into an Output widget while a cell ran (see :class:`CaptureCheckingClient`).
-    Returns the executed notebook."""
+    Returns the executed notebook. (How long it takes is no test's business: timings belong
+    to the benchmarks, and a shared CI machine makes any wall-clock bound flaky.)"""
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, str(value))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT)])))
     nb = nbformat.read(notebook, as_version=4)
     client = CaptureCheckingClient(nb, timeout=timeout, kernel_name="python3",
                                    resources={"metadata": {"path": str(notebook.parent)}})
-    start = time.monotonic()
     client.execute()
-    elapsed = time.monotonic() - start
     assert not client.capturing_cells, (
         f"cells {client.capturing_cells} captured output into an Output widget (`with out:`) while running: "
         "headless runs can stall on that until the cell timeout; set `out.outputs` instead")
-    assert elapsed < limit_s, f"notebook took {elapsed:.0f} s"
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     return nb

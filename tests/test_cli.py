@@ -220,3 +220,32 @@ def test_the_terminal_hears_of_the_work_before_the_bar(tmp_path, capsys):
     assert err.startswith(f"opening {path} \u2026\n") and "14/14" in err  # then the bar: 2 layers x 7 tensors
     assert main(["compare", str(path), str(path), "--metrics", "relative_change", "-q"]) == 0
     assert capsys.readouterr().err == ""  # -q: nothing
+
+
+def test_selection_flags_select_what_the_api_selects(tmp_path, capsys):
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=4, seed=2)
+    tuned = write_tiny_checkpoint(tmp_path / "t", "llama", num_layers=4, seed=3)
+    out = tmp_path / "w.nc"
+    assert main(["weights", str(path), "--metrics", "frobenius_norm", "--layers", "1:4:2", "--components",
+                 "attn.*,mlp.up", "-o", str(out), "-q"]) == 0
+    ds = toolkit.load(out)
+    want = toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
+    assert ds.layer.values.tolist() == [1, 3]
+    assert ds.component.values.tolist() == ["attn.q", "attn.k", "attn.v", "attn.o", "mlp.up"]
+    np.testing.assert_array_equal(ds.frobenius_norm.values,
+                                  want.frobenius_norm.sel(layer=[1, 3], component=ds.component.values).values)
+    assert main(["weights", str(path), "--metrics", "rms", "--layers=-1", "--components", "mlp.down", "--fill",
+                 "-o", str(out), "-q"]) == 0
+    full = toolkit.load(out)
+    assert full.sizes == {"layer": 4, "component": 7} and int(full.rms.notnull().sum()) == 1
+    assert main(["compare", str(path), str(tuned), "--metrics", "relative_change", "--layers", "0,2",
+                 "-o", str(out), "-q"]) == 0
+    assert toolkit.load(out).layer.values.tolist() == [0, 2]
+    capsys.readouterr()
+    assert main(["weights", str(path), "--layers", "7", "-q"]) == 2
+    assert "layers=7 selects nothing in this model: the model has 4 layers" in capsys.readouterr().err
+    for flags, said in ((["--layers", "1:x"], "'1:x' is not an index, a list (0,4,8) or a slice (0:28:4)"),
+                        (["--components", "attn.q,,mlp.up"], "holds an empty name")):
+        with pytest.raises(SystemExit) as e:
+            main(["weights", str(path), *flags, "-q"])
+        assert e.value.code == 2 and said in capsys.readouterr().err

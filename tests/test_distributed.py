@@ -11,20 +11,19 @@ import math
 import os
 import signal
 
+import distributed
 import pytest
 import torch
 import xarray as xr
 
-distributed = pytest.importorskip("distributed")
-
-import toolkit  # noqa: E402
-from toolkit.cli import main  # noqa: E402
-from toolkit.collect.cache import open_cache  # noqa: E402
-from toolkit.collect.execute.remote import SourceSpec, WorkerTaskError, measure_task  # noqa: E402
-from toolkit.collect.measure.weights import WeightMeasurement  # noqa: E402
-from toolkit.collect.plan import plan_pieces  # noqa: E402
-from toolkit.sources.base import TensorRecord  # noqa: E402
-from toolkit.testing import write_tiny_checkpoint  # noqa: E402
+import toolkit
+from toolkit.cli import main
+from toolkit.collect.cache import open_cache
+from toolkit.collect.execute.remote import SourceSpec, WorkerTaskError, measure_task
+from toolkit.collect.measure.weights import WeightMeasurement
+from toolkit.collect.plan import plan_pieces
+from toolkit.sources.base import TensorRecord
+from toolkit.testing import write_tiny_checkpoint
 
 WEIGHT_METRICS = ["frobenius_norm", "spectral_norm", "stable_rank", "effective_rank", "alpha"]
 

@@ -483,9 +483,7 @@ def test_mutated_embedded_gguf_header(worker, files, originals, smollm2_layout, 
         if len(mutated) < len(head):
             fh.truncate(len(mutated))
     assert path.stat().st_size <= size
-    start = time.monotonic()
-    _check(worker.run(path, "gguf", read="some"), path, edits)
-    assert time.monotonic() - start < TIMEOUT
+    _check(worker.run(path, "gguf", read="some"), path, edits)  # the worker answers within TIMEOUT or fails
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ import json
 import re
 import shutil
 import struct
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -171,15 +170,13 @@ def test_gguf_block_size_must_divide_rows(tmp_path, tiny_gguf_dir):
 def test_gguf_block_count_beyond_the_tensor_table_fails_fast(tmp_path, f16_gguf, blocks):
     path = _write(tmp_path, set_scalar(f16_gguf, "llama.block_count", blocks))
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         err = _open_fails(path, rf"llama\.block_count \(num_hidden_layers\)={blocks} layers, but the tensor table "
                           r"holds 2 blocks \(blk\.0 to blk\.1\)")
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert time.perf_counter() - start < 5  # was 15 s / 40 s / minutes: a meta model of every declared layer
-    assert peak < 20 * 2**20, peak  # was 0.9 GB, 1.9 GB, then MemoryError
+    assert peak < 20 * 2**20, peak  # was 0.9 GB, 1.9 GB, then MemoryError: a meta model of every declared layer
     assert "re-download or re-convert" in str(err)
 
 
@@ -261,13 +258,11 @@ def test_gguf_huge_counts_fail_fast_in_a_98_mb_file(tmp_path, smollm2_copy, at, 
     """2^62 tensors or a 2^63-byte key once took 0.87 GB before a raw OverflowError."""
     path = _patched(smollm2_copy, at, fmt, value, tmp_path / "huge.gguf")
     tracemalloc.start()
-    start = time.perf_counter()
     try:
         err = _open_fails(path, match)
     finally:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-    assert time.perf_counter() - start < 5
     assert peak < 20 * 2**20, peak
     assert "re-download" in str(err) and err.path == str(path)
 
@@ -414,7 +409,6 @@ def test_safetensors_header_parsed_once_per_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(safetensors, "safe_open", counted_safe_open)
     src = open_source(path)
     assert calls == {"header": 1, "safe_open": 1}  # the safetensors library checks the header once
-    start = time.perf_counter()
     total = 0.0
     for rec in src.tensors():
         if rec.name == "w":
@@ -423,7 +417,6 @@ def test_safetensors_header_parsed_once_per_pass(tmp_path, monkeypatch):
             total += float(rec.read())
     assert total == 99999 + 54321
     assert calls == {"header": 1, "safe_open": 1}  # the pass parsed nothing again
-    assert time.perf_counter() - start < 10
 
 
 def test_safetensors_file_cut_after_open(tmp_path, tiny_qwen2):

@@ -28,7 +28,7 @@ def test_notebook_names_the_colours_the_figure_draws():
 
 @pytest.mark.slow
 def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=300, env={"TOOLKIT_OUT": tmp_path})
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, env={"TOOLKIT_OUT": tmp_path})
     grid_cell = next(c for c in nb.cells if c.source.startswith('fig = layer_grid(ds, "attention_norm")'))
     assert [o for o in grid_cell.outputs if "image/png" in o.get("data", {})]  # the 3 x 4 grid
     panel_cell = next(c for c in nb.cells if "lab_explorer(" in c.source)
@@ -36,7 +36,15 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     assert len(bundles) == 1 and WIDGET_VIEW in bundles[0] and "image/png" in bundles[0]
     fresh_cell = next(c for c in nb.cells if "run_experiment(" in c.source)
     assert [o for o in fresh_cell.outputs if "image/png" in o.get("data", {})]
-    assert (tmp_path / "attention_lab_fresh.nc").stat().st_size > 0
+    import numpy as np
+
+    from toolkit.lab import load_result
+
+    fresh = load_result(tmp_path / "attention_lab_fresh.nc")  # the notebook's run: 2 activations x 8 epochs
+    assert list(fresh.activation.values) == ["softmax", "x²/4"]
+    assert list(fresh.epoch.values) == list(range(9))  # epoch 0 is the untrained model, then 8 epochs
+    acc = fresh.test_accuracy.values
+    assert np.isfinite(acc).all() and ((acc >= 0) & (acc <= 1)).all() and acc.shape == (2, 9)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_lab_fresh.nc"]  # no checkpoint folder left
     levels = next(c for c in nb.cells if c.source.startswith("runs = {"))
     assert [o for o in levels.outputs if "image/png" in o.get("data", {})]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import peft
 import pytest
 import torch
 
@@ -12,8 +13,6 @@ import toolkit
 from toolkit.errors import AdapterBaseError
 from toolkit.sources import open_source
 from toolkit.testing import write_tiny_adapter
-
-peft = pytest.importorskip("peft")
 
 
 def _peft_delta(base, adapter) -> dict[str, torch.Tensor]:

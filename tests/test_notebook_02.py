@@ -20,7 +20,7 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     out = tmp_path / "out"
     env = {"TOOLKIT_OUT": out, "TOOLKIT_FINETUNE_PRESET": "short", "TOOLKIT_CACHE_DIR": tmp_path / "cache",
            "OMP_NUM_THREADS": 1}
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=600, limit_s=240, env=env)
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=600, env=env)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "3 checkpoints at steps [0, 2, 4]" in text and "whole model: relative change" in text
@@ -39,4 +39,8 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     last = series.isel(checkpoint=-1)
     assert float(last.relative_change.min()) > 0 and float(last.update_sparsity.max()) < 1
     assert float(series.isel(checkpoint=0).relative_change.max()) == 0
-    assert (out / "finetune_relative_change.png").stat().st_size > 0
+    import numpy as np
+    from matplotlib.image import imread
+
+    png = imread(out / "finetune_relative_change.png")  # the explorer's figure: a drawn heatmap, not a blank
+    assert png.ndim == 3 and min(png.shape[:2]) >= 200 and len(np.unique(png.reshape(-1, png.shape[2]), axis=0)) > 50

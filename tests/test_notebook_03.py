@@ -18,7 +18,7 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     out = tmp_path / "out"
     # One torch thread: on 2 shared, busy cores, two intra-op threads wait on each other at every
     # operation and the forward/backward passes run 2-4 times slower than on one thread.
-    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, limit_s=120, env={"TOOLKIT_OUT": out, "OMP_NUM_THREADS": 1})
+    nb = run_notebook(NOTEBOOK, monkeypatch, timeout=300, env={"TOOLKIT_OUT": out, "OMP_NUM_THREADS": 1})
     for needle in ('"max_abs_activation"', '"attention_sink_mass"'):  # the two explorers
         cell = next(c for c in nb.cells if "explore(" in c.source and needle in c.source)
         bundles = [o.data for o in cell.outputs if o.output_type in ("display_data", "execute_result")]
@@ -29,7 +29,17 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     summary = next(c for c in nb.cells if "largest |activation|" in c.source)
     text = "".join(o.get("text", "") for o in summary.outputs)
     assert "attention on the first token" in text and "next-token loss" in text
-    assert (out / "activation_stats.nc").stat().st_size > 0
+    import numpy as np
+
+    import toolkit
+
+    saved = toolkit.load(out / "activation_stats.nc")  # the embedded model's 30 layers, measured
+    assert saved.sizes["layer"] == 30
+    sink = saved.attention_sink_mass.values
+    sink = sink[np.isfinite(sink)]
+    assert sink.size and ((sink >= 0) & (sink <= 1 + 1e-6)).all()  # a share of the attention weights
+    peak = saved.max_abs_activation.values
+    assert np.isfinite(peak).any() and (peak[np.isfinite(peak)] > 0).all()
 
 
 @pytest.mark.slow
@@ -45,4 +55,4 @@ def test_the_harness_names_cells_that_capture_into_an_output_widget(tmp_path, mo
     path = tmp_path / "capture.ipynb"
     nbformat.write(nb, path)
     with pytest.raises(AssertionError, match=r"cells \[2\] captured output into an Output widget"):
-        run_notebook(path, monkeypatch, timeout=15, limit_s=60)  # a stall here costs at most 15 s
+        run_notebook(path, monkeypatch, timeout=15)  # a stall here costs at most 15 s

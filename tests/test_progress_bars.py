@@ -99,7 +99,6 @@ def test_weight_stats_bar_opens_the_checkpoint_then_moves_per_tensor(tmp_path, c
 
 def test_notebook_bar_shows_the_status_then_the_count():
     """tqdm's notebook bar (what ``tqdm.auto`` gives in Jupyter) with the status format, then begin()."""
-    pytest.importorskip("ipywidgets")
     from tqdm.notebook import tqdm as notebook_tqdm
 
     from toolkit.collect.progress import _status_format

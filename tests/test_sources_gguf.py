@@ -295,20 +295,15 @@ def _forbid_transformers_reader(monkeypatch):
 
 def test_bundled_gguf_configs_equal_transformers_without_its_reader(smollm2_path, gemma3_path, tiny_gguf_dir,
                                                                     monkeypatch):
-    import time
-
     import gguf
 
     paths = [smollm2_path, gemma3_path, tiny_gguf_dir / "f16.gguf", tiny_gguf_dir / "untied.gguf"]
     expected = [_reference_config(p) for p in paths]
     real_reader = gguf.GGUFReader
     _forbid_transformers_reader(monkeypatch)
-    for path, want in zip(paths, expected, strict=True):
-        start = time.perf_counter()
+    for path, want in zip(paths, expected, strict=True):  # without GGUFReader (4-16 s a file)
         got = gguf_mod.gguf_config(str(path), want["model_type"])
-        elapsed = time.perf_counter() - start
         assert got == want and list(got) == list(want), path.name  # same keys, values and order
-        assert elapsed < 1.0, f"{path.name}: {elapsed:.2f} s"  # 0.01-0.05 s; GGUFReader takes 4-16 s
     monkeypatch.undo()
     assert gguf.GGUFReader is real_reader  # nothing was swapped for the process
     assert expected[1]["model_type"] == "gemma3_text" and expected[0]["tie_word_embeddings"] is True

@@ -30,6 +30,36 @@ def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_defau
                    help="download a hub repo that is not cached, instead of reading its safetensors in place")
 
 
+def _text_type(parse, label: str):
+    """An argparse ``type`` from a text parser that raises ValueError (one line, exit 2)."""
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    convert.__name__ = label
+    return convert
+
+
+def _add_selection_args(p: argparse.ArgumentParser) -> None:
+    """``--layers``, ``--components``, ``--experts``, ``--fill``: part of the model (toolkit.collect.plan.selection)."""
+    from toolkit.collect.plan.selection import parse_index, parse_names
+
+    g = p.add_argument_group("selection (only the selected tensors are read; default: the whole model)")
+    g.add_argument("--layers", type=_text_type(parse_index, "layers"), default=None, metavar="SPEC",
+                   help="layers as Python indexes a list: 3, -1, 0,4,8 or a slice 0:28:4")
+    g.add_argument("--components", type=_text_type(parse_names, "components"), default=None, metavar="NAMES",
+                   help="components as in the Dataset or patterns, comma-separated: attn.q,mlp.router or attn.*")
+    g.add_argument("--experts", type=_text_type(parse_index, "experts"), default=None, metavar="SPEC",
+                   help="routed experts of the MoE layers, as --layers")
+    g.add_argument("--fill", action="store_true", help="keep the whole grid, the cells left out NaN")
+
+
+def _selection(args) -> dict:
+    return dict(layers=args.layers, components=args.components, experts=args.experts, fill=args.fill)
+
+
 def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
     """Check, before any computing, the output paths and the metric to plot.
 
@@ -125,6 +155,7 @@ def _cmd_weights(args) -> int:
         precision=args.precision,
         fit=_fit_options(args),
         per_head=args.per_head,
+        **_selection(args),
     )
     return _save_outputs(ds, args, plot_metric)
 
@@ -164,7 +195,7 @@ def _cmd_compare(args) -> int:
     _opening(args, f"{args.base} and {args.target}")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
-        device=args.device, progress=not args.quiet, download=args.download,
+        device=args.device, progress=not args.quiet, download=args.download, **_selection(args),
     )
     return _save_outputs(ds, args, plot_metric)
 
@@ -177,7 +208,7 @@ def _cmd_series(args) -> int:
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
-        client=args.scheduler, download=args.download,
+        client=args.scheduler, download=args.download, **_selection(args),
     )
     # the plot is the last checkpoint's heatmap
     return _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
@@ -213,6 +244,7 @@ def _add_diff_args(p: argparse.ArgumentParser) -> None:
                    help="subspace dimension for subspace_overlap (a whole number >= 1)")
     p.add_argument("--download", action="store_true",
                    help="download hub repos that are not cached, instead of reading their safetensors in place")
+    _add_selection_args(p)
     _add_output_args(p, "relative_change")
 
 
@@ -227,6 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="precision of the singular values (default float64; float32 is ~1.7x faster on 7B shapes, see "
                         "docs/scaling.md)")
     _add_fit_args(w)
+    _add_selection_args(w)
     _add_output_args(w, "stable_rank")
     w.set_defaults(func=_cmd_weights)
 

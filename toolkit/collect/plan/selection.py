@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from toolkit.errors import InvalidOptionError, SelectionError
 
-__all__ = ["Selected", "Selection"]
+__all__ = ["Selected", "Selection", "parse_index", "parse_names"]
 
 _GROUPS = ("attn", "mlp")
 
@@ -183,3 +183,42 @@ class Selected:
             if values is not None:
                 parts.append(f"{name} {', '.join(map(str, values))}")
         return "; ".join(parts)
+
+
+def parse_index(text: str):
+    """A layer or expert selection written as text (the command line's ``--layers 0:28:4``).
+
+    ``"3"`` -> 3, ``"-1"`` -> -1, ``"0:28:4"`` / ``":4"`` / ``"::-1"`` -> a slice,
+    ``"0,4,8"`` -> ``[0, 4, 8]``.
+
+    Raises
+    ------
+    ValueError
+        Text of none of these forms (the message says which forms there are).
+    """
+    parts = [t.strip() for t in str(text).split(",")]
+    try:
+        if len(parts) > 1:
+            return [int(t) for t in parts]
+        if ":" in parts[0]:
+            bounds = parts[0].split(":")
+            if len(bounds) > 3:
+                raise ValueError
+            return slice(*(int(b) if b else None for b in bounds))
+        return int(parts[0])
+    except ValueError:
+        raise ValueError(f"{text!r} is not an index, a list (0,4,8) or a slice (0:28:4)") from None
+
+
+def parse_names(text: str) -> list[str]:
+    """Component names written as text (``--components attn.q,mlp.router``): a comma-separated list.
+
+    Raises
+    ------
+    ValueError
+        An empty name.
+    """
+    names = [t.strip() for t in str(text).split(",")]
+    if not all(names):
+        raise ValueError(f"{text!r} holds an empty name; write names separated by commas: attn.q,mlp.router")
+    return names
