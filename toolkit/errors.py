@@ -698,3 +698,26 @@ class ExtraDimensionError(ToolkitError, ValueError):
 
     def __reduce__(self):
         return type(self), (self.variable, self.dim, self.labels, self.reason)
+
+
+class RemoteReadError(ToolkitError, OSError):
+    """A remote weight file (hub or URL) whose server did not give the bytes asked for.
+
+    Raised after bounded retries (429 and 5xx answers, dropped connections),
+    or at once for an answer that would give wrong bytes (a server that
+    ignores ``Range``, a ``Content-Range`` other than the one asked for).
+    Fields: ``url``, ``status`` (the last HTTP status, 0 when the connection
+    failed), ``reason`` (what happened and what to try).
+    """
+
+    def __init__(self, url: str, status: int, reason: str):
+        self.url, self.status, self.reason = str(url), int(status), reason
+        super().__init__(f"cannot read {self.url!r}{f' (HTTP {status})' if status else ''}: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.url, self.status, self.reason)
+
+
+class RemoteAccessError(RemoteReadError, PermissionError):
+    """A remote weight file the server refuses to this client (HTTP 401 or 403): a gated or
+    private hub repo without a token that may read it. Fields as :class:`RemoteReadError`."""

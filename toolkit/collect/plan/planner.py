@@ -73,12 +73,13 @@ def plan_source(src: Source, mapping=None) -> Plan:
     return Plan(src, tensors, int(adapter.num_layers), adapter)
 
 
-def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
+def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True,
+                download: bool = False) -> Plan:
     """Open ``source`` (or find its plan in the cache) and map its tensors to (layer, component) pieces.
 
     Parameters
     ----------
-    source, gguf_file, revision
+    source, gguf_file, revision, download
         As :func:`toolkit.open_source` takes them.
     mapping : toolkit.Mapping, optional
         A user mapping (such plans are not cached).
@@ -91,7 +92,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     ------
     As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
     """
-    check_source_arguments(source, gguf_file=gguf_file, revision=revision)  # before the plan cache looks at it
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision, download=download)  # before the cache
     request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
     before = {}
     if request is not None:
@@ -99,7 +100,7 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
         if cached is not None:
             return with_missing(cached)
         before = request.snapshot()
-    src = open_source(source, gguf_file=gguf_file, revision=revision)
+    src = open_source(source, gguf_file=gguf_file, revision=revision, download=download)
     with naming(src.location):  # a config that contradicts the weights: which checkpoint
         plan = plan_source(src, mapping)
     if request is not None:

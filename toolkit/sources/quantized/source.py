@@ -158,6 +158,10 @@ class QuantizedSource(Source):
     def files(self) -> list[str]:
         return self.inner.files()
 
+    def check_unchanged(self) -> None:
+        """The inner source's check (a remote one's files are URLs, checked by the versions its responses show)."""
+        self.inner.check_unchanged()
+
 
 #: Dtypes quantised parts are stored in (never weights to read as they are beside a scale).
 _PACKED = ("float8", "int8", "int32", "uint8", "int4", "uint4")
