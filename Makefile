@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test lint browser-deps clean
+.PHONY: setup demo test lint browser-deps server-deps clean
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,10 @@ lint: setup
 
 browser-deps:
 	bash .ci/browser-deps.sh $(BIN)/pip
+
+# nginx, the loopback server of the remote-reading tests and benchmarks
+server-deps:
+	bash .ci/server-deps.sh
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache test-artifacts

@@ -243,6 +243,9 @@ INDEX = [
     ("xmin_peak_gemma3", "the same, Gemma-3"),
     ("dask_tasks", "per-task cost of the Dask path, Llama-2-7B shapes (docs/scaling.md)"),
     ("moe_tasks", "per-task cost of DeepSeek-V3's matrix shapes (docs/scaling.md)"),
+    ("remote_deepseek", "reading in place: a DeepSeek-V3-shaped checkpoint's routers over loopback HTTP"),
+    ("remote_7b", "reading in place: Qwen2.5-7B shapes over loopback HTTP against local disk"),
+    ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
 ]
 
@@ -469,6 +472,43 @@ def scaling_7b(rec: dict, res: dict) -> str:
     return "\n".join(out)
 
 
+# ---------------------------------------------------------------- reading in place (bench_remote.py)
+
+
+def readme_remote(res: dict) -> str:
+    rows = []
+    ds = res.get("remote_deepseek")
+    if ds:
+        f, c = ds["figures"], ds["figures"]["checkpoint"]
+        rows.append([
+            f"DeepSeek-V3-shaped checkpoint ({c['shards']} sparse shards, {c['tensors']:,} tensors, "
+            f"{size(c['apparent_bytes'])} apparent) served as a hub repo: "
+            "`weight_stats(repo, components=[\"mlp.router\"])`",
+            f"{size(f['moved_bytes_server'])} moved = {f['ratio']:.4f}x (routers {size(c['router_bytes'])} + shard "
+            f"headers {size(c['shard_header_bytes'])} + index {size(c['index_bytes'])} + config); "
+            f"{secs(f['remote_s'])} (the local sparse folder: {secs(f['local_s'])}); values equal: "
+            f"{f['values_equal_local']}",
+            f"<= 1.05x and < 60 s: {'PASS' if f['ratio_ok'] and f['time_ok'] else 'MISS'}", when(ds)])
+    full = res.get("remote_7b")
+    if full:
+        f = full["figures"]
+        rows.append([
+            f"Qwen2.5-7B shapes, {f['layers']} of 28 layers, `weight_stats` (3 metrics), plain URL folder against "
+            f"the local folder, {f['reps']} rep{'s' if f['reps'] > 1 else ''}",
+            f"{secs(f['remote_s'])} against {secs(f['local_s'])} = {f['ratio']:.2f}x (medians); values equal: "
+            f"{f['values_equal_local']}",
+            f"<= 1.2x: {'PASS' if f['ratio_ok'] else 'MISS'}", when(full)])
+    read = res.get("remote_7b_read")
+    if read:
+        f = read["figures"]
+        rows.append([f"the same, reading only (`open_source` and every matrix's `read()`), {f['reps']} reps",
+                     f"{secs(f['read_remote_s'])} against {secs(f['read_local_s'])} = {f['read_ratio']:.2f}x "
+                     "(medians)", "", when(read)])
+    if not rows:
+        return missing("remote_deepseek", ".venv/bin/python benchmarks/bench_remote.py deepseek")
+    return table(["benchmark", "figure", "target", "date, load average (1 min)"], rows)
+
+
 # ---------------------------------------------------------------- the documents
 
 RENDER = {
@@ -477,7 +517,7 @@ RENDER = {
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
-    "scaling-projection-7b": scaling_projection_7b, "scaling-moe": scaling_moe,
+    "scaling-projection-7b": scaling_projection_7b, "scaling-moe": scaling_moe, "readme-remote": readme_remote,
 }
 
 

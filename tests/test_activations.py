@@ -220,3 +220,31 @@ def test_model_is_left_as_found():
     assert not m.model.embed_tokens.weight.requires_grad
     assert all(p.grad is None for p in m.parameters())
     assert all(p.requires_grad for n, p in m.named_parameters() if "embed_tokens" not in n)
+
+
+def test_a_selection_hooks_only_its_modules_and_keeps_their_numbers(case):
+    family, model, ds, *_ = case
+    part = activation_stats(model, _texts(), batch_size=2, progress=False, layers=[0, 2], components="attn")
+    attn = ["attn.q", "attn.k", "attn.v", "attn.o"]
+    assert part.layer.values.tolist() == [0, 2] and part.component.values.tolist() == attn
+    for name in ("output_rms", "input_rms", "max_abs_activation", "gradient_norm", "attention_entropy",
+                 "query_head_rms"):
+        np.testing.assert_allclose(part[name].values, ds[name].sel(layer=[0, 2]).sel(
+            **({"component": attn} if "component" in ds[name].dims else {})).values, rtol=1e-6, err_msg=name)
+    mlp = activation_stats(model, _texts(), batch_size=2, progress=False, components="mlp.*", attention=True)
+    assert "attn.q" not in mlp.component.values and mlp.attention_entropy.isnull().all()  # no maps recorded
+    filled = activation_stats(model, _texts(), batch_size=2, progress=False, layers=-1, fill=True)
+    assert filled.sizes["layer"] == 3 and filled.output_rms.sel(layer=[0, 1]).isnull().all()
+    assert str(filled.nan_reason.sel(layer=0, component="attn.q").values).startswith("not selected (layers 2")
+
+
+def test_a_selection_the_model_cannot_meet_is_refused_before_the_model_runs():
+    from toolkit.errors import InvalidOptionError, SelectionError
+
+    model = tiny_model("llama", num_layers=2, seed=1)
+    with pytest.raises(SelectionError, match="the model has 2 layers"):
+        activation_stats(model, _texts(), progress=False, layers=5)
+    with pytest.raises(SelectionError, match="this model has no routed experts"):
+        activation_stats(model, _texts(), progress=False, experts=0)
+    with pytest.raises(InvalidOptionError):
+        activation_stats(model, _texts(), progress=False, layers="0:2")

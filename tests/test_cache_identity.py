@@ -141,7 +141,10 @@ def test_a_hub_cache_blob_rewritten_through_its_snapshot_link(tmp_path, monkeypa
 
 
 def test_changed_split_sizes_in_the_config_are_new_cells(tmp_path):
-    """phi3's fused qkv_proj is cut by the config's head counts: other counts, other cells."""
+    """phi3's fused qkv_proj is cut by the config's head counts: counts that would cut it otherwise contradict
+    o_proj's stored shape (heads x head_dim inputs), so that config is refused, never served from the cache."""
+    from toolkit.errors import MappingError
+
     path = write_tiny_checkpoint(tmp_path / "p", "phi3", num_layers=2, seed=4)
     cfg = json.loads((path / "config.json").read_text())
     heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
@@ -151,15 +154,12 @@ def test_changed_split_sizes_in_the_config_are_new_cells(tmp_path):
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
     cfg.update(num_attention_heads=heads - 2, num_key_value_heads=kv + 1, head_dim=head_dim)
     (path / "config.json").write_text(json.dumps(cfg))
-    second = toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
-    fresh = toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=False)
-    np.testing.assert_array_equal(second.frobenius_norm.values, fresh.frobenius_norm.values)
-    assert float(second.frobenius_norm.sel(layer=0, component="attn.q")) < float(
-        first.frobenius_norm.sel(layer=0, component="attn.q"))
+    for cache in (True, False):
+        with pytest.raises(MappingError, match=r"attn.o of layer \d the shape \(out, in\) = \(32, 16\)"):
+            toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=cache)
     w = load_file(str(path / "model.safetensors"))["model.layers.0.self_attn.qkv_proj.weight"].double()
-    q_rows = (heads - 2) * head_dim
-    assert float(second.frobenius_norm.sel(layer=0, component="attn.q")) == pytest.approx(
-        float(torch.linalg.matrix_norm(w[:q_rows])), rel=1e-6)
+    assert float(first.frobenius_norm.sel(layer=0, component="attn.q")) == pytest.approx(
+        float(torch.linalg.matrix_norm(w[:heads * head_dim])), rel=1e-6)
 
 
 def test_a_cached_plan_opens_nothing_and_a_stale_one_is_replanned(tmp_path, monkeypatch):
@@ -217,7 +217,6 @@ def test_a_file_rewritten_while_it_is_read_is_refused_and_nothing_of_it_is_cache
 
 @pytest.mark.parametrize("method, key, value", [
     ("gptq", "checkpoint_format", "gptq_v2"),  # zeros read as stored instead of stored + 1
-    ("awq", "group_size", 32),
 ])
 def test_a_config_edit_alone_is_a_cache_miss(tmp_path, cache, method, key, value):
     """Everything in config.json that turns bytes into matrices is part of what identifies a cached value:
@@ -235,3 +234,20 @@ def test_a_config_edit_alone_is_a_cache_miss(tmp_path, cache, method, key, value
     xr.testing.assert_equal(again.frobenius_norm, fresh.frobenius_norm)
     assert not np.allclose(again.frobenius_norm.values, first.frobenius_norm.values, equal_nan=True)
     assert again.attrs["fingerprint"] == first.attrs["fingerprint"]  # the weight bytes did not change
+
+
+def test_a_config_edit_the_stored_parts_contradict_is_refused_cached_or_not(tmp_path, cache):
+    """AWQ group_size 16 -> 32 over scales of 16-row groups (it read half the scales: a number of neither):
+    the parts no longer fit the config, refused with the cache as without it."""
+    from _quant_writers import tiny_original, write_int
+    from toolkit.errors import QuantizedLayoutError
+
+    original, _, _ = tiny_original(tmp_path / "orig")
+    path, _ = write_int(tmp_path / "q", original, "awq")
+    toolkit.weight_stats(path, ["frobenius_norm"], progress=False)
+    cfg = json.loads((path / "config.json").read_text())
+    cfg["quantization_config"]["group_size"] = 32
+    (path / "config.json").write_text(json.dumps(cfg))
+    for use_cache in (True, False):
+        with pytest.raises(QuantizedLayoutError, match=r"scales has \d+ rows, but \d+ input rows in groups of 32"):
+            toolkit.weight_stats(path, ["frobenius_norm"], progress=False, cache=use_cache)

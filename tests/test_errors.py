@@ -71,3 +71,23 @@ def test_lab_errors_keep_their_fields_and_bases():
     mismatch = errors.LabConfigMismatchError("/tmp/lab.nc", '{"dim": 32}', '{"dim": 16}')
     assert (mismatch.path, mismatch.saved, mismatch.requested) == ("/tmp/lab.nc", '{"dim": 32}', '{"dim": 16}')
     assert isinstance(mismatch, errors.ToolkitError) and "resume=False" in str(mismatch)
+
+
+def test_hostile_round_2_errors_keep_their_fields_after_pickling():
+    """The errors of quantised layouts, missing weights and unchosen dimensions travel back from a Dask worker."""
+    cases = [
+        errors.QuantizedLayoutError("/m/model.safetensors", "q.weight", "gptq int4", "scales has shape (32,)"),
+        errors.MissingWeightsError("/m", ["model.layers.0.self_attn.q_proj.weight"], ["extra.weight"]),
+        errors.ExtraDimensionError("stable_rank_per_expert", "expert", [0, 1], "choose one: expert=0"),
+    ]
+    for exc in cases:
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is type(exc) and again.args == exc.args and vars(again) == vars(exc)
+        assert str(again) == str(exc) and isinstance(again, errors.ToolkitError)
+    layout, missing, extra = cases
+    assert isinstance(layout, errors.UnsupportedQuantizationError) and layout.path == "/m/model.safetensors"
+    assert str(layout) == ("bad checkpoint file '/m/model.safetensors': tensor 'q.weight' (gptq int4): scales has "
+                           "shape (32,)")
+    assert missing.missing == ["model.layers.0.self_attn.q_proj.weight"] and missing.unexpected == ["extra.weight"]
+    assert isinstance(extra, ValueError) and "expert=0" in str(extra)
+    assert issubclass(errors.MissingTensorWarning, UserWarning)

@@ -20,24 +20,15 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import struct
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-#: Seconds a worker may take over one file before it counts as a hang.
-TIMEOUT = 30
-#: Extra address space the worker may take for a file, on top of what it held after reading the original.
-SLACK = 256 * 2**20
-#: ... and so many times the file's size.
-TIMES_THE_FILE = 4
+from _fuzz_worker import Worker, log, serve
 
 _RANDOM = int(os.environ.get("TOOLKIT_FUZZ_EXAMPLES", "0"))
 
@@ -50,14 +41,6 @@ def _settings(examples: int):
 
 
 # -- the worker (this file run as a script) --------------------------------------------------------------------------
-
-
-def _vm_size() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _outcome(path: str, kind: str, read: str) -> dict:
@@ -133,8 +116,7 @@ def _check_against_reference(path: str, kind: str, src, seen: dict) -> str:
 
 
 def _worker() -> None:
-    """Serve requests on stdin, one JSON object a line: ``warm`` (read the original, then limit memory), ``open``."""
-    import resource
+    """Serve requests on stdin (:func:`_fuzz_worker.serve`): open a file and read its tensors."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -147,81 +129,17 @@ def _worker() -> None:
     import toolkit.sources.gguf  # noqa: F401
     import toolkit.sources.safetensors_  # noqa: F401
 
-    for line in sys.stdin:
-        request = json.loads(line)
-        start = time.perf_counter()
-        reply = _outcome(request["path"], request["kind"], request.get("read", "all"))
-        reply["seconds"] = round(time.perf_counter() - start, 3)
-        if request["op"] == "warm":
-            budget = _vm_size() + TIMES_THE_FILE * request["largest"] + SLACK
-            resource.setrlimit(resource.RLIMIT_AS, (budget, resource.getrlimit(resource.RLIMIT_AS)[1]))
-            reply["budget"] = budget
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+    serve(lambda request: _outcome(request["path"], request["kind"], request.get("read", "all")))
 
 
 # -- the parent side -------------------------------------------------------------------------------------------------
 
 
-class Worker:
-    """One worker process, restarted after a hang or a crash."""
-
-    def __init__(self):
-        self.originals: list[tuple[Path, str, str]] = []
-        self.proc = None
-        self.warm = False
-        self._spawn()
-
-    def _spawn(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), PYTHONWARNINGS="ignore",
-                   TOKENIZERS_PARALLELISM="false")
-        self.proc = subprocess.Popen([sys.executable, "-u", __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env)
-        self.warm = False
-
-    def _start(self) -> None:
-        """Read the originals (the reference, and what the memory limit is measured from)."""
-        if self.proc is None:
-            self._spawn()
-        self.warm = True
-        largest = max(p.stat().st_size for p, _, _ in self.originals)
-        for path, kind, read in self.originals:
-            reply = self._ask({"op": "warm", "path": str(path), "kind": kind, "read": read, "largest": largest},
-                              timeout=300)
-            assert reply["kind"] == "ok", (path, reply)
-
-    def _ask(self, request: dict, timeout: float) -> dict:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            self.close()
-            return {"kind": "timeout", "detail": f"no answer within {timeout} s"}
-        line = self.proc.stdout.readline()
-        if not line:
-            code = self.proc.wait()
-            self.proc = None
-            return {"kind": "crash", "detail": f"the worker died (exit status {code}): memory limit or a signal"}
-        return json.loads(line)
-
-    def run(self, path: Path, kind: str, read: str = "all") -> dict:
-        if self.proc is None or not self.warm:
-            self._start()
-        return self._ask({"op": "open", "path": str(path), "kind": kind, "read": read}, TIMEOUT)
-
-    def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
 @pytest.fixture(scope="module")
 def spawned():
     """The worker process, started first so that its imports overlap with writing the files."""
-    w = Worker()
-    yield w
-    w.close()
+    with Worker(__file__) as w:
+        yield w
 
 
 @pytest.fixture(scope="module")
@@ -240,8 +158,9 @@ def originals(spawned, tmp_path_factory, tiny_gguf_dir, smollm2_path):
 
 @pytest.fixture(scope="module")
 def worker(spawned, originals):
-    spawned.originals = [(originals["safetensors"], "safetensors", "all"), (originals["gguf"], "gguf", "all"),
-                         (originals["smollm2"], "gguf", "some")]
+    spawned.originals = [{"path": str(originals["safetensors"]), "kind": "safetensors", "read": "all"},
+                         {"path": str(originals["gguf"]), "kind": "gguf", "read": "all"},
+                         {"path": str(originals["smollm2"]), "kind": "gguf", "read": "some"}]
     return spawned
 
 
@@ -262,10 +181,7 @@ def files(tmp_path_factory):
 
 
 def _check(reply: dict, path: Path, what) -> None:
-    if os.environ.get("FUZZ_LOG"):
-        with open(os.environ["FUZZ_LOG"], "a") as fh:
-            fh.write(json.dumps({"file": path.name, "reply": {k: v for k, v in reply.items() if k != "traceback"},
-                                 "edits": repr(what)[:300]}) + "\n")
+    log(path, reply, what)
     assert reply["kind"] in ("ok", "typed"), (what, reply)
     if reply["kind"] == "typed":
         assert path.name in reply["message"], ("the error does not name the file", what, reply)
@@ -413,7 +329,7 @@ def test_originals_read(worker, originals, files):
     for key, kind in (("safetensors", "safetensors"), ("gguf", "gguf")):
         path = files.next(originals[key].suffix)
         shutil.copyfile(originals[key], path)
-        reply = worker.run(path, kind)
+        reply = worker.run({"path": str(path), "kind": kind})
         assert reply["kind"] == "ok" and reply["tensors"] > 5, reply
 
 
@@ -432,7 +348,7 @@ def test_mutated_safetensors_bytes(worker, files, safetensors_layout, data):
     edits = data.draw(_edits(fields, header_end, len(original), magic=0))
     path = files.next(".safetensors")
     path.write_bytes(_apply(original, edits))
-    _check(worker.run(path, "safetensors"), path, edits)
+    _check(worker.run({"path": str(path), "kind": "safetensors"}), path, edits)
 
 
 @given(edits=safetensors_edits())
@@ -441,7 +357,7 @@ def test_edited_safetensors_header(worker, files, safetensors_layout, edits):
     original, _, _ = safetensors_layout
     path = files.next(".safetensors")
     path.write_bytes(_edit_header(original, edits))
-    _check(worker.run(path, "safetensors"), path, edits)
+    _check(worker.run({"path": str(path), "kind": "safetensors"}), path, edits)
 
 
 @pytest.fixture(scope="module")
@@ -458,7 +374,7 @@ def test_mutated_tiny_gguf(worker, files, tiny_gguf_layout, data):
     edits = data.draw(_edits(fields, header_end, len(original), magic=4))
     path = files.next(".gguf")
     path.write_bytes(_apply(original, edits))
-    _check(worker.run(path, "gguf"), path, edits)
+    _check(worker.run({"path": str(path), "kind": "gguf"}), path, edits)
 
 
 @pytest.fixture(scope="module")
@@ -483,7 +399,7 @@ def test_mutated_embedded_gguf_header(worker, files, originals, smollm2_layout, 
         if len(mutated) < len(head):
             fh.truncate(len(mutated))
     assert path.stat().st_size <= size
-    _check(worker.run(path, "gguf", read="some"), path, edits)  # the worker answers within TIMEOUT or fails
+    _check(worker.run({"path": str(path), "kind": "gguf", "read": "some"}), path, edits)  # answers within TIMEOUT
 
 
 if __name__ == "__main__":

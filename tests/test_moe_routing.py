@@ -55,3 +55,7 @@ def test_router_statistics_match_transformers_router_logits(family, moe_layers, 
         assert ds.router_entropy.sel(layer=layer).item() == pytest.approx(entropies[layer], rel=1e-5)
     assert ds.router_entropy.attrs["units"] == "nat"
     assert np.isfinite(ds.output_rms.sel(layer=moe_layers[0], component="mlp.router"))
+    part = toolkit.activation_stats(folder, texts=TEXTS, batch_size=2, progress=False, attention=False,
+                                    gradients=False, components="mlp.router", experts=[1, 3], layers=[-1])
+    assert part.expert.values.tolist() == [1, 3] and part.layer.values.tolist() == [2]
+    np.testing.assert_allclose(part.router_token_fraction.sel(layer=2).values, fractions[2][[1, 3]], atol=1e-12)

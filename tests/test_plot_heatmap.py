@@ -428,3 +428,16 @@ def test_numbers_are_printed_one_way_everywhere():
     assert [format_value(x) for x in (9700.0, 19000.0, 6000.0)] == ["9700", "1.90e+04", "6000"]
     assert [format_value(x) for x in (0.0912, 35.5, 9996.0, 8.54e-4, 0.0)] == ["0.0912", "35.5", "1.00e+04",
                                                                                 "8.54e-04", "0"]
+
+
+def test_a_per_expert_metric_without_an_expert_is_a_typed_error_saying_how_to_choose():
+    """heatmap(ds, "stable_rank_per_expert") raised an untyped ValueError: a ToolkitError naming the
+    dimension, its labels and the three ways out (one expert, a reduction, experts as columns)."""
+    from toolkit.errors import ExtraDimensionError, ToolkitError
+
+    ds = _with_experts()
+    with pytest.raises(ExtraDimensionError) as e:
+        heatmap(ds, "alpha_per_expert")
+    assert isinstance(e.value, ToolkitError) and (e.value.dim, e.value.labels) == ("expert", [0, 1, 2, 3])
+    for way in ("expert=0", "expert='mean'", "component='mlp.up'"):
+        assert way in str(e.value)

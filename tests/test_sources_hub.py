@@ -111,7 +111,8 @@ def test_hub_id_shape(text, expected):
 
 
 def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_cache, monkeypatch, make_hf_cache):
-    """The online path, with the three hub calls replaced by fakes that serve
+    """The online path with download=True (without it, a repo not cached is read in place:
+    tests/test_sources_remote.py), with the three hub calls replaced by fakes that serve
     from a local folder and lay the cache out as the real client does."""
     import types
 
@@ -125,8 +126,9 @@ def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_ca
         def __init__(self, endpoint=None):
             pass
 
-        def model_info(self, repo_id, revision=None):
-            return types.SimpleNamespace(sha=COMMIT, siblings=[types.SimpleNamespace(rfilename=f) for f in repo_files])
+        def model_info(self, repo_id, revision=None, files_metadata=False):
+            return types.SimpleNamespace(sha=COMMIT, siblings=[types.SimpleNamespace(rfilename=f, size=None, lfs=None,
+                                                                                     blob_id=None) for f in repo_files])
 
     def fake_file(repo_id, filename, *, revision, cache_dir, endpoint):
         asked.setdefault("single", []).append(filename)
@@ -143,7 +145,7 @@ def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_ca
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_file)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
-    source = open_source("org/online")
+    source = open_source("org/online", download=True)
     shards = sorted(p.name for p in folders["sharded"].glob("model-0*.safetensors"))
     assert asked == {"single": ["model.safetensors.index.json"],
                      "patterns": ["config.json", "model.safetensors.index.json", *shards]}

@@ -627,3 +627,97 @@ class SelectionError(ToolkitError, ValueError):
 
     def __reduce__(self):
         return type(self), (self.option, self.value, self.reason)
+
+
+class QuantizedLayoutError(UnsupportedQuantizationError):
+    """The stored parts of a quantised parameter that do not fit together or the ``quantization_config``
+    (a ``qzeros`` of the wrong shape, 1-D GPTQ scales, a compressed-tensors ``weight_shape`` that its packed
+    words cannot hold, a scale grid of another block size), or quantised tensors without a usable
+    ``quantization_config``: never dequantised into a wrong matrix.
+
+    A subclass of :class:`UnsupportedQuantizationError` (and :class:`CheckpointFileError`), so code
+    catching those keeps working. Fields: ``path`` (the weight file, or ``config.json``), ``tensor``
+    (the parameter, or the stored tensor, at fault), ``method`` (the ``quant_method`` and layout),
+    ``reason``.
+    """
+
+    def __init__(self, path: str, tensor: str, method: str, reason: str):
+        self.tensor = str(tensor)
+        self.method = str(method)
+        self.supported = []
+        self.path = str(path)
+        self.reason = (f"tensor {self.tensor!r} ({self.method}): " if self.tensor else f"{self.method}: ") + reason
+        ToolkitError.__init__(self, f"bad checkpoint file {self.path!r}: {self.reason}")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class MissingTensorWarning(UserWarning):
+    """A checkpoint lacks a weight its family has in every such layer (a ``q_proj`` of layer 0): the cell is
+    NaN with the reason "tensor missing from the checkpoint", and ``transformers`` would initialise that
+    weight at random. Raised once per pass, naming the cells."""
+
+
+class MissingWeightsError(CheckpointFileError):
+    """A checkpoint that lacks weights its model has, so ``transformers`` would build that model with them
+    initialised at random (a forward pass of it measures noise, differently on every run).
+
+    Fields: ``path`` (the checkpoint), ``missing`` and ``unexpected`` (the keys ``transformers``' loader
+    reports: parameters without a stored tensor, stored tensors no parameter takes), ``reason``.
+    """
+
+    def __init__(self, path: str, missing: Sequence[str], unexpected: Sequence[str] = ()):
+        self.missing, self.unexpected = list(missing), list(unexpected)
+
+        def listed(keys):
+            return ", ".join(repr(k) for k in keys[:8]) + (f" ... ({len(keys)} in all)" if len(keys) > 8 else "")
+
+        super().__init__(path, f"transformers reports {len(self.missing)} weight(s) of the model missing from the "
+                         f"checkpoint ({listed(self.missing)})"
+                         + (f" and {len(self.unexpected)} stored tensor(s) it does not use ({listed(self.unexpected)})"
+                            if self.unexpected else "")
+                         + "; it would initialise the missing ones at random, so the activations would be noise. "
+                         "Complete the checkpoint (a shard or a tensor missing?), or measure its weights with "
+                         "toolkit.weight_stats, which marks the missing cells")
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+class ExtraDimensionError(ToolkitError, ValueError):
+    """A variable drawn as a 2-D figure while it has one more dimension, none of whose labels was chosen
+    (``plot.heatmap(ds, "stable_rank_per_expert")``: which expert?).
+
+    Fields: ``variable``, ``dim``, ``labels`` (the dimension's labels, shortened), ``reason`` (how to choose).
+    """
+
+    def __init__(self, variable: str, dim: str, labels: object, reason: str):
+        self.variable, self.dim, self.labels, self.reason = variable, dim, labels, reason
+        super().__init__(f"{variable!r} has an extra dimension {dim!r} ({_shown(labels)}): {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.variable, self.dim, self.labels, self.reason)
+
+
+class RemoteReadError(ToolkitError, OSError):
+    """A remote weight file (hub or URL) whose server did not give the bytes asked for.
+
+    Raised after bounded retries (429 and 5xx answers, dropped connections),
+    or at once for an answer that would give wrong bytes (a server that
+    ignores ``Range``, a ``Content-Range`` other than the one asked for).
+    Fields: ``url``, ``status`` (the last HTTP status, 0 when the connection
+    failed), ``reason`` (what happened and what to try).
+    """
+
+    def __init__(self, url: str, status: int, reason: str):
+        self.url, self.status, self.reason = str(url), int(status), reason
+        super().__init__(f"cannot read {self.url!r}{f' (HTTP {status})' if status else ''}: {reason}")
+
+    def __reduce__(self):
+        return type(self), (self.url, self.status, self.reason)
+
+
+class RemoteAccessError(RemoteReadError, PermissionError):
+    """A remote weight file the server refuses to this client (HTTP 401 or 403): a gated or
+    private hub repo without a token that may read it. Fields as :class:`RemoteReadError`."""

@@ -21,9 +21,10 @@ from toolkit.activations.model import load_model
 from toolkit.activations.progress import layer_progress
 from toolkit.activations.routing import RouterRecorder, router_variables
 from toolkit.architectures import resolve_adapter
-from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
 from toolkit.collect.cells import Cell
-from toolkit.errors import InvalidOptionError, UnmappedParametersError
+from toolkit.collect.plan.selection import Selection
+from toolkit.errors import InvalidOptionError, SelectionError, UnmappedParametersError
 
 
 def activation_stats(
@@ -39,6 +40,10 @@ def activation_stats(
     gradients: bool = True,
     mapping=None,
     progress: bool | Callable[[int, int, str], None] = True,
+    layers=None,
+    components=None,
+    experts=None,
+    fill: bool = False,
 ) -> xr.Dataset:
     """Activation, attention and gradient statistics of a model on texts.
 
@@ -74,6 +79,13 @@ def activation_stats(
         Backpropagate the next-token loss (decoders only) for ``gradient_norm``.
     mapping : toolkit.Mapping, optional
         Parameter-name -> component mapping for an unregistered family.
+    layers, components, experts, fill
+        Part of the model, as :func:`toolkit.weight_stats` takes it
+        (:mod:`toolkit.collect.plan.selection`): only the selected components
+        are hooked (attention maps only for the selected layers, and only
+        when an attention component is selected; routers likewise); the
+        forward pass is the whole model's. ``experts`` selects the ``expert``
+        coordinate of the router statistics.
     progress : bool or callable
         True: a tqdm bar; a callable ``progress(done, total, name)``. A unit
         is one layer's forward or backward pass of one batch (total: batches
@@ -142,6 +154,8 @@ def activation_stats(
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
     where = "toolkit.activation_stats"
+    selection = Selection.of(layers, components, experts, where)
+    fill = options.flag(fill, "fill", where)
     max_tokens = options.whole_number(max_tokens, "max_tokens", where, minimum=2,
                                       meaning="texts are cut to this many tokens; each needs at least 2")
     batch_size = options.whole_number(batch_size, "batch_size", where, minimum=1, meaning="texts per forward pass")
@@ -168,6 +182,11 @@ def activation_stats(
     params = dict(model.named_parameters())
     adapter = resolve_adapter(config, list(params), mapping=mapping)
     pieces = _map_pieces(adapter, params)
+    chosen = selection.resolve(int(adapter.num_layers), {c for _, c in pieces},
+                               int(getattr(adapter, "num_experts", 0) or 0))
+    model_pieces, pieces = pieces, {k: p for k, p in pieces.items() if chosen.keeps_cell(*k)}
+    if not pieces:
+        raise SelectionError("selection", chosen.describe(), "no component module of the model is in it")
     dims = adapter.dims
     device = next(model.parameters()).device
 
@@ -181,8 +200,10 @@ def activation_stats(
         weights[key] = module.weight
         layer_modules.setdefault(key[0], []).append(module)
     attn_modules = {layer: adapter.find_module(model, p.module_name.rsplit(".", 1)[0])
-                    for (layer, comp), p in pieces.items() if comp == "attn.q"}
-    routers = {layer: adapter.find_module(model, p) for (layer, comp), p in pieces.items() if comp == "mlp.router"}
+                    for (layer, comp), p in model_pieces.items()
+                    if comp == "attn.q" and _records(chosen, layer, "attn.")}
+    routers = {layer: adapter.find_module(model, p) for (layer, comp), p in model_pieces.items()
+               if comp == "mlp.router" and _records(chosen, layer, "mlp.router")}
     causal = all(getattr(m, "is_causal", True) for m in attn_modules.values())
     has_loss = causal and callable(getattr(model, "get_output_embeddings", None)) \
         and model.get_output_embeddings() is not None
@@ -264,7 +285,30 @@ def activation_stats(
     if routing is not None:
         ds = ds.assign(router_variables(routing, int(adapter.num_layers))).assign_coords(
             expert=("expert", np.arange(routing.num_experts), {"long_name": "routed expert"}))
-    return add_head_variables(ds, comp, att, dims, texts, ids)
+    ds = add_head_variables(ds, comp, att, dims, texts, ids)
+    return _selected(ds, chosen, fill)
+
+
+def _records(chosen, layer: int, prefix: str) -> bool:
+    """Whether a per-layer recorder (attention maps: ``"attn."``; router: ``"mlp.router"``) runs on ``layer``."""
+    return (chosen.layers is None or layer in chosen.layers) and (
+        chosen.components is None or any(c.startswith(prefix) for c in chosen.components))
+
+
+def _selected(ds: xr.Dataset, chosen, fill: bool) -> xr.Dataset:
+    """``ds`` cut to the selection (``fill``: the whole grid, the cells left out marked)."""
+    if chosen.everything:
+        return ds
+    ds.attrs["selection"] = chosen.describe()
+    if chosen.experts is not None and "expert" in ds.dims:
+        ds = ds.sel(expert=list(chosen.experts))
+    if fill:
+        return with_unselected(ds, chosen)
+    if chosen.layers is not None:
+        ds = ds.sel(layer=list(chosen.layers))
+    if chosen.components is not None:
+        ds = ds.sel(component=[c for c in ds.component.values if c in chosen.components])
+    return ds
 
 
 def _map_pieces(adapter, params) -> dict:

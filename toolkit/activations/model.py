@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from toolkit.errors import SourceNotFoundError
+from toolkit.errors import CheckpointFileError, MissingWeightsError, SourceNotFoundError, ToolkitError
 
 
 @dataclass
@@ -86,7 +86,6 @@ def _load_local_gguf(path: Path, dtype) -> torch.nn.Module | None:
     """
     import transformers as tf
 
-    from toolkit.errors import ToolkitError
     from toolkit.sources import open_source
 
     try:
@@ -103,6 +102,40 @@ def _load_local_gguf(path: Path, dtype) -> torch.nn.Module | None:
     if result.unexpected_keys or any(id(params.get(n)) not in filled for n in result.missing_keys):
         return None
     return model
+
+
+def _checked_config(where: str, shown: str, kw: dict):
+    """``transformers``' config of a checkpoint, checked before any model is built from it.
+
+    Raises
+    ------
+    CheckpointFileError
+        ``transformers``' config class refuses a value (``huggingface_hub``'s strict dataclass validation:
+        a ``mlp_only_layers`` that is a string...), or the family's own checks
+        (:meth:`toolkit.architectures.base.Adapter.config_problems`: a mixture-of-experts config routing
+        more experts per token than it has, a ``decoder_sparse_step`` of 0...) find the config unusable.
+    """
+    import transformers as tf
+
+    from toolkit.architectures.adapter import family_adapter
+
+    try:
+        config = tf.AutoConfig.from_pretrained(where, **kw)
+    except (OSError, ValueError):
+        raise
+    except Exception as err:  # noqa: BLE001 - transformers' config classes validate with several error types
+        raise CheckpointFileError(shown, f"transformers refuses its config ({type(err).__name__}: "
+                                  f"{' '.join(str(err).split())[:300]}); fix config.json") from err
+    cls = family_adapter(config.model_type)
+    if cls is not None:
+        try:
+            problems = cls(config.to_dict()).config_problems()
+        except ToolkitError as err:
+            problems = [str(err)]
+        if problems:
+            raise CheckpointFileError(shown, f"its config cannot build a working model: {'; '.join(problems)}; fix "
+                                      "config.json (or use the one published with these weights)")
+    return config
 
 
 def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dtype=torch.float32) -> Loaded:
@@ -133,6 +166,13 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
     SourceTypeError
         ``source`` of a type no checkpoint has (an int, bytes, a list...), or
         ``gguf_file`` / ``revision`` not a str.
+    CheckpointFileError
+        A config ``transformers`` refuses, or one whose mixture-of-experts settings cannot run
+        (checked before the model is built).
+    MissingWeightsError
+        Weights of the model the checkpoint lacks (``transformers`` would initialise them at random);
+        the message lists the missing and the unexpected keys. (Stored weights of another shape than
+        the config gives: a :class:`CheckpointFileError`.)
 
     Notes
     -----
@@ -162,10 +202,19 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
     model = _load_local_gguf(local_gguf, dtype) if local_gguf is not None else None
     try:
         if model is None:
-            config = tf.AutoConfig.from_pretrained(where, **kw)
-            model = _model_class(config).from_pretrained(where, dtype=dtype, attn_implementation="eager", **kw)
+            config = _checked_config(where, shown, kw)
+            model, info = _model_class(config).from_pretrained(where, dtype=dtype, attn_implementation="eager",
+                                                               output_loading_info=True, **kw)
+            if info.get("missing_keys"):
+                raise MissingWeightsError(shown, sorted(info["missing_keys"]), sorted(info.get("unexpected_keys", ())))
     except (OSError, ValueError) as err:
+        if isinstance(err, ToolkitError):
+            raise
         raise SourceNotFoundError(shown, f"transformers cannot load it: {err}") from err
+    except RuntimeError as err:  # transformers 5: a stored tensor of another shape than the config gives
+        raise CheckpointFileError(shown, f"transformers cannot load its weights into the model its config "
+                                  f"describes ({' '.join(str(err).split())[:300]}); does config.json belong to "
+                                  "these weights?") from err
     model.eval()
     error = ""
     if tokenizer is None:

@@ -23,7 +23,7 @@ import re
 from toolkit.architectures.base import Adapter, Extract
 from toolkit.architectures.split import Split, check_component
 from toolkit.architectures.vocabulary import ALL_COMPONENTS
-from toolkit.errors import DuplicateRegistrationError
+from toolkit.errors import DuplicateRegistrationError, MappingError
 
 
 class FamilyAdapter(Adapter):
@@ -48,6 +48,11 @@ class FamilyAdapter(Adapter):
         Module path inside a block -> canonical component, or a :class:`Split`.
     transposed : frozenset of str
         Module paths stored (in, out) (GPT-2 ``Conv1D``), transposed before any split.
+
+    Every layer holds all of the family's components, each of the shape a
+    llama-style block of the config's sizes has
+    (:func:`~toolkit.architectures.expected.standard_shape`); a family whose
+    blocks differ overrides :meth:`expected_shape` and :meth:`expected_components`.
     """
 
     prefixes: tuple[str, ...] = ("model.", "")
@@ -63,22 +68,58 @@ class FamilyAdapter(Adapter):
         self._pattern = re.compile(
             rf"^(?P<prefix>{pre})(?P<layers>{re.escape(self.layers)})\.(?P<layer>\d+)\.(?P<module>{mods})\.weight$"
         )
-        self._targets = {}
+        self._targets, self._fused_rows = {}, {}
         for module, target in self.modules.items():
-            t = module in self.transposed
             if isinstance(target, Split):
                 for c in target.components:
                     check_component(c, module)
-                rows, idx = target.indices(self.dims, f"{self.family}: {module}")
-                self._targets[module] = [(c, t, idx[c], rows) for c in target.components]
+                self._fused_rows[module] = target.rows(self.dims, f"{self.family}: {module}")  # checked sizes
             else:
                 check_component(target, module)
-                self._targets[module] = [(target, t, None, None)]
+                self._targets[module] = [(target, module in self.transposed, None, None)]
 
     @property
     def components(self) -> tuple[str, ...]:
-        have = {c for parts in self._targets.values() for c, *_ in parts}
+        have = {c for t in self.modules.values() for c in (t.components if isinstance(t, Split) else (t,))}
         return tuple(c for c in ALL_COMPONENTS if c in have)
+
+    def _parts(self, module: str) -> list:
+        """``[(component, transposed, index, fused rows)]`` of a module; a fused one's row indices are made on
+        first use (after :meth:`check_stored` compared its stored rows with the declared ones)."""
+        if module not in self._targets:
+            rows, idx = self.modules[module].indices(self.dims, f"{self.family}: {module}")
+            t = module in self.transposed
+            self._targets[module] = [(c, t, idx[c], rows) for c in self.modules[module].components]
+        return self._targets[module]
+
+    def check_stored(self, name: str, shape: tuple[int, ...]) -> None:
+        """A fused tensor's output rows must be those the config declares, checked before its row indices
+        (one entry per declared row) are made.
+
+        Raises
+        ------
+        MappingError
+            Naming the parameter, its shape and the declared rows.
+        """
+        m = self._pattern.match(name)
+        rows = self._fused_rows.get(m["module"]) if m is not None else None
+        if rows is None or len(shape) != 2:
+            return
+        stored = shape[1] if m["module"] in self.transposed else shape[0]
+        if stored != rows:
+            raise MappingError(name, f"the config declares {rows} fused output rows but the stored tensor has shape "
+                               f"{tuple(shape)}" + (" (stored (in, out))" if m["module"] in self.transposed else "")
+                               + "; does the config belong to this checkpoint?")
+
+    def expected_shape(self, piece):
+        """The llama-style (out, in) of ``piece``'s component from the config's sizes."""
+        from toolkit.architectures.expected import standard_shape
+
+        return standard_shape(piece.component, self.dims)
+
+    def expected_components(self, layer: int) -> tuple[str, ...]:
+        """Every component of the family, in every layer."""
+        return self.components
 
     def _match(self, name):
         m = self._pattern.match(name)
@@ -88,7 +129,7 @@ class FamilyAdapter(Adapter):
         module_name = f"{prefix}{m['layers']}.{m['layer']}.{m['module']}"
         parts = [
             (c, Extract(name, transpose=t, index=idx, rows=rows), idx)
-            for c, t, idx, rows in self._targets[m["module"]]
+            for c, t, idx, rows in self._parts(m["module"])
         ]
         return int(m["layer"]), module_name, parts
 

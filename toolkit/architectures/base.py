@@ -277,6 +277,32 @@ class Adapter:
             for comp, extract, index in sorted(parts, key=lambda p: ALL_COMPONENTS.index(p[0]))
         ]
 
+    def check_stored(self, name: str, shape: tuple[int, ...]) -> None:
+        """Check a stored tensor's shape against the counts the config declares, before :meth:`pieces`
+        enumerates anything from them (a stack of experts: its first dimension is the expert count).
+
+        Raises
+        ------
+        MappingError
+            The shape contradicts a declared count. The default checks nothing.
+        """
+
+    def expected_shape(self, piece: Piece):
+        """The (out, in) shape the config gives ``piece``'s matrix, an
+        :class:`~toolkit.architectures.expected.Expected`, or None when the family does not say
+        (the default; a user mapping)."""
+        return None
+
+    def config_problems(self) -> list[str]:
+        """What in the config would make the model ``transformers`` builds from it fail or compute
+        nonsense (checked before building it for a forward pass); ``[]`` when nothing (the default)."""
+        return []
+
+    def expected_components(self, layer: int) -> tuple[str, ...] | None:
+        """The components every checkpoint of this family holds in ``layer`` (a weight missing there is
+        one ``transformers`` would initialise at random); None when the family does not say (the default)."""
+        return None
+
     def map_names(self, names: Iterable[str]) -> dict[str, list[Piece]]:
         """``{name: pieces}`` for the names that hold at least one component."""
         return {n: ps for n in names if (ps := self.pieces(n))}
@@ -296,15 +322,18 @@ class Adapter:
             a layer the config does not have. The message names both.
         """
         found = sorted(set(int(i) for i in found_layers))
-        expected = set(range(self.num_layers or 0))
-        if set(found) == expected and found:
+        count = self.num_layers or 0
+        if found and len(found) == count and found[0] == 0 and found[-1] == count - 1:
             return
-        missing = sorted(expected - set(found))
-        extra = sorted(set(found) - expected)
+        inside = [i for i in found if 0 <= i < count]
+        extra = [i for i in found if not 0 <= i < count]
+        bounds = [-1, *inside, count]  # the missing layers are the gaps (a declared 10^7 is never enumerated)
+        missing = ", ".join(str(a + 1) if b - a == 2 else f"{a + 1}-{b - 1}"
+                            for a, b in zip(bounds, bounds[1:], strict=False) if b - a > 1)
         raise UnmappedParametersError(
             f"{self.family}: the config says num_hidden_layers={self.num_layers} but components "
             f"were found in {len(found)} layers ({_ranges(found) or 'none'}); "
-            f"missing layers: {_ranges(missing) or 'none'}; layers beyond the config: "
+            f"missing layers: {missing or 'none'}; layers beyond the config: "
             f"{_ranges(extra) or 'none'}. Is the config from another checkpoint, or a shard missing?"
         )
 

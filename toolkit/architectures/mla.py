@@ -33,7 +33,7 @@ import re
 from toolkit.architectures.adapter import register_architecture
 from toolkit.architectures.base import Piece
 from toolkit.architectures.llama import LLAMA_MODULES
-from toolkit.architectures.moe import SWIGLU_EXPERT, MoEAdapter
+from toolkit.architectures.moe import SWIGLU_EXPERT, MoEAdapter, class_defaults
 from toolkit.architectures.split import Split
 
 __all__ = ["DeepseekAdapter"]
@@ -68,6 +68,82 @@ class DeepseekAdapter(MoEAdapter):
         }
         super().__init__(config)
         self._block = re.compile(rf"^(?:{'|'.join(re.escape(p) for p in self.prefixes)})layers\.(\d+)\.")
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """``layer >= first_k_dense_replace`` (``DeepseekV3DecoderLayer``, ``DeepseekV2DecoderLayer``; the
+        config class's default when the config lacks it); None for a value that is no count."""
+        from toolkit.config_keys import text_config
+
+        first = text_config(self.config).get("first_k_dense_replace")
+        if first is None:
+            first = class_defaults(self.config.get("model_type")).get("first_k_dense_replace", 0)
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            return None
+        return layer >= first
+
+    def config_problems(self) -> list[str]:
+        """As :meth:`MoEAdapter.config_problems`, and the group routing of ``DeepseekV3TopkRouter``:
+        ``n_group`` divides the experts, ``topk_group`` picks between 1 and ``n_group`` groups, and the
+        experts per token fit in the picked groups."""
+        found = super().config_problems()
+        count = self.num_experts
+        groups, picked, used = (self.config_value(k) for k in ("n_group", "topk_group", "num_experts_per_tok"))
+        if groups is None and picked is None:
+            return found
+        if not (isinstance(groups, int) and isinstance(picked, int)) or groups < 1 or count % groups \
+                or not 1 <= picked <= groups:
+            return [*found, f"n_group={groups!r}, topk_group={picked!r}: n_group must divide the {count} routed "
+                            "experts and topk_group be between 1 and n_group"]
+        if isinstance(used, int) and used > picked * (count // groups):
+            found.append(f"num_experts_per_tok={used} experts per token, more than the {picked} x {count // groups} "
+                         "experts of the topk_group groups picked")
+        return found
+
+    def has_shared_expert(self) -> bool:
+        return self.shared_size() is not None
+
+    def shared_size(self) -> int | None:
+        """``moe_intermediate_size * n_shared_experts`` (``DeepseekV3MoE.shared_experts``)."""
+        size, count = self.optional_int("moe_intermediate_size"), self.optional_int("n_shared_experts")
+        return None if size is None or count is None else size * count
+
+    def expected_components(self, layer: int) -> tuple[str, ...] | None:
+        """As :meth:`MoEAdapter.expected_components`, with ``attn.q_a`` only where ``q_lora_rank`` is set."""
+        found = super().expected_components(layer)
+        return tuple(c for c in found if c != "attn.q_a" or self._latent()["q_lora_rank"] is not None)
+
+    def _latent(self) -> dict:
+        from toolkit.config_keys import text_config
+
+        cfg = text_config(self.config)
+        return {k: cfg.get(k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                                         "v_head_dim")}
+
+    def expected_shape(self, piece: Piece):
+        """Latent attention as ``DeepseekV3Attention`` builds it: q (heads·(nope + rope), q_lora_rank or
+        hidden), q_a (q_lora_rank, hidden), kv_a (kv_lora_rank + rope, hidden), k (heads·nope,
+        kv_lora_rank), v (heads·v_head_dim, kv_lora_rank), o (hidden, heads·v_head_dim); the MLP as
+        :meth:`MoEAdapter.expected_shape`."""
+        from toolkit.architectures.expected import Expected, product
+
+        if not piece.component.startswith("attn."):
+            return super().expected_shape(piece)
+        c, h, heads = self._latent(), self.dims.hidden_size, self.dims.num_attention_heads
+        nope, rope, v, q_rank, kv_rank = (c["qk_nope_head_dim"], c["qk_rope_head_dim"], c["v_head_dim"],
+                                          c["q_lora_rank"], c["kv_lora_rank"])
+        qk = nope + rope if isinstance(nope, int) and isinstance(rope, int) else None
+        kv_a = kv_rank + rope if isinstance(kv_rank, int) and isinstance(rope, int) else None
+        shapes = {
+            "attn.q": (product(heads, qk), q_rank if q_rank is not None else h),
+            "attn.q_a": (q_rank, h),
+            "attn.kv_a": (kv_a, h),
+            "attn.k": (product(heads, nope), kv_rank),
+            "attn.v": (product(heads, v), kv_rank),
+            "attn.o": (h, product(heads, v)),
+        }
+        rows, cols = shapes.get(piece.component, (None, None))
+        return Expected(rows, cols, "num_attention_heads, qk_nope_head_dim, qk_rope_head_dim, v_head_dim, "
+                        "q_lora_rank, kv_lora_rank, hidden_size")
 
     def pieces(self, name: str) -> list[Piece]:
         """As :meth:`MoEAdapter.pieces`; nothing for the multi-token prediction layers."""

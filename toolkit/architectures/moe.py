@@ -43,7 +43,7 @@ from toolkit.architectures.llama import LLAMA_MODULES
 from toolkit.architectures.vocabulary import ALL_COMPONENTS
 from toolkit.errors import MappingError
 
-__all__ = ["MoEAdapter", "Stacked"]
+__all__ = ["MoEAdapter", "Stacked", "class_defaults", "qwen_sparse_layer"]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class MoEAdapter(FamilyAdapter):
         cfg = {**self.config, **text_config(self.config)}
         found = [(k, cfg[k]) for k in keys if cfg.get(k) is not None]  # the config's own keys first
         if not found:
-            defaults = _class_defaults(self.config.get("model_type"))
+            defaults = class_defaults(self.config.get("model_type"))
             found = [(k, defaults[k]) for k in keys if defaults.get(k) is not None]
         for key, value in found[:1]:
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -150,6 +150,11 @@ class MoEAdapter(FamilyAdapter):
             return key, value
         raise MappingError(f"config of {self.family}", f"the config lacks {' / '.join(keys)}, which the routed "
                            "experts need; use the config.json published with these weights")
+
+    def optional_int(self, key: str) -> int | None:
+        """The config's (or its ``text_config``'s) ``key`` when it is a positive integer, else None."""
+        value = self.config_value(key)
+        return value if _whole(value) and value > 0 else None
 
     @property
     def num_experts(self) -> int:
@@ -180,6 +185,93 @@ class MoEAdapter(FamilyAdapter):
             return super().pieces(name)
         return self._stack_pieces(name, m)
 
+    def check_stored(self, name: str, shape: tuple[int, ...]) -> None:
+        """A stack of experts must be 3-D with the config's expert count first, checked before a piece per
+        expert is made (a declared count of 10^7 over a stack of 4 made 10^7 pieces first).
+
+        Raises
+        ------
+        MappingError
+            Naming the stack, its shape and the count the config declares.
+        """
+        super().check_stored(name, shape)
+        m = self._stack.match(name) if self._stack is not None else None
+        if m is None:
+            return
+        key, count = self.config_int(*self.num_experts_keys)
+        if len(shape) != 3 or shape[0] != count:
+            raise MappingError(name, f"the config declares {key}={count} routed experts, but the stored stack has "
+                               f"shape {tuple(shape)} (experts first); does the config belong to this checkpoint?")
+
+    #: Components of the routed experts, the router and the shared experts of a sparse layer.
+    _EXPERTS = ("mlp.up", "mlp.down", "mlp.gate")
+    _SHARED = ("mlp.shared.up", "mlp.shared.down", "mlp.shared.gate")
+
+    def config_problems(self) -> list[str]:
+        """The router's settings: ``num_experts_per_tok`` between 1 and the expert count (``topk`` of more
+        experts than there are, or of none, fails inside the forward pass)."""
+        key, count = self.config_int(*self.num_experts_keys)
+        used = self.config_value("num_experts_per_tok")
+        if used is not None and (not _whole(used) or not 1 <= used <= count):
+            return [f"num_experts_per_tok={used!r} experts per token, not between 1 and the {count} routed experts "
+                    f"({key})"]
+        return []
+
+    def config_value(self, key: str):
+        """The config's (or its ``text_config``'s) ``key``, None when absent."""
+        from toolkit.config_keys import text_config
+
+        return text_config(self.config).get(key, self.config.get(key))
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """Whether ``layer`` holds routed experts (True for a family whose every layer does, the default);
+        None when the config's say cannot be read."""
+        return True
+
+    def has_shared_expert(self) -> bool:
+        """Whether a sparse layer holds shared experts (``mlp.shared.*``); False by default."""
+        return False
+
+    def shared_size(self) -> int | None:
+        """The intermediate size of a sparse layer's shared experts (None: not checked)."""
+        return None
+
+    def dense_size(self) -> int | None:
+        """The intermediate size of a dense layer's MLP (``intermediate_size`` by default)."""
+        return self.dims.intermediate_size
+
+    def expected_components(self, layer: int) -> tuple[str, ...] | None:
+        """Attention in every layer; routed experts, the router (and the shared experts) in a sparse
+        layer, the dense MLP in the others (:meth:`sparse_layer`)."""
+        attention = tuple(c for c in self.components if c.startswith("attn."))
+        sparse = self.sparse_layer(layer)
+        if sparse is None:
+            return attention
+        if not sparse:
+            return attention + self._EXPERTS
+        return attention + self._EXPERTS + ("mlp.router",) + (self._SHARED if self.has_shared_expert() else ())
+
+    def expected_shape(self, piece: Piece):
+        """Attention as a llama block's; a routed expert's MLP of the expert size, the router (experts,
+        hidden), the shared experts of :meth:`shared_size`, a dense MLP of :meth:`dense_size`."""
+        from toolkit.architectures.expected import Expected, standard_shape
+
+        comp = piece.component
+        if comp.startswith("attn."):
+            return standard_shape(comp, self.dims)
+        if comp == "mlp.router":
+            key, count = self.config_int(*self.num_experts_keys)
+            return Expected(count, self.dims.hidden_size, f"{key}, hidden_size")
+        if piece.expert is not None:
+            key, size = self.config_int(self.expert_size_key)
+            found = standard_shape(comp, self.dims, size)
+            return Expected(found.rows, found.cols, f"{key}, hidden_size")
+        if comp.startswith("mlp.shared."):
+            size = self.shared_size()
+            return None if size is None else standard_shape(comp.replace("shared.", ""), self.dims, size)
+        size = self.dense_size()
+        return None if size is None else standard_shape(comp, self.dims, size)
+
     def _expert_module(self, m) -> str:
         prefix = self.module_prefix.get(m["prefix"], m["prefix"])
         return f"{prefix}{m['layers']}.{m['layer']}.{self.expert_module_name}"
@@ -206,7 +298,35 @@ class MoEAdapter(FamilyAdapter):
         return out
 
 
-def _class_defaults(model_type) -> dict:
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def qwen_config_problems(adapter: MoEAdapter) -> list[str]:
+    """Qwen2-MoE's and Qwen3-MoE's layer settings: ``decoder_sparse_step`` a positive integer (``(layer + 1) %
+    decoder_sparse_step`` divides by it), ``mlp_only_layers`` a list of layer indices."""
+    step, only = adapter.config_value("decoder_sparse_step"), adapter.config_value("mlp_only_layers")
+    found = MoEAdapter.config_problems(adapter)
+    if step is not None and (not _whole(step) or step < 1):
+        found.append(f"decoder_sparse_step={step!r}, not a positive integer (every how many layers one is sparse)")
+    if only is not None and not (isinstance(only, list) and all(_whole(i) for i in only)):
+        found.append(f"mlp_only_layers={only!r}, not a list of layer indices")
+    return found
+
+
+def qwen_sparse_layer(adapter: MoEAdapter, layer: int) -> bool | None:
+    """Qwen2-MoE's and Qwen3-MoE's rule: ``layer not in mlp_only_layers and num_experts > 0 and
+    (layer + 1) % decoder_sparse_step == 0``; None where those settings are not a list and a positive integer."""
+    from toolkit.config_keys import text_config
+
+    cfg = text_config(adapter.config)
+    only, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step", 1)
+    if not isinstance(only, list) or not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        return None
+    return layer not in only and (layer + 1) % step == 0
+
+
+def class_defaults(model_type) -> dict:
     """The defaults of ``transformers``' config class for ``model_type`` (``{}`` when unknown)."""
     try:
         from transformers import AutoConfig
@@ -243,6 +363,20 @@ class Qwen2MoeAdapter(MoEAdapter):
                "mlp.shared_expert.down_proj": "mlp.shared.down", "mlp.shared_expert.gate_proj": "mlp.shared.gate"}
     expert_modules = {"mlp.experts": SWIGLU_EXPERT}
 
+    def config_problems(self) -> list[str]:
+        return qwen_config_problems(self)
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """``Qwen2MoeDecoderLayer``'s rule: not in ``mlp_only_layers``, experts, and ``(layer + 1) %
+        decoder_sparse_step == 0``."""
+        return qwen_sparse_layer(self, layer)
+
+    def has_shared_expert(self) -> bool:
+        return (self.shared_size() or 0) > 0
+
+    def shared_size(self) -> int | None:
+        return self.optional_int("shared_expert_intermediate_size")
+
 
 @register_architecture("qwen3_moe")
 class Qwen3MoeAdapter(MoEAdapter):
@@ -251,12 +385,23 @@ class Qwen3MoeAdapter(MoEAdapter):
     modules = {**LLAMA_MODULES, "mlp.gate": "mlp.router"}
     expert_modules = {"mlp.experts": SWIGLU_EXPERT}
 
+    def config_problems(self) -> list[str]:
+        return qwen_config_problems(self)
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """``Qwen3MoeDecoderLayer``'s rule (as Qwen2-MoE's)."""
+        return qwen_sparse_layer(self, layer)
+
 
 @register_architecture("olmoe")
 class OlmoeAdapter(Qwen3MoeAdapter):
     """OLMoE: as Qwen3-MoE, the expert size is ``intermediate_size``."""
 
     expert_size_key = "intermediate_size"
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """Every OLMoE layer is sparse."""
+        return True
 
 
 GPT_OSS_EXPERTS = {
@@ -306,3 +451,21 @@ class Llama4Adapter(MoEAdapter):
     expert_size_key = "intermediate_size"
     expert_module_name = "feed_forward.experts"
     stacked = LLAMA4_EXPERTS
+
+    def sparse_layer(self, layer: int) -> bool | None:
+        """``layer in moe_layers`` (``Llama4TextDecoderLayer.is_moe_layer``); None when the config lists none."""
+        from toolkit.config_keys import text_config
+
+        layers = text_config(self.config).get("moe_layers")
+        if not isinstance(layers, list):
+            return None
+        return layer in layers
+
+    def has_shared_expert(self) -> bool:
+        return True
+
+    def shared_size(self) -> int | None:
+        return self.dims.intermediate_size  # Llama4TextMoe.shared_expert = Llama4TextMLP(config)
+
+    def dense_size(self) -> int | None:
+        return self.optional_int("intermediate_size_mlp")  # Llama4TextMLP of a dense layer

@@ -42,23 +42,54 @@ class Split:
     sizes: Sequence[int] | Callable[[Dims], Sequence[int]]
     groups: int | Callable[[Dims], int] = 1
 
-    def indices(self, dims: Dims, key: str = "") -> tuple[int, dict[str, object]]:
-        """``(total_rows, {component: slice or LongTensor})`` for these sizes.
+    def sizes_of(self, dims: Dims, key: str = "") -> tuple[list[int], int]:
+        """``(sizes, groups)`` for these dims, checked (integer arithmetic only, nothing allocated).
 
         Raises
         ------
         MappingError
-            The config lacks a size the split needs, or a size is not positive.
+            The config lacks a size the split needs, or a size is not a positive integer.
         """
         try:
-            sizes = [int(s) for s in (self.sizes(dims) if callable(self.sizes) else self.sizes)]
-            groups = int(self.groups(dims) if callable(self.groups) else self.groups)
+            sizes = list(self.sizes(dims) if callable(self.sizes) else self.sizes)
+            groups = self.groups(dims) if callable(self.groups) else self.groups
         except TypeError as e:  # a None size: the config lacks it
             raise MappingError(key, f"the config lacks a size this split needs ({dims}): {e}") from e
         except ArithmeticError as e:  # a zero head count (Dims refuses it; a hand-made Dims may not)
             raise MappingError(key, f"the config's sizes cannot give this split ({dims}): {e}") from e
-        if len(sizes) != len(self.components) or min(sizes + [groups]) <= 0:
-            raise MappingError(key, f"bad split sizes {sizes} x {groups} groups for {self.components}")
+        whole = [*sizes, groups]
+        if None in whole:
+            raise MappingError(key, f"the config lacks a size this split needs ({dims}): sizes {sizes} x {groups}")
+        if len(sizes) != len(self.components) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in whole):
+            raise MappingError(key, f"bad split sizes {sizes} x {groups} groups for {self.components}: the config's "
+                               "sizes must be positive integers")
+        return sizes, groups
+
+    def rows(self, dims: Dims, key: str = "") -> int:
+        """The fused tensor's output rows the config declares, ``groups x sum(sizes)`` (nothing allocated).
+
+        Raises
+        ------
+        MappingError
+            As :meth:`sizes_of`.
+        """
+        sizes, groups = self.sizes_of(dims, key)
+        return sum(sizes) * groups
+
+    def indices(self, dims: Dims, key: str = "") -> tuple[int, dict[str, object]]:
+        """``(total_rows, {component: slice or LongTensor})`` for these sizes.
+
+        A grouped split allocates an index of ``total_rows`` entries: check the
+        stored tensor's rows against :meth:`rows` first (a declared head size
+        of 2^24 must not become a 2^24-row index).
+
+        Raises
+        ------
+        MappingError
+            As :meth:`sizes_of`.
+        """
+        sizes, groups = self.sizes_of(dims, key)
         block = sum(sizes)
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
         if groups == 1:

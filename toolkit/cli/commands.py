@@ -26,6 +26,8 @@ def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_defau
     p.add_argument(name, nargs="?", default=None, help=f"hub id, local directory or .gguf file{help_default}")
     p.add_argument("--gguf-file", default=None, help="GGUF file name inside a directory or hub repo")
     p.add_argument("--revision", default=None, help="hub revision (branch, tag or commit)")
+    p.add_argument("--download", action="store_true",
+                   help="download a hub repo that is not cached, instead of reading its safetensors in place")
 
 
 def _text_type(parse, label: str):
@@ -147,6 +149,7 @@ def _cmd_weights(args) -> int:
         metrics=args.metrics,
         gguf_file=args.gguf_file,
         revision=args.revision,
+        download=args.download,
         device=args.device,
         progress=not args.quiet,
         precision=args.precision,
@@ -189,10 +192,10 @@ def _cmd_compare(args) -> int:
     import toolkit
 
     plot_metric = _prepare_outputs(args, "diff", "relative_change")
-    _opening(args, f"{args.base} and {args.target}")
+    _opening(args, f"{args.base} and {args.target}" if args.target else f"{args.base} and its base")
     ds = toolkit.compare(
         args.base, args.target, metrics=args.metrics, tolerance=args.tolerance, k=args.k,
-        device=args.device, progress=not args.quiet, **_selection(args),
+        device=args.device, progress=not args.quiet, download=args.download, **_selection(args),
     )
     return _save_outputs(ds, args, plot_metric)
 
@@ -205,7 +208,7 @@ def _cmd_series(args) -> int:
     ds = toolkit.compare_series(
         args.checkpoints, steps=args.steps, reference=args.reference, metrics=args.metrics,
         tolerance=args.tolerance, k=args.k, device=args.device, progress=not args.quiet,
-        client=args.scheduler, **_selection(args),
+        client=args.scheduler, download=args.download, **_selection(args),
     )
     # the plot is the last checkpoint's heatmap
     return _save_outputs(ds, args, plot_metric, plot_ds=ds.isel(checkpoint=-1) if args.plot else None)
@@ -239,6 +242,8 @@ def _add_diff_args(p: argparse.ArgumentParser) -> None:
                    help="|t - b| <= tolerance counts as unchanged (a finite number >= 0)")
     p.add_argument("--k", type=options.arg_type(_subspace_k, "k"), default=16,
                    help="subspace dimension for subspace_overlap (a whole number >= 1)")
+    p.add_argument("--download", action="store_true",
+                   help="download hub repos that are not cached, instead of reading their safetensors in place")
     _add_selection_args(p)
     _add_output_args(p, "relative_change")
 
@@ -260,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compare", help="diff metrics of a base and a target checkpoint, per layer and component")
     c.add_argument("base", help="base checkpoint: hub id, local directory or .gguf file")
-    c.add_argument("target", help="target checkpoint (fine-tuned)")
+    c.add_argument("target", nargs="?", default=None,
+                   help="target checkpoint (fine-tuned); left out when BASE is a LoRA adapter folder, which is "
+                        "compared with the base it records")
     _add_diff_args(c)
     c.set_defaults(func=_cmd_compare)
 

@@ -33,7 +33,7 @@ REFERENCES = ("first", "previous")
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
             keep_spectra: bool = False, layers=None, components=None, experts=None,
-            fill: bool = False) -> xr.Dataset:
+            fill: bool = False, download: bool = False) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
@@ -68,6 +68,9 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor pair, read by the
         workers themselves; the same Dataset (:mod:`toolkit.collect.execute.executors`).
+    download : bool, default False
+        Download hub repos that are not in the local cache instead of reading their
+        safetensors weights in place over HTTP (as :func:`toolkit.weight_stats`).
     keep_spectra : bool, default False
         Add the spectrum of each cell's update as ``eigenvalues`` (layer,
         component, index): the eigenvalues of ΔWᵀΔW, ΔW = W_target − W_base,
@@ -137,14 +140,14 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     selection = Selection.of(layers, components, experts, where)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
     return _run([base, target], [(0, 1)], measurement, selection, fill=fill, mapping=mapping, progress=progress,
-                cache=cache, client=client)[1][0]
+                cache=cache, client=client, download=options.flag(download, "download", where))[1][0]
 
 
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
                    progress: bool | Callable = True, cache: bool = True, client=None,
                    keep_spectra: bool = False, layers=None, components=None, experts=None,
-                   fill: bool = False) -> xr.Dataset:
+                   fill: bool = False, download: bool = False) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
@@ -159,7 +162,8 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         Diff each checkpoint against the first one (cumulative change) or
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
-    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra, layers, components, experts, fill
+    metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra, layers, components, experts, fill, \
+download
         As in :func:`compare` (``eigenvalues`` gets the ``checkpoint`` dim; row 0,
         a checkpoint against itself, is all zeros).
 
@@ -214,7 +218,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
     selection = Selection.of(layers, components, experts, where)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
     plans, rows = _run(checkpoints, pairs, measurement, selection, fill=fill, mapping=mapping, progress=progress,
-                       cache=cache, client=client)
+                       cache=cache, client=client, download=options.flag(download, "download", where))
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -244,7 +248,7 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
 
 
 def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection, *, fill: bool, mapping, progress,
-         cache: bool, client=None):
+         cache: bool, client=None, download: bool = False):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
@@ -258,7 +262,7 @@ def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection,
         plans = []
         for i, c in enumerate(checkpoints):
             run.progress.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")
-            plans.append(plan_pieces(c, mapping=mapping, cache=cache))
+            plans.append(plan_pieces(c, mapping=mapping, cache=cache, download=download))
         plans = merge_adapters(plans, pairs, client)
         matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
         chosen = [plans[b].select(selection) for b, _ in pairs]

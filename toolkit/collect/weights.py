@@ -45,6 +45,7 @@ def weight_stats(
     components=None,
     experts=None,
     fill: bool = False,
+    download: bool = False,
     on_cells: Callable[[Callable[[], xr.Dataset]], None] | None = None,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
@@ -70,6 +71,10 @@ def weight_stats(
         Hub revision (branch, tag or commit).
     mapping : toolkit.Mapping, optional
         Custom parameter-name -> component mapping for an unknown family.
+    download : bool, default False
+        Download a hub repo that is not in the local cache (``snapshot_download``)
+        instead of reading its safetensors weights in place over HTTP, where
+        only the selected tensors' bytes move (:mod:`toolkit.sources.remote`).
     device : str
         Device for the spectral work (``"cpu"`` or ``"cuda"``).
     progress : bool or callable
@@ -192,7 +197,8 @@ def weight_stats(
     selection = Selection.of(layers, components, experts, where)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
     with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
-        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache,
+                           download=download)
         plan = plan.select(selection)
         measurement = measurement_for(plan.source, measurement)  # measured from its factors (a LoRA adapter)
         if per_head:
@@ -234,7 +240,7 @@ def checked_precision(precision, where: str = "") -> str:
 
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
-                  cache: bool = True, expert: int | None = None, fit=None) -> xr.Dataset:
+                  cache: bool = True, expert: int | None = None, fit=None, download: bool = False) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.
 
     The same pipeline and cache as :func:`weight_stats` (``keep_spectra=True``),
@@ -243,7 +249,7 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
 
     Parameters
     ----------
-    source, gguf_file, revision, mapping, device, cache, fit
+    source, gguf_file, revision, mapping, device, cache, fit, download
         As :func:`weight_stats`.
     layer : int
     component : str
@@ -269,7 +275,8 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
     selection = Selection.of(layer, component, expert, "toolkit.cell_spectrum")
     with open_pass(progress=False, desc="spectrum", device=device, cache=cache) as run:
-        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache)
+        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache,
+                           download=download)
         plan = plan.select(selection)
         if (expert is None) != (plan.num_experts == 0):
             raise SelectionError("expert", expert, f"layer {layer} {component!r} holds {plan.num_experts} routed "

@@ -23,7 +23,7 @@ def load_causal_lm(base=None):
 
     from toolkit.sources import open_source
 
-    src = open_source(base)
+    src = open_source(base, download=True)  # the whole model and its tokenizer files: downloaded, not read in place
     config = transformers.AutoConfig.for_model(**src.config)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     state = model.state_dict()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
-from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _style
 from toolkit.plot._layout import MIN_VALUE_FONT, auto_figsize, cell_reasons, most_common, value_font_size, wrap_title
 from toolkit.plot._select import (
@@ -231,8 +231,10 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     toolkit.errors.UnknownMetricError
         ``metric`` is not a metric of the Dataset.
     ValueError
-        A selection label that does not exist, an unknown component, an extra
-        dimension left unselected, or an unknown ``scale``.
+        A selection label that does not exist, an unknown component, or an unknown ``scale``.
+    toolkit.errors.ExtraDimensionError
+        An extra dimension left unselected (``stable_rank_per_expert`` without ``expert=``);
+        the message says how to choose or reduce it.
     toolkit.errors.EmptyInputError
         The selection leaves no cell, or values that are all +-inf (or none
         positive on the log scale). A panel of NaN only is drawn hatched,
@@ -274,8 +276,12 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     if any(da.sizes[d] > 1 for d in extra):
         d = next(d for d in extra if da.sizes[d] > 1)
         shown = da[d].values.tolist() if d in da.coords else f"{da.sizes[d]} positions"
-        how = " (or mean / max / min over it)" if d in REDUCIBLE_DIMS else ""
-        raise ValueError(f"{metric!r} has an extra dimension {d!r} ({shown}); choose one with {d}=...{how}")
+        first = shown[0] if isinstance(shown, list) and shown else 0
+        how = f" or reduce it with mean / max / min: {d}='mean'" if d in REDUCIBLE_DIMS else ""
+        if col_dim == "component" and d == "expert":
+            how += ", or draw the experts as columns: component='mlp.up'"
+        raise ExtraDimensionError(metric, d, shown, f"choose one: toolkit.plot.heatmap(ds, {metric!r}, "
+                                  f"{d}={first!r}){how}")
     da = da.squeeze(extra, drop=False).transpose(ROW_DIM, col_dim).sortby(ROW_DIM)
     values = np.asarray(da.values, dtype=np.float64)
     if values.size == 0:

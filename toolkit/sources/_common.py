@@ -123,9 +123,19 @@ def check_config_sizes(config: dict, path: str | os.PathLike) -> dict:
 def read_json(path: Path, what: str) -> dict:
     """Read a JSON object or raise :class:`CheckpointFileError` naming the file."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        raise CheckpointFileError(path, f"cannot read the {what} as JSON ({exc}); re-download or re-save it") from exc
+    return json_object(raw, path, what)
+
+
+def json_object(raw: bytes, path, what: str) -> dict:
+    """``raw`` (the bytes of the file ``path``, local or remote) as a JSON object, or raise
+    :class:`CheckpointFileError` naming the file."""
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CheckpointFileError(path, f"cannot read the {what} as JSON ({exc}); re-download or re-save it") from exc
     if not isinstance(data, dict):
         raise CheckpointFileError(path, f"the {what} is not a JSON object; re-download or re-save it")
@@ -140,7 +150,17 @@ def read_index(index_path: Path) -> dict[str, str]:
     CheckpointFileError
         The index is not JSON or has no ``weight_map``.
     """
-    data = read_json(index_path, "sharded checkpoint index")
+    return weight_map_of(read_json(index_path, "sharded checkpoint index"), index_path)
+
+
+def weight_map_of(data: dict, index_path) -> dict[str, str]:
+    """The checked ``weight_map`` of an index's JSON object (``index_path``, local or remote, names it in errors).
+
+    Raises
+    ------
+    CheckpointFileError
+        No ``weight_map``, or one naming a shard outside the index's folder.
+    """
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointFileError(
@@ -155,6 +175,35 @@ def read_index(index_path: Path) -> dict[str, str]:
                 "unknown origin)",
             )
     return dict(weight_map)
+
+
+def missing_from_shard(index_path, shard_name: str, wanted, held) -> None:
+    """Raise when the shard ``shard_name`` lacks a tensor the index puts in it.
+
+    Parameters
+    ----------
+    index_path : path-like or str
+        The index (local or remote), named in the error.
+    shard_name : str
+        The shard's file name.
+    wanted : iterable of str
+        The tensors the index puts in the shard.
+    held : container of str
+        The tensors the shard holds.
+
+    Raises
+    ------
+    CheckpointFileError
+        Naming how many are missing and the first.
+    """
+    absent = [k for k in wanted if k not in held]
+    if absent:
+        raise CheckpointFileError(
+            index_path,
+            f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
+            f"(first: {absent[0]!r}); the shard and the index come from different saves. "
+            "Download both again, or re-save the checkpoint.",
+        )
 
 
 def _shard_name_problem(shard) -> str:

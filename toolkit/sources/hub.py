@@ -1,8 +1,11 @@
-"""Hub ids (``"Qwen/Qwen2.5-7B"``): resolved to a folder of the local HF cache.
+"""Hub ids (``"Qwen/Qwen2.5-7B"``): the local HF cache, else read in place over HTTP, or downloaded.
 
-Online, only what the weights need is downloaded: ``config.json`` and one
-copy of the weights (the sharded safetensors index and its shards, else
-``model.safetensors``, else the ``.bin`` equivalents, or the named GGUF file).
+Online, the revision is resolved to a commit and the repo listed; a commit
+whose weight files are all cached is read from the cache, safetensors and GGUF
+weights that are not are read in place by range requests (:mod:`toolkit.sources.remote`),
+and other weights are downloaded, only what they need: ``config.json`` and one
+copy of the weights (the ``.bin`` index and its shards or ``pytorch_model.bin``,
+or a LoRA adapter). ``download=True`` downloads all of them.
 Offline (``HF_HUB_OFFLINE=1``), or when the hub cannot be reached, the
 cached snapshot is used. The environment (``HF_HUB_OFFLINE``,
 ``HF_HUB_CACHE``, ``HF_HOME``, ``HF_ENDPOINT``) is read at each call, not at
@@ -123,22 +126,42 @@ def _wanted_files(repo_id: str, files: list[str], gguf_file: str | None) -> list
     )
 
 
-def _download(repo_id: str, revision: str | None, gguf_file: str | None, cache: str) -> Path:
-    from huggingface_hub import HfApi, hf_hub_download, snapshot_download
+def _download(repo_id: str, commit: str, wanted: list[str], cache: str) -> Path:
+    """``snapshot_download`` of ``wanted`` (and the shards of an index among them) at ``commit``."""
+    from huggingface_hub import hf_hub_download, snapshot_download
 
     from toolkit.sources._common import read_index
 
     endpoint = os.environ.get("HF_ENDPOINT") or None
-    info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision)
-    commit = info.sha or revision
-    wanted = _wanted_files(repo_id, [s.rfilename for s in info.siblings or []], gguf_file)
     if wanted[-1].endswith(".index.json"):
         index = hf_hub_download(repo_id, wanted[-1], revision=commit, cache_dir=cache, endpoint=endpoint)
-        wanted += sorted(set(read_index(Path(index)).values()))
+        wanted = wanted + sorted(set(read_index(Path(index)).values()))
     folder = snapshot_download(
         repo_id, revision=commit, cache_dir=cache, allow_patterns=wanted, endpoint=endpoint
     )
     return Path(folder)
+
+
+def _cached(repo_id: str, commit: str, wanted: list[str], cache: str) -> Path | None:
+    """The cache snapshot of ``commit`` when it holds every file of ``wanted`` (the shards of an index
+    among them), else None: such a repo is read from disk, not over the network."""
+    from huggingface_hub import try_to_load_from_cache
+
+    from toolkit.sources._common import read_index
+
+    found = []
+    for name in wanted:
+        path = try_to_load_from_cache(repo_id, name, cache_dir=cache, revision=commit)
+        if not isinstance(path, str):
+            return None
+        found.append(Path(path))
+        if name.endswith(".index.json"):
+            try:
+                shards = sorted(set(read_index(Path(path)).values()))
+            except CheckpointFileError:
+                return None
+            wanted = wanted + [s for s in shards if s not in wanted]
+    return found[0].parent if found else None
 
 
 def _from_cache(repo_id: str, revision: str | None, cache: str, why: str, advice: str) -> Path:
@@ -158,8 +181,18 @@ def _from_cache(repo_id: str, revision: str | None, cache: str, why: str, advice
         ) from exc
 
 
-def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None = None) -> Source:
-    """Open a hub repo's weights from the HF cache, downloading them when online.
+def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None = None,
+             download: bool = False) -> Source:
+    """Open a hub repo's weights: from the local HF cache, else read in place over HTTP, or downloaded.
+
+    Online, the revision is resolved to its commit and the repo listed (one
+    request, :func:`toolkit.sources.remote.hub_folder`). A commit whose weight
+    files are all in the local cache is read from there; otherwise its
+    safetensors weights are read in place by range requests
+    (:mod:`toolkit.sources.remote`: headers, then only the tensors a pass
+    selects), and other weights (``.bin``, GGUF, a LoRA adapter) are downloaded.
+    ``download=True`` downloads the safetensors weights too (``snapshot_download``).
+    Offline, or when the hub cannot be reached, the cached snapshot is used.
 
     Parameters
     ----------
@@ -169,6 +202,8 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
         Branch, tag or commit (default: ``main``).
     gguf_file : str, optional
         A GGUF file of the repo to open instead of its safetensors/``.bin``.
+    download : bool, default False
+        Download the weight files into the HF cache (``snapshot_download``) instead of reading them in place.
 
     Returns
     -------
@@ -183,6 +218,10 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
         No such repo, revision or file on the hub.
     CheckpointFileError
         The downloaded or cached files are incomplete or corrupted.
+    RemoteAccessError
+        Reading in place, the hub refuses the files (a gated or private repo: the message says how to log in).
+    RemoteReadError
+        Reading in place, the hub keeps failing (retries spent) or answers with other bytes than asked for.
     """
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -193,15 +232,22 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     )
 
     from toolkit.sources.local import open_local
+    from toolkit.sources.remote import READ_IN_PLACE, hub_folder, open_remote
 
     cache = cache_dir()
-    folder = None
+    folder = remote = None
     if is_offline():
         why = "the hub is switched off (HF_HUB_OFFLINE=1)"
         advice = "unset HF_HUB_OFFLINE and connect to the internet to download it"
     else:
         try:
-            folder = _download(repo_id, revision, gguf_file, cache)
+            remote = hub_folder(repo_id, revision)
+            wanted = _wanted_files(repo_id, remote.names(), gguf_file)
+            target = wanted[-1] if wanted[-1].endswith(READ_IN_PLACE) else ""
+            if not download:
+                folder = _cached(repo_id, remote.commit, wanted, cache)
+            if folder is None and (download or not target):
+                folder = _download(repo_id, remote.commit, wanted, cache)
         except GatedRepoError as exc:
             raise SourceNotFoundError(
                 repo_id, "the repo is gated: accept its licence on huggingface.co and log in (`hf auth login`)"
@@ -220,11 +266,14 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
                 repo_id, f"the hub client refuses the id, revision or a file name ({exc}); check them"
             ) from exc
         except _network_errors() as exc:
+            remote = None  # the cached copy, if any, is used (below)
             why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"
             advice = ("check the network connection (and HF_ENDPOINT) to download it; set HF_HUB_OFFLINE=1 to use "
                       "only the local cache without trying the hub")
     if folder is not None:
         return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
+    if remote is not None:
+        return open_remote(remote, target)
     try:
         folder = _from_cache(repo_id, revision, cache, why, advice)
     except HFValidationError as exc:

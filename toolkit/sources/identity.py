@@ -84,3 +84,30 @@ def files_identity(files: Iterable[str | os.PathLike], *, portable: bool = False
     for f in sorted(map(str, files)):
         digest.update(f"{Path(f).name}\0{file_identity(f, portable=portable)}\n".encode())
     return digest.hexdigest()
+
+
+def remote_identity(location: str, commit: str, files: Iterable) -> str:
+    """A sha256 hex digest identifying the bytes of remote weight files (order-free).
+
+    Parameters
+    ----------
+    location : str
+        The hub id or URL the files were opened from.
+    commit : str
+        The hub commit (``""`` for a plain URL).
+    files : iterable of RemoteFile
+        Each file's name, size and the version the server gave it
+        (:attr:`~toolkit.sources.remote.http.RemoteFile.identity`: the LFS
+        sha256 for a hub file, the ``ETag`` for a plain URL).
+
+    Returns
+    -------
+    str
+        The same in every process that opens the same version (a Dask worker's
+        check that it reads what the driver planned); another as soon as the
+        commit or one file's hash, ETag or size differs.
+    """
+    digest = hashlib.sha256(f"remote\0{location}\0{commit}\n".encode())
+    for ident in sorted(f.identity for f in files):
+        digest.update(f"{ident}\n".encode())
+    return digest.hexdigest()

@@ -26,7 +26,15 @@ import numpy as np
 import torch
 
 from toolkit.errors import CheckpointFileError, UnsupportedDtypeError
-from toolkit.sources._common import FileSource, open_failure, read_index, shards_of, shown, transformers_renamer
+from toolkit.sources._common import (
+    FileSource,
+    missing_from_shard,
+    open_failure,
+    read_index,
+    shards_of,
+    shown,
+    transformers_renamer,
+)
 from toolkit.sources.base import TensorRecord
 from toolkit.sources.saved_layout import SavedFormat
 
@@ -118,33 +126,89 @@ def read_header(path: Path) -> dict[str, Entry]:
     except OSError as exc:
         raise open_failure(path, exc) from exc
     with fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise CheckpointFileError(path, f"only {size} bytes, not a safetensors file; re-download it")
-        (n,) = struct.unpack("<Q", head)
-        if n > size - 8:
-            first = fh.read(1)
-            if n <= MAX_HEADER_SIZE and first == b"{":  # a real header, cut short
-                raise CheckpointFileError(
-                    path, f"truncated: the header alone needs {n + 8} bytes, the file has {size}; re-download it"
-                )
-            raise CheckpointFileError(path, _not_safetensors(head + first + fh.read(64), n, size))
-        if n > MAX_HEADER_SIZE:
-            raise CheckpointFileError(
-                path, f"its header declares {n} bytes, more than the {MAX_HEADER_SIZE} bytes the safetensors "
-                "format allows (the safetensors library refuses it too); re-download or re-save the file",
-            )
-        raw = fh.read(n)
+        start = fh.read(HEADER_PROBE)
+        n = header_length(path, start, size)
+        raw = start[8:8 + n] + (fh.read(8 + n - len(start)) if 8 + n > len(start) else b"")
     refused = _refused_by_safetensors(path)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointFileError(path, f"corrupted safetensors header ({exc}); re-download it") from exc
+    header = _parsed(path, raw)
     del raw
     if not refused:
         return _trusted_entries(header, 8 + n)
     _entries(path, header, 8 + n, size)  # raises, naming what is wrong
     raise CheckpointFileError(path, f"the safetensors library refuses it ({refused}); re-download or re-save it")
+
+
+#: Bytes read first from a file: the header length and the start of the header (enough to say what a file that
+#: is no safetensors file is).
+HEADER_PROBE = 8 + 65
+
+
+def header_length(path, start: bytes, size: int) -> int:
+    """The header length the first bytes of a file declare, checked against the file's size.
+
+    Parameters
+    ----------
+    path : path-like or str
+        The file (local or remote), named in errors.
+    start : bytes
+        The file's first ``min(size, HEADER_PROBE)`` bytes.
+    size : int
+        The file's size in bytes.
+
+    Raises
+    ------
+    CheckpointFileError
+        Fewer than 8 bytes; a length longer than the file (a truncated header
+        when the header starts like one, else no safetensors file: the message
+        says what the file looks like) or than the format allows.
+    """
+    if len(start) < 8:
+        raise CheckpointFileError(path, f"only {size} bytes, not a safetensors file; re-download it")
+    (n,) = struct.unpack("<Q", start[:8])
+    if n > size - 8:
+        if n <= MAX_HEADER_SIZE and start[8:9] == b"{":  # a real header, cut short
+            raise CheckpointFileError(
+                path, f"truncated: the header alone needs {n + 8} bytes, the file has {size}; re-download it"
+            )
+        raise CheckpointFileError(path, _not_safetensors(start[:HEADER_PROBE], n, size))
+    if n > MAX_HEADER_SIZE:
+        raise CheckpointFileError(
+            path, f"its header declares {n} bytes, more than the {MAX_HEADER_SIZE} bytes the safetensors "
+            "format allows (the safetensors library refuses it too); re-download or re-save the file",
+        )
+    return n
+
+
+def _parsed(path, raw: bytes):
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointFileError(path, f"corrupted safetensors header ({exc}); re-download it") from exc
+
+
+def header_entries(path, raw: bytes, size: int) -> dict[str, Entry]:
+    """The checked entries of a header read from elsewhere than a local file (a remote file's ranges).
+
+    Parameters
+    ----------
+    path : str
+        The file (a URL), named in errors.
+    raw : bytes
+        The header's JSON (the ``n`` bytes after the first 8).
+    size : int
+        The file's size in bytes.
+
+    Returns
+    -------
+    dict
+        As :func:`read_header`; checked by :func:`_entries` as the ``safetensors`` library checks a header.
+
+    Raises
+    ------
+    CheckpointFileError
+        As :func:`read_header`.
+    """
+    return _entries(path, _parsed(path, raw), 8 + len(raw), size)
 
 
 def _refused_by_safetensors(path: Path) -> str:
@@ -254,9 +318,12 @@ def _entries(path: Path, header, data_start: int, size: int) -> dict[str, Entry]
     return ordered
 
 
-def _read_tensor(path: str, name: str, entry: Entry, start: int | None = None, stop: int | None = None,
-                 ) -> torch.Tensor:
-    """A stored tensor in its stored dtype, read from its checked byte range; only rows ``start:stop`` when given."""
+def _read_tensor(path: str, name: str, entry: Entry, start: int | None = None, stop: int | None = None, *,
+                 fill=None) -> torch.Tensor:
+    """A stored tensor in its stored dtype, read from its checked byte range; only rows ``start:stop`` when given.
+
+    ``fill(offset, view)`` fills ``view`` with the file's bytes from ``offset`` (a remote file's
+    :meth:`~toolkit.sources.remote.http.RemoteFile.read_into`); None reads the local file ``path``."""
     dtype = getattr(torch, entry.dtype, None)
     if not isinstance(dtype, torch.dtype):
         raise UnsupportedDtypeError(
@@ -278,7 +345,24 @@ def _read_tensor(path: str, name: str, entry: Entry, start: int | None = None, s
     # Uninitialised (numpy.empty): a zero-filled bytearray cost a memset of every tensor before
     # the read overwrote it, 20 % of a compare pass's samples (benchmarks/bench_scale.py).
     buf = np.empty(nbytes, dtype=np.uint8)
-    got = 0
+    if fill is not None:
+        fill(offset, memoryview(buf))
+        got = nbytes
+    else:
+        got = _fill_local(path, name, offset, buf)
+    if got != nbytes:
+        raise CheckpointFileError(
+            path, f"tensor {name!r} is cut short ({got} of {nbytes} bytes): the file changed or was truncated "
+            "after it was opened; open it again, or re-download it",
+        )
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_numpy(buf).view(dtype).reshape(shape)
+
+
+def _fill_local(path: str, name: str, offset: int, buf: np.ndarray) -> int:
+    """Read ``len(buf)`` bytes of the local file ``path`` from ``offset`` into ``buf``; the count read."""
+    nbytes, got = len(buf), 0
     try:
         with open(path, "rb", buffering=0) as fh:
             fh.seek(offset)
@@ -292,14 +376,37 @@ def _read_tensor(path: str, name: str, entry: Entry, start: int | None = None, s
         raise CheckpointFileError(
             path, f"cannot read tensor {name!r} ({type(exc).__name__}: {exc}); check the file, or re-download it"
         ) from exc
-    if got != nbytes:
-        raise CheckpointFileError(
-            path, f"tensor {name!r} is cut short ({got} of {nbytes} bytes): the file changed or was truncated "
-            "after it was opened; open it again, or re-download it",
-        )
-    if nbytes == 0:
-        return torch.empty(shape, dtype=dtype)
-    return torch.from_numpy(buf).view(dtype).reshape(shape)
+    return got
+
+
+def sharded_entries(index_path, weight_map: dict[str, str], headers: list[dict[str, Entry]], files: list[str],
+                    ) -> list[tuple[str, Entry, str]]:
+    """``(stored name, entry, file)`` of every tensor of a sharded checkpoint, shard by shard.
+
+    Parameters
+    ----------
+    index_path : path-like or str
+        The index (local or remote), named in errors.
+    weight_map : dict
+        The index's tensor name -> shard file name.
+    headers : list of dict
+        Each shard's entries (:func:`read_header`), in the order of ``sorted(set(weight_map.values()))``.
+    files : list of str
+        Each shard's path or URL, in the same order.
+
+    Raises
+    ------
+    CheckpointFileError
+        The index puts a tensor in a shard that does not hold it.
+    """
+    wanted: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        wanted.setdefault(shard, []).append(name)
+    entries = []
+    for shard_name, header, file in zip(sorted(wanted), headers, files, strict=True):
+        missing_from_shard(index_path, shard_name, wanted[shard_name], header)
+        entries += [(name, entry, file) for name, entry in header.items()]
+    return entries
 
 
 class SafetensorsSource(FileSource):
@@ -342,19 +449,13 @@ class SafetensorsSource(FileSource):
         """
         weight_map = read_index(index_path)
         shards = shards_of(index_path, weight_map)
-        entries = []
-        for shard_name, shard in zip(sorted(set(weight_map.values())), shards, strict=True):
-            header = read_header(shard)
-            absent = [k for k, v in weight_map.items() if v == shard_name and k not in header]
-            if absent:
-                raise CheckpointFileError(
-                    index_path,
-                    f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
-                    f"(first: {absent[0]!r}); the shard and the index come from different saves. "
-                    "Download both again, or re-save the checkpoint.",
-                )
-            entries += [(name, entry, str(shard)) for name, entry in header.items()]
+        headers = [read_header(shard) for shard in shards]
+        entries = sharded_entries(index_path, weight_map, headers, [str(s) for s in shards])
         return cls(entries, config=config, location=location, files=shards, revision=revision)
+
+    def _filler(self, file: str):
+        """How the bytes of ``file`` are read: None, from local disk (a remote source gives its files' readers)."""
+        return None
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield one record per stored tensor, shard by shard in storage order.
@@ -367,7 +468,8 @@ class SafetensorsSource(FileSource):
         if self._names is None:
             self._names = [self._rename(stored) for stored, _, _ in self._entries]
         for name, (stored, entry, file) in zip(self._names, self._entries, strict=True):
-            reader = partial(_read_tensor, file, stored, entry)
+            fill = self._filler(file)
+            reader = partial(_read_tensor, file, stored, entry, **({} if fill is None else {"fill": fill}))
             yield TensorRecord(
                 name, entry.shape, entry.dtype, reader,
                 file=file, stored_name=stored if name != stored else "", _row_reader=reader,

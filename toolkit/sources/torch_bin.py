@@ -18,6 +18,7 @@ from toolkit.errors import CheckpointFileError
 from toolkit.sources._common import (
     FileSource,
     dtype_name,
+    missing_from_shard,
     open_failure,
     read_index,
     shards_of,
@@ -105,15 +106,8 @@ class TorchBinSource(FileSource):
         entries = []
         for shard_name, shard in zip(sorted(set(weight_map.values())), shards, strict=True):
             listed = cls._list(shard)
-            held = {e[0] for e in listed}
-            absent = [k for k, v in weight_map.items() if v == shard_name and k not in held]
-            if absent:
-                raise CheckpointFileError(
-                    index_path,
-                    f"the index puts {len(absent)} tensor(s) in {shard_name} that it does not hold "
-                    f"(first: {absent[0]!r}); the shard and the index come from different saves. "
-                    "Download both again, or re-save the checkpoint.",
-                )
+            missing_from_shard(index_path, shard_name, [k for k, v in weight_map.items() if v == shard_name],
+                               {e[0] for e in listed})
             entries += listed
         return cls(entries, config=config, location=location, files=shards, revision=revision)
 

@@ -8,6 +8,7 @@ import numpy as np
 import xarray as xr
 
 from toolkit._version import __version__
+from toolkit.architectures.expected import MISSING_REASON
 from toolkit.architectures.vocabulary import COMPONENTS, EXTRA_COMPONENTS
 from toolkit.collect.assemble.experts import expert_grid, mean_note, split_cells
 from toolkit.collect.assemble.layout import Grid
@@ -24,6 +25,7 @@ def build_grid_dataset(
     layers=None,
     components=None,
     experts=None,
+    missing=(),
 ) -> xr.Dataset:
     """Build the Dataset with dims ``(layer, component)``.
 
@@ -48,6 +50,9 @@ def build_grid_dataset(
         The component coordinate (a selection, in the vocabulary's order); default below.
     experts : sequence of int, optional
         The ``expert`` coordinate of the routed experts (a selection); default ``0 ..`` the largest found.
+    missing : iterable of (int, str), optional
+        Cells the checkpoint lacks a weight for: their ``nan_reason`` says so
+        (:data:`~toolkit.architectures.expected.MISSING_REASON`).
 
     Returns
     -------
@@ -88,6 +93,10 @@ def build_grid_dataset(
         for m in metrics:
             data[m.name][i, j] = cell.values.get(m.name, np.nan)
         reason[i, j] = join_reasons(cell.reasons)
+    for layer, comp in missing:
+        if layer in grid.layers and comp in grid.components and (layer, comp) not in cells:
+            i, j = grid.at(layer, comp)
+            reason[i, j] = MISSING_REASON
     dims = ("layer", "component")
     ds = xr.Dataset(
         {m.name: (dims, data[m.name], m.attrs()) for m in metrics},

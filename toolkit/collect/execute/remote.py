@@ -3,8 +3,11 @@
 A task gets no tensor from the driver, only where each checkpoint lives
 (:class:`SourceSpec`), the unit's lookups with its records detached (they
 are re-opened here by name) and the measurement. The worker re-opens the
-checkpoint itself (from a shared file system or its own hub cache), reads
-the tensors exactly as the serial path does and runs the same
+checkpoint itself (from a shared file system, its own hub cache, or in place
+over HTTP from the hub repo at the driver's commit or from the URL:
+:mod:`toolkit.sources.remote`, so a cluster needs no shared file system and
+each worker moves only the byte ranges of its own tensors, besides the
+headers), reads the tensors exactly as the serial path does and runs the same
 ``measurement.measure``; the driver stores the result
 (:func:`toolkit.collect.execute.run_pass`).
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from toolkit.collect.execute.stream import Workspace
 from toolkit.errors import ToolkitError, WorkerTaskError
 from toolkit.sources.identity import files_identity
+from toolkit.sources.remote.folders import is_url
 
 __all__ = ["SourceSpec", "WorkerTaskError", "measure_task", "reporting", "worker_address"]
 
@@ -65,27 +69,33 @@ class SourceSpec:
         resolved, the GGUF file), sorted.
     fingerprint : str
         The driver's portable identity of the files (device numbers left
-        out, :func:`toolkit.sources.identity.files_identity`); a worker that
-        sees other bytes fails instead of mixing numbers from two versions.
+        out, :func:`toolkit.sources.identity.files_identity`; for a URL the
+        remote identity, :func:`toolkit.sources.identity.remote_identity`:
+        sizes and ETags); a worker that sees other bytes fails instead of
+        mixing numbers from two versions.
     hub : bool
-        A hub id (checked by commit: each worker may hold its own download).
+        A hub id (checked by commit: each worker may hold its own download, or read it in place).
+    url : bool
+        An ``http(s)://`` URL read in place (checked by :attr:`fingerprint`).
     """
 
     location: str
     options: tuple
     fingerprint: str
     hub: bool
+    url: bool = False
 
     @classmethod
     def of(cls, source) -> SourceSpec:
         """The spec of an opened :class:`~toolkit.sources.Source`."""
-        hub = not os.path.isabs(source.location)
-        if not hub and files_identity(source.files()) != source.fingerprint:
+        url = is_url(source.location)
+        hub = not url and not os.path.isabs(source.location)
+        if not (hub or url) and files_identity(source.files()) != source.fingerprint:
             from toolkit.errors import CheckpointChangedError
 
             raise CheckpointChangedError(source.location, source.fingerprint, files_identity(source.files()))
-        ident = "" if hub else files_identity(source.files(), portable=True)
-        return cls(source.location, tuple(sorted(source.reopen_kwargs().items())), ident, hub)
+        ident = source.fingerprint if url else "" if hub else files_identity(source.files(), portable=True)
+        return cls(source.location, tuple(sorted(source.reopen_kwargs().items())), ident, hub, url)
 
     @property
     def revision(self) -> str | None:
@@ -106,16 +116,20 @@ class SourceSpec:
         with _LOCK:
             hit = _SOURCES.get(key)
         # reuse a source opened earlier only if it was opened on these bytes and they are still there
-        if hit is not None and (self.hub or (hit[2] == self.fingerprint
-                                             and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
+        if hit is not None and (self.hub or self.url or (
+                hit[2] == self.fingerprint and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
             return hit
         src = open_source(self.location, **dict(self.options))
-        seen = (src.revision or None) if self.hub else files_identity(src.files(), portable=True)
-        if not self.hub and files_identity(src.files()) != src.fingerprint:
+        if self.url:
+            seen = src.fingerprint
+        else:
+            seen = (src.revision or None) if self.hub else files_identity(src.files(), portable=True)
+        if not (self.hub or self.url) and files_identity(src.files()) != src.fingerprint:
             seen = "changed while it was opened"
         wanted = self.revision if self.hub else self.fingerprint
         if seen != wanted:
-            what = "commit" if self.hub else "identity (file names, inodes, sizes, modification times)"
+            what = ("commit" if self.hub else "identity (sizes and ETags)" if self.url else
+                    "identity (file names, inodes, sizes, modification times)")
             raise ToolkitError(
                 f"the worker sees another version of {self.location!r} than the driver planned: {what} "
                 f"{seen!r} here, {wanted!r} on the driver; was the checkpoint rewritten during the run?"

@@ -26,8 +26,9 @@ from toolkit.collect.measure.work import TensorWork
 from toolkit.sources.lora.delta import Factors
 
 
-def core_singular_values(b: torch.Tensor, a: torch.Tensor, scale: float) -> torch.Tensor:
-    """Singular values of ``scale · b @ a`` from the r × r core, descending, float64, length min(m, n).
+def core_singular_values(b: torch.Tensor, a: torch.Tensor, scale: float) -> torch.Tensor | None:
+    """Singular values of ``scale · b @ a`` from the r × r core, descending, float64, length min(m, n);
+    None when a factor holds NaN/Inf (the cell is then NaN with the reason a dense matrix gets).
 
     Parameters
     ----------
@@ -37,10 +38,12 @@ def core_singular_values(b: torch.Tensor, a: torch.Tensor, scale: float) -> torc
 
     Returns
     -------
-    torch.Tensor, shape (min(m, n),), float64
+    torch.Tensor, shape (min(m, n),), float64, or None
         The non-zero ones from the core, then exact zeros.
     """
     b, a = b.to(torch.float64), a.to(torch.float64)
+    if not (bool(torch.isfinite(b).all()) and bool(torch.isfinite(a).all())):
+        return None
     m, n = b.shape[0], a.shape[1]
     _, rb = torch.linalg.qr(b)
     _, ra = torch.linalg.qr(a.t())

@@ -10,7 +10,10 @@ not in the result cache.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from toolkit.architectures import resolve_adapter
+from toolkit.architectures.expected import missing_cells, naming, stored_pieces
 from toolkit.collect.plan import cache as plan_cache
 from toolkit.collect.plan.experts import check_dropped_experts, check_experts, planned_units
 from toolkit.collect.plan.types import Plan
@@ -45,7 +48,7 @@ def plan_source(src: Source, mapping=None) -> Plan:
         raise
     tensors, seen = [], {}
     for rec in all_records:
-        pieces = adapter.pieces(rec.name)
+        pieces = stored_pieces(adapter, rec)  # its shape against the config's sizes first
         for p in pieces:
             key = p.key
             if key in seen:
@@ -70,12 +73,13 @@ def plan_source(src: Source, mapping=None) -> Plan:
     return Plan(src, tensors, int(adapter.num_layers), adapter)
 
 
-def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True) -> Plan:
+def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True,
+                download: bool = False) -> Plan:
     """Open ``source`` (or find its plan in the cache) and map its tensors to (layer, component) pieces.
 
     Parameters
     ----------
-    source, gguf_file, revision
+    source, gguf_file, revision, download
         As :func:`toolkit.open_source` takes them.
     mapping : toolkit.Mapping, optional
         A user mapping (such plans are not cached).
@@ -88,15 +92,41 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     ------
     As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
     """
-    check_source_arguments(source, gguf_file=gguf_file, revision=revision)  # before the plan cache looks at it
+    check_source_arguments(source, gguf_file=gguf_file, revision=revision, download=download)  # before the cache
     request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
     before = {}
     if request is not None:
         cached = plan_cache.load(request)
         if cached is not None:
-            return cached
+            return with_missing(cached)
         before = request.snapshot()
-    plan = plan_source(open_source(source, gguf_file=gguf_file, revision=revision), mapping)
+    src = open_source(source, gguf_file=gguf_file, revision=revision, download=download)
+    with naming(src.location):  # a config that contradicts the weights: which checkpoint
+        plan = plan_source(src, mapping)
     if request is not None:
         plan_cache.store(request, plan, before)
-    return plan
+    return with_missing(plan)
+
+
+def with_missing(plan: Plan) -> Plan:
+    """``plan`` with the cells its family expects and the checkpoint lacks (:attr:`Plan.missing`), warned
+    about once (:class:`~toolkit.errors.MissingTensorWarning`); a source that may cover only some
+    layers (a LoRA adapter) has none."""
+    import warnings
+
+    from toolkit.errors import MissingTensorWarning, ToolkitError
+
+    if not plan.source.covers_every_layer:
+        return plan
+    try:
+        adapter = plan.adapter or resolve_adapter(plan.source.config)  # a cached plan keeps no adapter
+    except ToolkitError:
+        return plan
+    missing = missing_cells(adapter, [p.key for t in plan.tensors for p in t.pieces], plan.num_layers)
+    if missing:
+        cells = ", ".join(f"layer {layer} {comp}" for layer, comp in missing[:6]) + (" ..." if len(missing) > 6 else "")
+        warnings.warn(f"{plan.source.location}: {len(missing)} weight(s) of the {adapter.family} layers are missing "
+                      f"from the checkpoint ({cells}); their cells are NaN (nan_reason 'tensor missing from the "
+                      "checkpoint'). transformers would initialise them at random: is a shard or a tensor missing?",
+                      MissingTensorWarning, stacklevel=3)
+    return replace(plan, missing=tuple(missing))

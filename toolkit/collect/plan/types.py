@@ -46,6 +46,9 @@ class Plan:
         What :meth:`select` kept (everything by default).
     model_components : tuple of str
         Every component of the model, in the vocabulary's order (also those a selection left out).
+    missing : tuple of (int, str)
+        The (layer, component) cells the family expects and no stored tensor holds
+        (:func:`~toolkit.architectures.expected.missing_cells`).
     """
 
     source: Source
@@ -54,6 +57,7 @@ class Plan:
     adapter: object = field(default=None, repr=False)
     selected: Selected = field(default_factory=Selected)
     model_components: tuple = ()
+    missing: tuple = ()
 
     def __post_init__(self):
         if not self.model_components:
@@ -97,14 +101,16 @@ class Plan:
     def grid(self, fill: bool = False) -> dict:
         """The coordinates of this plan's Dataset (:func:`~toolkit.collect.assemble.grid.build_grid_dataset`'s
         ``layers``, ``components``, ``experts``): the selected ones, or with ``fill`` the whole model's."""
-        from toolkit.architectures.vocabulary import COMPONENTS
+        from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS
 
-        whole = list(COMPONENTS) + [c for c in self.model_components if c not in COMPONENTS]
+        have = {*self.model_components, *(comp for _, comp in self.missing)}  # a missing router keeps its column
+        whole = list(COMPONENTS) + [c for c in ALL_COMPONENTS if c in have and c not in COMPONENTS]
         sel = self.selected
         if fill or sel.everything:
-            return {"components": whole}
+            return {"components": whole, "missing": self.missing}
         return {"layers": sel.layers, "components": [c for c in whole if sel.components is None
-                                                     or c in sel.components], "experts": sel.experts}
+                                                     or c in sel.components], "experts": sel.experts,
+                "missing": self.missing}
 
     @cached_property
     def value_identity(self) -> str:

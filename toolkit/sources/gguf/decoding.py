@@ -14,7 +14,7 @@ import contextlib
 
 import numpy as np
 
-from toolkit.errors import CheckpointFileError
+from toolkit.errors import CheckpointFileError, ToolkitError
 from toolkit.sources.gguf.table import GGUFTensorInfo, tensor_data
 
 #: What ``transformers``' model code, processors and config classes raise on sizes that cannot work.
@@ -22,7 +22,7 @@ from toolkit.sources.gguf.table import GGUFTensorInfo, tensor_data
 #: config class...: too many kinds to list; a ``MemoryError`` is let through, see :data:`LET_THROUGH`.)
 MODEL_CODE_ERRORS = (Exception,)
 #: Never turned into a :class:`CheckpointFileError`: ours already, or no statement about the file.
-LET_THROUGH = (CheckpointFileError, MemoryError)
+LET_THROUGH = (ToolkitError, MemoryError)  # ToolkitError: a remote read's typed errors too
 
 
 def dequantise_error(path: str, info, exc: BaseException) -> BaseException:

@@ -17,7 +17,7 @@ import math
 import mmap
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +50,13 @@ class GGUFArray:
     element_type: int
     count: int
     offset: int
+    header: Prefix | None = field(default=None, repr=False, compare=False)
 
     def values(self) -> list:
-        """The elements as Python values (int, float, bool, str; a list for nested arrays), read from the file."""
+        """The elements as Python values (int, float, bool, str; a list for nested arrays), read from the file
+        (from the header bytes already read, for a remote file)."""
+        if self.header is not None:
+            return _elements(self.header, self.offset, self.element_type, self.count)[0]
         with open(self.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             return _elements(buf, self.offset, self.element_type, self.count)[0]
 
@@ -114,10 +118,40 @@ MAX_TENSOR_NAME = 1024
 MAX_KEY = 65536
 
 
+def need_more(end: int) -> EOFError:
+    """The signal that the parse of a :class:`Prefix` reached byte ``end`` (``args[0]``), past the bytes read
+    so far: read more and parse again (an ``EOFError``, which no check of the file raises)."""
+    return EOFError(end)
+
+
+class Prefix:
+    """The first bytes of a file of ``size`` bytes (a remote file's header, read by ranges).
+
+    ``len()`` is the file's size, so every count is checked against the whole
+    file as for a local one; slicing past the bytes held raises :func:`need_more`'s ``EOFError``.
+    """
+
+    def __init__(self, data: bytes, size: int):
+        self.data, self.size = data, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice) -> bytes:
+        if key.stop > len(self.data):
+            raise need_more(key.stop)
+        return self.data[key]
+
+
 def _unpack(fmt: str, buf, pos: int) -> tuple:
     """``struct.unpack_from`` that names the offset when the file ends first."""
-    if pos + struct.calcsize(fmt) > len(buf):
+    end = pos + struct.calcsize(fmt)
+    if end > len(buf):
         raise ValueError(f"the header runs past the end of the file (at byte {pos} of {len(buf)})")
+    if isinstance(buf, Prefix):
+        if end > len(buf.data):
+            raise need_more(end)
+        buf = buf.data
     return struct.unpack_from(fmt, buf, pos)
 
 
@@ -151,7 +185,8 @@ def _value(buf, pos: int, vtype: int, path: str):
         return _string(buf, pos)
     if vtype == _ARRAY:
         etype, count = _unpack("<IQ", buf, pos)
-        return GGUFArray(path, etype, count, pos + 12), _skip(buf, pos + 12, etype, count)
+        held = buf if isinstance(buf, Prefix) else None
+        return GGUFArray(path, etype, count, pos + 12, held), _skip(buf, pos + 12, etype, count)
     raise ValueError(f"unknown metadata value type {vtype}")
 
 
@@ -240,10 +275,7 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
         them (a tensor whose type or shape was changed), or tensor data that
         runs past the end of the file (truncated download or copy).
     """
-    from gguf import GGML_QUANT_SIZES
-
     path = Path(path)
-    file = str(path)
     try:
         size = path.stat().st_size
         fh = open(path, "rb")
@@ -256,7 +288,38 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
             raise CheckpointFileError(path, "not a GGUF file (no 'GGUF' magic bytes at the start); re-download it")
         buf = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        version, n_tensors, n_kv = struct.unpack_from("<IQQ", buf, 4)
+        return parse_gguf_table(str(path), buf, size)
+    finally:
+        buf.close()
+
+
+def parse_gguf_table(file: str, buf, size: int) -> GGUFTable:
+    """Parse a GGUF header from ``buf``: the whole file (a memory map), or the :class:`Prefix` read so far.
+
+    Parameters
+    ----------
+    file : str
+        The file's path or URL (a :class:`RangePath` for a remote file), named in errors.
+    buf : buffer or Prefix
+        The file's bytes from byte 0.
+    size : int
+        The file's size in bytes.
+
+    Raises
+    ------
+    EOFError
+        ``buf`` is a :class:`Prefix` that ends before the tensor table does (:func:`need_more`: ``args[0]``
+        is the byte the parse reached).
+    CheckpointFileError
+        As :func:`read_gguf_table`.
+    """
+    from gguf import GGML_QUANT_SIZES
+
+    path = Path(file) if not isinstance(file, RangePath) else file
+    if size < 24 or bytes(buf[0:4]) != b"GGUF":
+        raise CheckpointFileError(path, "not a GGUF file (no 'GGUF' magic bytes at the start); re-download it")
+    try:
+        version, n_tensors, n_kv = _unpack("<IQQ", buf, 4)
         if version not in (2, 3):
             raise CheckpointFileError(path, _version_problem(version))
         if n_kv * _MIN_KV + n_tensors * _MIN_TENSOR > size - 24:
@@ -288,14 +351,30 @@ def read_gguf_table(path: str | os.PathLike) -> GGUFTable:
         if isinstance(exc, CheckpointFileError):
             raise
         raise CheckpointFileError(path, f"truncated or corrupted GGUF header ({exc}); re-download it") from exc
-    finally:
-        buf.close()
     align = _alignment(path, metadata.get("general.alignment", 32))
     data_start = (pos + align - 1) // align * align
     tensors = [_tensor_info(path, name, shape, gtype, data_start + offset, GGML_QUANT_SIZES, size)
                for name, shape, gtype, offset in entries]
     _check_ranges(path, tensors, data_start, size, align)
     return GGUFTable(file, metadata, tuple(tensors))
+
+
+class RangePath(str):
+    """The name of a GGUF file whose bytes are read by ``read(offset, nbytes)`` (a remote file), not from disk.
+
+    A :class:`GGUFTable`'s ``path`` of that kind makes :func:`tensor_data` ask
+    ``read`` for each tensor's bytes; it prints as the file's URL.
+    """
+
+    read: object
+
+    def __new__(cls, name: str, read):
+        obj = super().__new__(cls, name)
+        obj.read = read
+        return obj
+
+    def __reduce__(self):
+        return RangePath, (str(self), self.read)
 
 
 def _alignment(path: Path, value) -> int:
@@ -382,21 +461,25 @@ def tensor_data(info: GGUFTensorInfo, path: str) -> np.ndarray:
     """The raw stored array of one tensor, shaped as ``gguf.GGUFReader`` shapes it.
 
     Float and integer types come typed with the logical shape; quantised types
-    (and BF16) as ``uint8`` rows of blocks. Reads the bytes from disk now.
+    (and BF16) as ``uint8`` rows of blocks. Reads the bytes now: from disk, or by a
+    range request when ``path`` is a :class:`RangePath`.
     """
     from gguf import GGMLQuantizationType as T
     from gguf.quants import quant_shape_to_byte_shape
 
     typed = {T.F32: np.float32, T.F16: np.float16, T.F64: np.float64, T.I8: np.int8,
              T.I16: np.int16, T.I32: np.int32, T.I64: np.int64}
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(info.start)
-            raw = fh.read(info.nbytes)
-    except OSError as exc:
-        from toolkit.sources._common import open_failure
+    if isinstance(path, RangePath):
+        raw = path.read(info.start, info.nbytes)
+    else:
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(info.start)
+                raw = fh.read(info.nbytes)
+        except OSError as exc:
+            from toolkit.sources._common import open_failure
 
-        raise open_failure(path, exc) from exc
+            raise open_failure(path, exc) from exc
     if len(raw) != info.nbytes:
         raise CheckpointFileError(path, f"tensor {info.name!r} is cut short; the file changed or is truncated")
     gtype = T(info.ggml_type)

@@ -4,19 +4,21 @@ The scaling follows ``peft`` (``peft.tuners.lora.layer.LoraLayer.update_layer``)
 ``s = lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with ``use_rslora``
 (Kalajdzievski 2023), with ``r`` and ``lora_alpha`` of a module taken from
 ``rank_pattern`` / ``alpha_pattern`` when a pattern matches its name, as
-``peft.utils.other.get_pattern_key`` matches them: the first key ``k`` for
-which the module name matches the regular expression ``(.*\\.)?(k)$``.
+``peft.utils.other.get_pattern_key`` matches them (:mod:`.targets`). Every
+setting is checked when the file is read: a pattern that is no regular
+expression, a rank of 0, an alpha that is no number is refused there, naming
+the key.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolkit.errors import CheckpointFileError
-from toolkit.sources._common import read_json
+from toolkit.sources._common import read_json, shown
+from toolkit.sources.lora.targets import Targets, checked_patterns, pattern_key
 
 CONFIG_NAME = "adapter_config.json"
 #: Settings of ``adapter_config.json`` that change the merged weights in ways not read here.
@@ -25,14 +27,6 @@ _REFUSED = {
     "use_qalora": "QA-LoRA's pooled inputs (use_qalora=True)",
     "use_bdlora": "block-diagonal LoRA (use_bdlora)",
 }
-
-
-def pattern_key(patterns, module: str) -> str | None:
-    """The first key of ``patterns`` matching ``module`` as ``peft`` matches them, else None."""
-    for key in patterns:
-        if re.match(rf"(.*\.)?({key})$", module):
-            return key
-    return None
 
 
 @dataclass(frozen=True)
@@ -53,11 +47,15 @@ class AdapterConfig:
         Weight-decomposed LoRA (Liu et al. 2024): the merged weight is rescaled
         per output row by the stored magnitude, so ΔW depends on the base.
     fan_in_fan_out : bool
-        The adapted weights are stored (in, out) (GPT-2 ``Conv1D``).
+        The config's flag that the adapted weights are stored (in, out) (GPT-2
+        ``Conv1D``). ``peft`` follows it only for ``Conv1D`` modules: it sets
+        it per module type (:meth:`toolkit.sources.lora.AdapterSource`).
     rank_pattern, alpha_pattern : dict
         Module-name pattern -> rank / alpha.
     base_model : str
         ``base_model_name_or_path`` (``""`` when absent).
+    targets : Targets
+        ``target_modules`` and what narrows it (:class:`~toolkit.sources.lora.targets.Targets`).
     """
 
     path: str
@@ -69,6 +67,7 @@ class AdapterConfig:
     rank_pattern: dict = field(default_factory=dict)
     alpha_pattern: dict = field(default_factory=dict)
     base_model: str = ""
+    targets: Targets = field(default_factory=Targets)
 
     @classmethod
     def read(cls, folder: Path) -> AdapterConfig:
@@ -78,8 +77,11 @@ class AdapterConfig:
         ------
         CheckpointFileError
             Not JSON; ``peft_type`` other than ``LORA``; ``r`` not a positive
-            integer or ``lora_alpha`` not a number; a setting that changes the
-            merged weights in a way not read here (``lora_bias``, QA-LoRA).
+            integer or ``lora_alpha`` not a finite number; a ``rank_pattern`` /
+            ``alpha_pattern`` / ``target_modules`` key that is no regular
+            expression or a value of the wrong kind (``None``, a list, a rank
+            of 0); a setting that changes the merged weights in a way not read
+            here (``lora_bias``, QA-LoRA).
         """
         path = folder / CONFIG_NAME
         raw = read_json(path, "adapter config")
@@ -97,12 +99,15 @@ class AdapterConfig:
                 )
         r, alpha = raw.get("r"), raw.get("lora_alpha")
         if not isinstance(r, int) or isinstance(r, bool) or r < 1 or not isinstance(alpha, (int, float)) \
-                or isinstance(alpha, bool):
-            raise CheckpointFileError(path, f"r={r!r}, lora_alpha={alpha!r}: expected a positive integer rank and "
-                                            "a number; re-save the adapter with peft")
-        return cls(str(path), r, float(alpha), bool(raw.get("use_rslora")), bool(raw.get("use_dora")),
-                   bool(raw.get("fan_in_fan_out")), dict(raw.get("rank_pattern") or {}),
-                   dict(raw.get("alpha_pattern") or {}), str(raw.get("base_model_name_or_path") or ""))
+                or isinstance(alpha, bool) or not math.isfinite(alpha):
+            raise CheckpointFileError(path, f"r={shown(r)}, lora_alpha={shown(alpha)}: expected a positive integer "
+                                            "rank and a finite number; re-save the adapter with peft")
+        where = str(path)
+        return cls(where, r, float(alpha), bool(raw.get("use_rslora")), bool(raw.get("use_dora")),
+                   bool(raw.get("fan_in_fan_out")),
+                   checked_patterns(where, "rank_pattern", raw.get("rank_pattern"), "rank"),
+                   checked_patterns(where, "alpha_pattern", raw.get("alpha_pattern"), "alpha"),
+                   str(raw.get("base_model_name_or_path") or ""), Targets.read(where, raw))
 
     def rank(self, module: str) -> int:
         """The rank ``peft`` gives ``module`` (``rank_pattern``, else ``r``)."""

@@ -3,9 +3,12 @@
 Orientation: ``B`` is (out, r) and ``A`` is (r, in), as ``peft`` stores
 ``lora_B.weight`` / ``lora_A.weight``; B·A is in the ``nn.Linear``
 (out, in) orientation. A module whose base weight is stored (in, out)
-(GPT-2 ``Conv1D``, ``fan_in_fan_out``) gets its ΔW transposed to that
-storage orientation, as ``peft``'s ``get_delta_weight`` does, so that a
-record of ΔW has the shape of the base parameter it updates.
+(GPT-2 ``Conv1D``) gets its ΔW transposed to that storage orientation, as
+``peft``'s ``get_delta_weight`` does, so that a record of ΔW has the shape
+of the base parameter it updates. Which modules those are is decided per
+module type, as ``peft`` decides it (``fan_in_fan_out`` off for an
+``nn.Linear``, on for a ``Conv1D``, whatever the config says):
+:meth:`toolkit.sources.lora.AdapterSource._stored_transposed`.
 """
 
 from __future__ import annotations

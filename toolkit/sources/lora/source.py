@@ -17,10 +17,17 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from pathlib import Path
 
-from toolkit.errors import AdapterBaseError, CheckpointFileError, CheckpointMismatchError, SourceNotFoundError
-from toolkit.sources._common import fingerprint, read_json
+from toolkit.errors import (
+    AdapterBaseError,
+    CheckpointFileError,
+    CheckpointMismatchError,
+    SourceNotFoundError,
+    ToolkitError,
+)
+from toolkit.sources._common import fingerprint, read_json, shown
 from toolkit.sources.base import Source, TensorRecord
 from toolkit.sources.formats import CheckpointFormat, get_format
 from toolkit.sources.lora.config import CONFIG_NAME, AdapterConfig
@@ -92,8 +99,20 @@ class AdapterSource(Source):
         The base's ``config.json`` cannot be found: no ``base=`` and no
         ``base_model_name_or_path``, or a path / hub id not on this machine.
     CheckpointFileError
-        A bad adapter config, a module with only one factor, or factors
-        whose rank differs from the config's.
+        A bad adapter config (:meth:`AdapterConfig.read`), a module with only
+        one factor, factors whose rank differs from the config's, factors of a
+        module ``target_modules`` does not adapt, or a DoRA magnitude that is
+        not one entry per output row.
+    CheckpointMismatchError
+        A ΔW of another shape than the base's stored parameter (checked when
+        the base's weights lie beside its config; only their headers are read).
+
+    Warns
+    -----
+    UserWarning
+        ``fan_in_fan_out`` contradicts the type of an adapted module (an
+        ``nn.Linear`` flagged, a ``Conv1D`` not): ``peft`` sets it per module
+        type, and so does this source.
     """
 
     format = "lora"
@@ -126,6 +145,7 @@ class AdapterSource(Source):
         self.revision = ""
         self.missing_config = ""
         self._records, self.other_tensors = self._group(_open_weights(weights))
+        self._check_base_shapes(config_path)
 
     def _group(self, stored: Source) -> tuple[list[DeltaRecord], list[str]]:
         cfg, parts, others = self.adapter_config, {}, []
@@ -135,13 +155,19 @@ class AdapterSource(Source):
                 others.append(rec.name)
                 continue
             parts.setdefault(m["module"], {})[m["part"]] = rec
-        records = []
+        records, flipped = [], []
         for module, got in parts.items():
             a, b = got.get("lora_A"), got.get("lora_B")
             if a is None or b is None or len(a.shape) != 2 or len(b.shape) != 2 or a.shape[0] != b.shape[1]:
                 raise CheckpointFileError(
                     self._files[0], f"module {module!r} has lora_A {a and a.shape} and lora_B {b and b.shape}, not a "
                     "pair of shapes (r, in) and (out, r); re-save the adapter with peft",
+                )
+            if not cfg.targets.adapts(module):
+                raise CheckpointFileError(
+                    self._files[0], f"module {module!r} has LoRA factors, but the adapter config's target_modules "
+                    f"{shown(cfg.targets.modules)} (with exclude_modules, layers_to_transform) does not adapt it, "
+                    "so peft would not apply them; use the adapter_config.json saved with these weights",
                 )
             if a.shape[0] != cfg.rank(module):
                 raise CheckpointFileError(
@@ -150,17 +176,61 @@ class AdapterSource(Source):
                     "adapter_config.json saved with these weights",
                 )
             mag = got.get("lora_magnitude_vector")
-            if cfg.use_dora and mag is None:
-                raise CheckpointFileError(self._files[0], f"use_dora is set but {module!r} has no magnitude vector")
-            delta = LowRankDelta(module, a.read, b.read, cfg.scale(module), cfg.fan_in_fan_out,
+            if cfg.use_dora and (mag is None or tuple(mag.shape) != (b.shape[0],)):
+                raise CheckpointFileError(
+                    self._files[0], f"use_dora is set but {module!r} has " + (
+                        "no magnitude vector" if mag is None else f"a magnitude vector {mag.name!r} of shape "
+                        f"{tuple(mag.shape)}, not ({b.shape[0]},), one per output row of lora_B (peft refuses it)")
+                    + "; re-save the adapter with peft",
+                )
+            transposed = self._stored_transposed(module)
+            if transposed != cfg.fan_in_fan_out:
+                flipped.append(module)
+            delta = LowRankDelta(module, a.read, b.read, cfg.scale(module), transposed,
                                  mag.read if cfg.use_dora else None, self.location)
             out, inp = b.shape[0], a.shape[1]
-            shape = (inp, out) if cfg.fan_in_fan_out else (out, inp)
+            shape = (inp, out) if transposed else (out, inp)
             records.append(DeltaRecord(f"{module}.weight", shape, a.dtype, lambda d=delta: d.factors().dense(),
                                        file=a.file, stored_name=a.name, delta=delta))
         if not records:
             raise CheckpointFileError(self._files[0], "no lora_A / lora_B factors in the adapter: not a LoRA adapter?")
+        if flipped:
+            kind = "an nn.Linear" if cfg.fan_in_fan_out else "a Conv1D"
+            warnings.warn(
+                f"{self._files[1]}: fan_in_fan_out is {cfg.fan_in_fan_out} but {flipped[0]!r}"
+                f"{f' (and {len(flipped) - 1} more)' if len(flipped) > 1 else ''} is {kind} of the base model; "
+                f"peft sets fan_in_fan_out to {not cfg.fan_in_fan_out} for it, and so does the toolkit",
+                UserWarning, stacklevel=4)
         return records, others
+
+    def _stored_transposed(self, module: str) -> bool:
+        """Whether the base stores ``module``'s weight (in, out): peft's rule per module type (a ``Conv1D``
+        is, an ``nn.Linear`` is not) from the base family's declaration; the config's ``fan_in_fan_out``
+        for a module the family does not declare."""
+        from toolkit.architectures.orientation import stored_transposed
+
+        known = stored_transposed(self.config, f"{module}.weight")
+        return self.adapter_config.fan_in_fan_out if known is None else known
+
+    def _check_base_shapes(self, config_path: Path) -> None:
+        """Check each ΔW against the base's stored parameter, when the base's weights lie beside its config
+        (their headers only are read; nothing is checked when only the config is on this machine).
+
+        Raises
+        ------
+        CheckpointMismatchError
+            An adapted module the base lacks, or of another shape.
+        """
+        from toolkit.sources import open_source
+
+        folder = config_path.parent
+        if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+            return
+        try:
+            base = open_source(folder)
+        except ToolkitError:
+            return  # the base cannot be opened here: compare(base, adapter) will say why
+        check_against_base({r.name: r for r in base.tensors()}, self._records, self.base or str(folder))
 
     def tensors(self):
         """One :class:`DeltaRecord` per adapted module, reading nothing."""
@@ -232,14 +302,8 @@ class MergedSource(Source):
         self.missing_config = base.missing_config
         base_records = {r.name: r for r in base.tensors()}
         deltas = {r.name: r for r in adapter.tensors()}
-        for name, d in deltas.items():
-            b = base_records.get(name)
-            if b is None or tuple(b.shape) != tuple(d.shape):
-                raise CheckpointMismatchError(
-                    name, "absent" if b is None else f"shape {tuple(b.shape)}", f"shape {tuple(d.shape)}",
-                    f"the adapter updates a module the base {'lacks' if b is None else 'has in another shape'}; "
-                    f"is {base.location!r} the adapter's base model?",
-                )
+        check_against_base(base_records, deltas.values(), base.location)
+        warn_other_base(base, adapter)
         self._by_name = {n: merged_record(r, deltas[n].delta) if n in deltas else r for n, r in base_records.items()}
 
     def record_for(self, base: TensorRecord) -> TensorRecord:
@@ -268,6 +332,61 @@ class MergedSource(Source):
     def adapter_attrs(self) -> dict:
         """NetCDF-safe Dataset attrs describing the adapter merged in."""
         return self.adapter.adapter_attrs()
+
+
+def check_against_base(base_records: dict, deltas, base: str) -> None:
+    """Check that every ΔW record updates a parameter of the base of its own shape.
+
+    Parameters
+    ----------
+    base_records : dict of str -> TensorRecord
+        The base's records by name.
+    deltas : iterable of DeltaRecord
+    base : str
+        Where the base lies (for the message).
+
+    Raises
+    ------
+    CheckpointMismatchError
+        An adapted module the base lacks, or of another shape.
+    """
+    for d in deltas:
+        b = base_records.get(d.name)
+        if b is None or tuple(b.shape) != tuple(d.shape):
+            raise CheckpointMismatchError(
+                d.name, "absent" if b is None else f"shape {tuple(b.shape)}", f"shape {tuple(d.shape)}",
+                f"the adapter updates a module the base {'lacks' if b is None else 'has in another shape'}; "
+                f"is {base!r} the adapter's base model?",
+            )
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Whether two bases (paths or hub ids) name the same checkpoint: equal hub ids, the same folder, or a
+    folder of the hub cache's snapshots of that hub id."""
+    if a == b:
+        return True
+    real = [os.path.realpath(os.path.expanduser(x)) if os.path.isdir(os.path.expanduser(x)) else None for x in (a, b)]
+    if None not in real:
+        return real[0] == real[1]
+    path, repo = (real[0], b) if real[0] is not None else (real[1], a)
+    return path is not None and f"models--{repo.replace('/', '--')}" in Path(path).parts
+
+
+def warn_other_base(base: Source, adapter: AdapterSource) -> None:
+    """Warn when ``base`` is not the base the adapter records (or was opened with).
+
+    An adapter trained on one model and merged into another gives numbers of
+    neither; ``peft`` loads it into any model of the right shapes without a
+    word. Nothing is said when the adapter records no base.
+    """
+    recorded = adapter.base
+    if not recorded or _same_place(str(base.location), recorded):
+        return
+    warnings.warn(
+        f"the LoRA adapter {adapter.location!r} records the base {recorded!r}, but it is merged into "
+        f"{base.location!r}: its update was trained on the other weights. If {base.location!r} is that base "
+        f"(a copy of it), say so: toolkit.compare(base, toolkit.sources.open_adapter(adapter, base=base))",
+        UserWarning, stacklevel=3)
 
 
 class AdapterFormat(CheckpointFormat):

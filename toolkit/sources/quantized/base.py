@@ -41,6 +41,12 @@ class Format:
         parameter (the expert of an expert stack), so that rows ``a:b`` of
         them dequantise to rows ``a:b`` of the parameter; ``dequantize``
         needs only these. Empty (the default): a parameter is read whole.
+    check : callable
+        ``check(parts, prefix) -> str``: what is wrong with the parts' records
+        (their shapes and dtypes against each other and the config; may read
+        tiny tensors), ``""`` when nothing is. Run when the checkpoint is
+        opened, before ``shape`` and long before any allocation, so every
+        dimension ``dequantize`` will use is one the stored shapes hold.
     """
 
     method: str
@@ -52,3 +58,9 @@ class Format:
     dequantize: Callable[[dict], torch.Tensor]
     dtype: str
     stacked: tuple[str, ...] = ()
+    check: Callable[[dict, str], str] = lambda parts, prefix: ""
+
+
+def shape_of(record) -> tuple[int, ...]:
+    """A part's stored shape as a tuple (for the checks and their messages)."""
+    return tuple(int(d) for d in record.shape)

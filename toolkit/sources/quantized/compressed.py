@@ -16,12 +16,15 @@ the group targeting ``Linear``.
 
 from __future__ import annotations
 
+import math
 import re
+from reprlib import repr as shown
 
 import torch
 
-from toolkit.errors import UnsupportedQuantizationError
-from toolkit.sources.quantized.base import Format
+from toolkit.errors import QuantizedLayoutError, UnsupportedQuantizationError
+from toolkit.sources.quantized.base import Format, shape_of
+from toolkit.sources.quantized.grid import grid_shape, spread
 from toolkit.sources.quantized.packing import unpack_dense
 
 FORMATS = ("float-quantized", "int-quantized", "naive-quantized", "pack-quantized")
@@ -32,39 +35,72 @@ _PATTERN = re.compile(
 )
 
 
+def _positive(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _args_problem(args: dict, fmt: str) -> str:
+    """What of a config group's weight args is not read (``""`` when all is)."""
+    strategy, bits, kind = args.get("strategy") or "tensor", args.get("num_bits"), args.get("type") or "int"
+    if fmt not in FORMATS:
+        return f"format {shown(fmt)}"
+    if strategy not in STRATEGIES:
+        return f"strategy {shown(strategy)}"
+    if kind not in ("int", "float") or not (bits is None or _positive(bits)):
+        return f"type {shown(kind)} with num_bits {shown(bits)}"
+    if fmt == "float-quantized" and (kind != "float" or bits != 8):
+        return f"float-quantized {kind}{bits}"
+    if fmt != "float-quantized" and (kind != "int" or not (bits is None or 1 <= bits <= 8)):
+        return f"{fmt} {kind}{bits}"
+    if fmt == "pack-quantized" and bits is None:
+        return "pack-quantized without num_bits"
+    if strategy == "group" and not _positive(args.get("group_size")):
+        return f"group_size {shown(args.get('group_size'))}"
+    block = args.get("block_structure")
+    if strategy == "block" and not (isinstance(block, list) and len(block) == 2 and all(map(_positive, block))):
+        return f"block_structure {shown(block)} (two positive integers)"
+    return ""
+
+
 def _schemes(qc: dict, path: str) -> list[tuple[list[str], dict, str]]:
-    """``[(targets, weight args, format)]`` of the config groups, each checked."""
+    """``[(targets, weight args, format)]`` of the config groups, each checked.
+
+    Raises
+    ------
+    UnsupportedQuantizationError
+        No config groups; a group that is no mapping, whose ``weights`` is no mapping of quantisation
+        args (``"int8"``), whose targets are no list of names (or hold a ``re:`` target that is no regular
+        expression); a format, strategy, type, bit width, group size or block structure that is not read.
+    """
     supported = [f"compressed-tensors {f}" for f in FORMATS]
     groups = qc.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         raise UnsupportedQuantizationError(path, "compressed-tensors", supported, "no config_groups")
     sparsity = qc.get("sparsity_config") or {}
     if isinstance(sparsity, dict) and sparsity.get("format") not in (None, "dense"):
-        raise UnsupportedQuantizationError(path, f"compressed-tensors sparsity {sparsity.get('format')!r}", supported,
-                                           "sparse compressed weights are not read")
+        raise UnsupportedQuantizationError(path, f"compressed-tensors sparsity {shown(sparsity.get('format'))}",
+                                           supported, "sparse compressed weights are not read")
     out = []
     for name, group in groups.items():
-        args = group.get("weights") if isinstance(group, dict) else None
-        if not args:
-            continue
-        fmt = str(group.get("format") or qc.get("format") or "")
-        strategy = str(args.get("strategy") or "tensor")
-        bits, kind = args.get("num_bits"), str(args.get("type") or "int")
-        problem = ""
-        if fmt not in FORMATS:
-            problem = f"format {fmt!r}"
-        elif strategy not in STRATEGIES:
-            problem = f"strategy {strategy!r}"
-        elif fmt == "pack-quantized" and (kind != "int" or not isinstance(bits, int) or not 1 <= bits <= 8):
-            problem = f"pack-quantized {kind}{bits}"
-        elif fmt == "float-quantized" and (kind != "float" or bits != 8):
-            problem = f"float-quantized {kind}{bits}"
-        elif strategy == "group" and not (isinstance(args.get("group_size"), int) and args["group_size"] > 0):
-            problem = f"group_size {args.get('group_size')!r}"
+        args = group.get("weights") if isinstance(group, dict) else group
+        targets = group.get("targets") if isinstance(group, dict) else None
+        if isinstance(group, dict) and not args:
+            continue  # no weight quantisation in this group (activations only)
+        if not isinstance(args, dict):
+            problem = f"weights {shown(args)} (not a mapping of quantization args: num_bits, type, strategy...)"
+        elif not (isinstance(targets, list) and all(isinstance(t, str) for t in targets)):
+            problem = f"targets {shown(targets)} (not a list of module names)"
+        else:
+            problem = _args_problem(args, str(group.get("format") or qc.get("format") or ""))
+            for t in targets:
+                try:
+                    re.compile(t[3:]) if t.startswith("re:") else None
+                except (re.error, RecursionError, OverflowError) as exc:
+                    problem = f"target {shown(t)} (not a regular expression: {exc})"
         if problem:
-            raise UnsupportedQuantizationError(path, f"compressed-tensors {problem} (group {name!r})", supported,
+            raise UnsupportedQuantizationError(path, f"compressed-tensors {problem} (group {shown(name)})", supported,
                                                "that scheme is not read")
-        out.append((list(group.get("targets") or []), dict(args), fmt))
+        out.append((list(targets), dict(args), str(group.get("format") or qc.get("format"))))
     return out
 
 
@@ -78,16 +114,79 @@ def _scheme_for(schemes, module: str, path: str):
     raise UnsupportedQuantizationError(path, "compressed-tensors", FORMATS, f"no config group targets {module!r}")
 
 
-def _expand(t: torch.Tensor, strategy: str, args: dict, rows: int, cols: int) -> torch.Tensor:
-    """A scale or zero point broadcast to (rows, cols) by ``strategy``."""
+def _grid(strategy: str, args: dict, rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(scale grid shape, block)`` of a strategy: one scale per tensor, per row, per (row, input group),
+    per (row block, column block)."""
     if strategy == "tensor":
-        return t.reshape(-1)[:1].reshape(1, 1)
+        return (1, 1), (rows, cols)
     if strategy == "channel":
-        return t.reshape(rows, 1)
-    if strategy == "group":
-        return t.reshape(rows, -1).repeat_interleave(int(args["group_size"]), dim=1)[:, :cols]
-    b0, b1 = args["block_structure"]
-    return t.repeat_interleave(int(b0), dim=0)[:rows].repeat_interleave(int(b1), dim=1)[:, :cols]
+        return (rows, 1), (1, cols)
+    block = (1, int(args["group_size"])) if strategy == "group" else tuple(int(b) for b in args["block_structure"])
+    return grid_shape(rows, cols, block), block
+
+
+def _expand(t: torch.Tensor, strategy: str, args: dict, rows: int, cols: int) -> torch.Tensor:
+    """A scale or zero point broadcast to (rows, cols) by ``strategy`` (no larger allocation than that)."""
+    shape, block = _grid(strategy, args, rows, cols)
+    return spread(t.reshape(shape), rows, cols, block)
+
+
+def _expected(args: dict, fmt: str, rows: int, cols: int) -> dict[str, tuple[int, ...]]:
+    """The shape each stored part must have, for a (rows, cols) weight in format ``fmt`` with ``args``."""
+    strategy, bits = args.get("strategy") or "tensor", int(args.get("num_bits") or 8)
+    grid = _grid(strategy, args, rows, cols)[0]
+    if fmt == "pack-quantized":
+        want = {"weight_packed": (rows, -(-cols * bits // 32))}
+        if strategy in ("group", "channel"):
+            want["weight_zero_point"] = (-(-rows * bits // 32), grid[1])
+    else:
+        want = {"weight": (rows, cols)}
+    want.update(weight_scale=grid, weight_g_idx=(cols,))
+    if "weight_zero_point" not in want:
+        want["weight_zero_point"] = grid
+    return want
+
+
+def _same(stored: tuple, want: tuple) -> bool:
+    """Stored scale shapes the library writes either way: (rows,) for (rows, 1), (1,) or () for (1, 1)."""
+    return stored == want or (want[-1:] == (1,) and stored == want[:-1]) or (want == (1, 1) and stored in ((), (1,)))
+
+
+def _packed_dims(parts: dict) -> tuple[int, int] | str:
+    """A pack-quantized module's ``(rows, cols)`` from its ``weight_shape``, or what is wrong with it."""
+    if "weight_packed" not in parts or "weight_shape" not in parts:
+        return f"a pack-quantized module needs weight_packed and weight_shape (has {', '.join(sorted(parts))})"
+    shape, packed = parts["weight_shape"], parts["weight_packed"]
+    if math.prod(shape_of(shape)) != 2 or not shape.dtype.startswith(("int", "uint")):
+        return f"weight_shape has shape {shape_of(shape)} ({shape.dtype}), not 2 integers"
+    if len(shape_of(packed)) != 2 or packed.dtype != "int32":
+        return f"weight_packed has shape {shape_of(packed)} ({packed.dtype}), not 2-D int32"
+    dims = tuple(int(v) for v in shape.read().reshape(-1).tolist())
+    return dims if all(d > 0 for d in dims) else f"weight_shape is {list(dims)}, not two positive integers"
+
+
+def check_compressed(parts: dict, args: dict, fmt: str) -> str:
+    """What is wrong with a compressed-tensors module's records (``""`` when nothing).
+
+    The packed module's ``weight_shape`` must be two positive integers its
+    ``weight_packed`` words hold exactly; every scale, zero point and
+    ``g_idx`` must have the shape the strategy gives the weight.
+    """
+    if fmt == "pack-quantized":
+        dims = _packed_dims(parts)
+        if isinstance(dims, str):
+            return dims
+        what = f"weight_shape {list(dims)}"
+    elif "weight" not in parts or len(shape_of(parts["weight"])) != 2:
+        return f"{fmt} needs a 2-D weight beside weight_scale (has {', '.join(sorted(parts))})"
+    else:
+        dims = shape_of(parts["weight"])
+        what = f"a weight of shape {dims}"
+    for part, want in _expected(args, fmt, *dims).items():
+        if part in parts and not _same(shape_of(parts[part]), want):
+            return (f"{part} has shape {shape_of(parts[part])}, but {what} with strategy "
+                    f"{args.get('strategy') or 'tensor'} needs {want}; the file and its quantization_config disagree")
+    return ""
 
 
 def dequantize_compressed(parts: dict, args: dict, fmt: str) -> torch.Tensor:
@@ -95,9 +194,8 @@ def dequantize_compressed(parts: dict, args: dict, fmt: str) -> torch.Tensor:
 
     Raises
     ------
-    UnsupportedQuantizationError
-        A packed zero point of a strategy that does not pack it, or a
-        ``weight_g_idx`` that reorders the groups.
+    QuantizedLayoutError
+        A ``weight_g_idx`` that reorders the groups (path and tensor left empty: the reader names them).
     """
     strategy, bits = str(args.get("strategy") or "tensor"), int(args.get("num_bits") or 8)
     if fmt == "pack-quantized":
@@ -116,8 +214,8 @@ def dequantize_compressed(parts: dict, args: dict, fmt: str) -> torch.Tensor:
     g_idx = parts.get("weight_g_idx")
     if g_idx is not None and strategy == "group" and not torch.equal(
             g_idx.to(torch.int64), torch.arange(cols) // int(args["group_size"])):
-        raise UnsupportedQuantizationError("", "compressed-tensors group with activation order", FORMATS,
-                                           "a weight_g_idx that reorders the groups is not read")
+        raise QuantizedLayoutError("", "", "compressed-tensors group with activation order",
+                                   "a weight_g_idx that reorders the groups is not read")
     return w * _expand(parts["weight_scale"].to(torch.float32), strategy, args, rows, cols)
 
 
@@ -137,5 +235,5 @@ def compressed_format(qc: dict, path: str) -> tuple[Format, str]:
         method="compressed-tensors", pattern=_PATTERN, primary="weight_scale", required=("weight_scale",),
         output=lambda prefix: f"{prefix}.weight", shape=lambda parts, _: _shape(parts),
         dequantize=lambda p, prefix: dequantize_compressed(p, *_scheme_for(schemes, prefix, path)),
-        dtype="compressed-tensors",
+        dtype="compressed-tensors", check=lambda p, prefix: check_compressed(p, *_scheme_for(schemes, prefix, path)),
     ), "compressed-tensors " + "; ".join(described)

@@ -23,12 +23,20 @@ def _readers() -> dict:
 SUPPORTED = ("awq", "compressed-tensors", "fp8", "gptq", "mxfp4")
 
 
-def quantization_config(config: dict) -> dict | None:
-    """The ``quantization_config`` of a config (or of its ``text_config``), None when there is none."""
+def raw_quantization_config(config: dict):
+    """The ``quantization_config`` of a config (or of its ``text_config``) as written, None when there is none."""
     qc = config.get("quantization_config")
     if qc is None:
         text = config.get("text_config")
         qc = text.get("quantization_config") if isinstance(text, dict) else None
+    return qc
+
+
+def quantization_config(config: dict) -> dict | None:
+    """The ``quantization_config`` of a config (or of its ``text_config``), None when there is none or it is
+    no mapping (``"fp8"``, ``[]``: :func:`~toolkit.sources.quantized.source.quantized_source` then refuses
+    quantised tensors)."""
+    qc = raw_quantization_config(config)
     return qc if isinstance(qc, dict) else None
 
 

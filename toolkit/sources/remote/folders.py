@@ -1,0 +1,120 @@
+"""Where the files of a remote checkpoint lie: a hub repo at a commit, or a folder of plain URLs.
+
+A :class:`RemoteFolder` answers :meth:`~RemoteFolder.file` (a
+:class:`~toolkit.sources.remote.http.RemoteFile` pinned to the version seen
+now, or None when there is no such file) and :meth:`~RemoteFolder.names`
+(every file, when the server can list them).
+
+- :func:`hub_folder`: ``HfApi.model_info(repo, revision, files_metadata=True)``
+  resolves the revision to a commit and lists every file with its size and
+  LFS sha256 in one request (``HF_ENDPOINT`` and the token are the hub
+  client's); each file is then read from ``hf_hub_url(repo, file, revision=commit)``.
+- :func:`url_folder`: a plain URL of a weight file, an index, or a folder;
+  each file is found by a HEAD request (its size and ``ETag``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from toolkit.sources.remote.http import RemoteFile, head
+
+#: Suffixes of URLs that name one file (the rest are folders).
+FILE_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".json")
+
+
+def is_url(text: str) -> bool:
+    """``http://`` or ``https://``."""
+    return text.startswith(("http://", "https://"))
+
+
+def endpoint() -> str:
+    """The hub's address: ``HF_ENDPOINT`` read now, else ``huggingface_hub``'s default."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+@dataclass
+class RemoteFolder:
+    """The files of one remote checkpoint.
+
+    Attributes
+    ----------
+    location : str
+        The hub id or URL (of the folder) the user gave.
+    commit : str
+        The hub commit the revision resolved to (``""`` for plain URLs).
+    listed : dict of str -> RemoteFile, or None
+        Every file by name (a hub repo); None when the server cannot list them (plain URLs).
+    base : str
+        The folder's URL, for plain URLs.
+    """
+
+    location: str
+    commit: str = ""
+    listed: dict[str, RemoteFile] | None = None
+    base: str = ""
+    _probed: dict[str, RemoteFile | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def hub(self) -> bool:
+        return self.listed is not None
+
+    def names(self) -> list[str] | None:
+        """Every file's name (a hub repo), None when they cannot be listed."""
+        return None if self.listed is None else sorted(self.listed)
+
+    def file(self, name: str) -> RemoteFile | None:
+        """The file ``name`` (relative to the repo or folder), None when there is none.
+
+        Raises
+        ------
+        RemoteAccessError, RemoteReadError
+            The server refuses or fails the HEAD request of a plain URL.
+        """
+        if self.listed is not None:
+            return self.listed.get(name)
+        if name not in self._probed:
+            url = f"{self.base}/{name}"
+            size, etag, status = head(url)
+            self._probed[name] = None if status == 404 else RemoteFile(url, name, size, etag)
+        return self._probed[name]
+
+
+def hub_folder(repo_id: str, revision: str | None) -> RemoteFolder:
+    """The files of a hub repo at ``revision`` (default ``main``), resolved to its commit.
+
+    Raises
+    ------
+    huggingface_hub errors
+        As ``HfApi.model_info`` raises them (the caller, :func:`toolkit.sources.hub.open_hub`,
+        turns them into typed errors).
+    """
+    from huggingface_hub import HfApi, hf_hub_url
+
+    where = endpoint()
+    info = HfApi(endpoint=where).model_info(repo_id, revision=revision or "main", files_metadata=True)
+    commit = info.sha or ""
+    files = {}
+    for s in info.siblings or []:
+        lfs = s.lfs
+        size = lfs.size if lfs is not None else s.size
+        etag = lfs.sha256 if lfs is not None else (s.blob_id or "")
+        url = hf_hub_url(repo_id, s.rfilename, revision=commit, endpoint=where)
+        files[s.rfilename] = RemoteFile(url, s.rfilename, -1 if size is None else int(size), etag, commit, hub=True)
+    return RemoteFolder(repo_id, commit, files)
+
+
+def url_folder(url: str) -> tuple[RemoteFolder, str]:
+    """The folder of a plain URL, and the file it names (``""`` for a folder URL).
+
+    ``https://host/m/model.safetensors`` -> (folder ``https://host/m``, ``"model.safetensors"``);
+    ``https://host/m/`` -> (folder ``https://host/m``, ``""``).
+    """
+    text = url.split("?", 1)[0].split("#", 1)[0]
+    if text.endswith(FILE_SUFFIXES):
+        base, _, name = text.rpartition("/")
+        return RemoteFolder(url, base=base), name
+    return RemoteFolder(url, base=text.rstrip("/")), ""
