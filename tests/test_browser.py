@@ -15,21 +15,10 @@ import sys
 
 import pytest
 
-from _browser import (
-    ARTIFACTS,
-    HAS_LAB,
-    MARKS,
-    PAGE_TIMEOUT_MS,
-    ROOT,
-    chromium,
-    jupyterlab,
-    run_all_in_jupyterlab,
-    voila,
-    write_notebook,
-)
+import _browser as B
 
-pytestmark = MARKS
-NOTEBOOK = ROOT / "notebooks" / "01_weight_heatmaps.ipynb"
+pytestmark = B.MARKS
+NOTEBOOK = B.ROOT / "notebooks" / "01_weight_heatmaps.ipynb"
 HEATMAP = ".toolkit-heatmap"
 
 
@@ -47,13 +36,13 @@ def _wait_rendered(page, index: int, after: int = 0):
 
 
 def test_notebook_01_measures_live_and_the_metric_redraws_the_heatmap(tmp_path):
-    with voila(NOTEBOOK, tmp_path) as url, chromium(tmp_path) as page:
-        page.goto(url, timeout=PAGE_TIMEOUT_MS, wait_until="commit")
+    with B.voila(NOTEBOOK, tmp_path) as url, B.chromium(tmp_path) as page:
+        page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
         # notebook 01 shows two explorers: the model's (measured live), and the mixture-of-experts one
-        page.locator(HEATMAP).nth(1).wait_for(state="attached", timeout=PAGE_TIMEOUT_MS)
+        page.locator(HEATMAP).nth(1).wait_for(state="attached", timeout=B.PAGE_TIMEOUT_MS)
         _wait_rendered(page, 0)
         _wait_rendered(page, 1)
-        page.get_by_text("Measured").first.wait_for(timeout=PAGE_TIMEOUT_MS)  # the pass finished
+        page.get_by_text("Measured").first.wait_for(timeout=B.PAGE_TIMEOUT_MS)  # the pass finished
         assert page.locator('.toolkit-heatmap rect.cell.nan').count() < page.locator(".toolkit-heatmap rect.cell") \
             .count()
         metric = page.locator(".widget-vbox:has(> .toolkit-explorer-wrap) select").first
@@ -69,7 +58,7 @@ def test_notebook_01_measures_live_and_the_metric_redraws_the_heatmap(tmp_path):
                                                                                 "'fill'))")
         assert after != before and page.locator(HEATMAP).count() == 2  # one figure per explorer, none added
         page.locator(HEATMAP).first.scroll_into_view_if_needed()
-        page.screenshot(path=str(ARTIFACTS / "notebook01_metric_changed.png"), full_page=True)
+        page.screenshot(path=str(B.ARTIFACTS / "notebook01_metric_changed.png"), full_page=True)
         text = page.inner_text("body")
         for bad in ("Traceback", "Error"):
             assert bad not in text, f"page shows {bad!r}: ...{text[max(0, text.find(bad) - 300):][:800]}"
@@ -80,14 +69,8 @@ def test_notebook_01_measures_live_and_the_metric_redraws_the_heatmap(tmp_path):
 #: The synthetic notebook: one explorer over a model with stored spectra, one over two models.
 SETUP = """
 import numpy as np
-from _stats_data import make_stats
+from _stats_data import make_stats, with_spectra
 from toolkit.widgets import explore
-
-
-def with_spectra(ds, seed=5):
-    rng = np.random.default_rng(seed)
-    lam = np.sort(rng.pareto(2.5, (ds.sizes["layer"], ds.sizes["component"], 48)) + 0.1, axis=-1)[..., ::-1]
-    return ds.assign(eigenvalues=(("layer", "component", "index"), lam))
 
 
 one = with_spectra(make_stats(12, gate=False))
@@ -102,7 +85,7 @@ def _expected():
     import matplotlib
 
     matplotlib.use("Agg")
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(B.ROOT / "tests"))
     scope = {}
     exec(SETUP, scope)  # noqa: S102 - our own constant
     return scope["explore"](scope["one"]), scope["explore"](scope["pair"])
@@ -117,10 +100,10 @@ def _cell(page, index: int, row: int, col: int):
 
 def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
     ex_one, ex_pair = _expected()
-    notebook = write_notebook(tmp_path / "explorer.ipynb", CELLS)
-    with voila(notebook, tmp_path, extra_path=str(ROOT / "tests")) as url, chromium(tmp_path) as page:
-        page.goto(url, timeout=PAGE_TIMEOUT_MS, wait_until="commit")
-        page.locator(HEATMAP).nth(1).wait_for(state="attached", timeout=PAGE_TIMEOUT_MS)
+    notebook = B.write_notebook(tmp_path / "explorer.ipynb", CELLS)
+    with B.voila(notebook, tmp_path, extra_path=str(B.ROOT / "tests")) as url, B.chromium(tmp_path) as page:
+        page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
+        page.locator(HEATMAP).nth(1).wait_for(state="attached", timeout=B.PAGE_TIMEOUT_MS)
         first = _wait_rendered(page, 0)
         _wait_rendered(page, 1)
         heatmaps = page.locator(HEATMAP)
@@ -134,13 +117,13 @@ def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
         tip.wait_for(state="visible", timeout=10_000)
         assert tip.inner_text() == ex_one.hover_text(layer, comp)
         assert "tensor: model.layers.3.mlp.down.weight" in tip.inner_text()
-        page.screenshot(path=str(ARTIFACTS / "explorer_hover.png"))
+        page.screenshot(path=str(B.ARTIFACTS / "explorer_hover.png"))
 
         # click: the drill-down appears beside the heatmap
         page.mouse.click(x, y)
         page.locator(".toolkit-explorer-side svg.toolkit-chart-panel").first.wait_for(state="visible", timeout=60_000)
         assert "layer 3, mlp. down" in page.locator(".toolkit-cell").first.inner_text()
-        page.screenshot(path=str(ARTIFACTS / "explorer_click_drilldown.png"))
+        page.screenshot(path=str(B.ARTIFACTS / "explorer_click_drilldown.png"))
 
         # metric: one new figure in that explorer
         metric = page.locator("select").first
@@ -149,7 +132,7 @@ def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
         assert ex_one.controls["metric"].value != "spectral_norm"
         assert heatmaps.count() == 2  # one figure per explorer, no stale copy
         assert "Spectral norm" in heatmaps.nth(0).locator("text.toolkit-heatmap-title").first.text_content()
-        page.screenshot(path=str(ARTIFACTS / "explorer_metric_changed.png"))
+        page.screenshot(path=str(B.ARTIFACTS / "explorer_metric_changed.png"))
 
         # two models: the difference view, and its tooltip names both sides
         pair_before = _renders(page, 1)
@@ -163,7 +146,7 @@ def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
         assert tip.inner_text() == ex_pair.hover_text(layer, comp)
         assert "(target − base)" in tip.inner_text() and "org/base:" in tip.inner_text()
         assert "white = 0" in heatmaps.nth(1).locator("text.toolkit-cbar-label").all_text_contents()
-        page.screenshot(path=str(ARTIFACTS / "explorer_difference.png"), full_page=True)
+        page.screenshot(path=str(B.ARTIFACTS / "explorer_difference.png"), full_page=True)
 
         # no label or button text cut off
         cut = page.evaluate("""() => [...document.querySelectorAll(
@@ -175,16 +158,16 @@ def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
         assert "Traceback" not in text, text[:2000]
 
 
-@pytest.mark.skipif(not HAS_LAB, reason="needs jupyterlab (pip install jupyterlab)")
+@pytest.mark.skipif(not B.HAS_LAB, reason="needs jupyterlab (pip install jupyterlab)")
 def test_hover_and_click_in_jupyterlab(tmp_path):
     ex_one, _ = _expected()
-    write_notebook(tmp_path / "explorer.ipynb", CELLS)
-    with jupyterlab(tmp_path, "explorer.ipynb", tmp_path, str(ROOT / "tests")) as url, chromium(tmp_path) as page:
-        run_all_in_jupyterlab(page, url)
+    B.write_notebook(tmp_path / "explorer.ipynb", CELLS)
+    with B.jupyterlab(tmp_path, "explorer.ipynb", tmp_path, str(B.ROOT / "tests")) as url, B.chromium(tmp_path) as page:
+        B.run_all_in_jupyterlab(page, url)
         try:
             page.locator(HEATMAP).nth(1).wait_for(state="attached", timeout=120_000)
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "jupyterlab_no_heatmap.png"))
+            page.screenshot(path=str(B.ARTIFACTS / "jupyterlab_no_heatmap.png"))
             raise
         _wait_rendered(page, 0)
         heatmap = page.locator(HEATMAP).nth(0)
@@ -195,8 +178,8 @@ def test_hover_and_click_in_jupyterlab(tmp_path):
         tip = heatmap.locator(".toolkit-heatmap-tooltip")
         tip.wait_for(state="visible", timeout=10_000)
         assert tip.inner_text() == ex_one.hover_text(layer, comp)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab_hover.png"))
+        page.screenshot(path=str(B.ARTIFACTS / "jupyterlab_hover.png"))
         page.mouse.click(x, y)
         page.locator(".toolkit-explorer-side svg.toolkit-chart-panel").first.wait_for(state="visible", timeout=60_000)
         assert "layer 3, mlp. down" in page.locator(".toolkit-cell").first.inner_text()
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab_click_drilldown.png"))
+        page.screenshot(path=str(B.ARTIFACTS / "jupyterlab_click_drilldown.png"))

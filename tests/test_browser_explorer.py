@@ -41,15 +41,9 @@ pytestmark = MARKS
 
 SETUP = """
 import numpy as np
-from _stats_data import make_stats
+from _stats_data import make_stats, with_spectra
 from toolkit.lab import load_result
 from toolkit.widgets import explore, lab_explorer
-
-
-def with_spectra(ds, seed=5):
-    rng = np.random.default_rng(seed)
-    lam = np.sort(rng.pareto(2.5, (ds.sizes["layer"], ds.sizes["component"], 48)) + 0.1, axis=-1)[..., ::-1]
-    return ds.assign(eigenvalues=(("layer", "component", "index"), lam))
 
 
 one = with_spectra(make_stats(30, gate=False))
@@ -286,6 +280,16 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.set_viewport_size({"width": 560, "height": 1000})
     page.wait_for_timeout(800)
     assert not _side_is_beside(page, 0)
+    page.set_viewport_size({"width": 1500, "height": 1100})
+    page.wait_for_timeout(500)
+    cut = page.evaluate("""() => [...document.querySelectorAll(
+          '.widget-button, .widget-toggle-button, .widget-label, .widget-label-basic, .widget-dropdown select')]
+        .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
+        .map(e => e.innerText || e.value)""")
+    assert cut == [], f"cut-off labels: {json.dumps(cut)}"  # "layers (from 0)", not "layers (fro…"
+    head = page.locator(".widget-vbox:has(> .toolkit-lab-chart) select").nth(1)  # the lab's head menu
+    label = head.evaluate("s => s.selectedIndex < 0 ? '' : s.options[s.selectedIndex].text")
+    assert head.is_disabled() and label.replace("\xa0", " ") == "— (no heads)"
     text = page.inner_text("body")
     assert "Traceback" not in text, text[:2000]
 

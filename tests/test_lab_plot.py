@@ -109,6 +109,19 @@ def test_drawn_grid_shares_limits_log_scale_and_one_legend():
         plt.close(fig)
 
 
+def test_the_title_of_a_two_layer_grid_stays_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from toolkit.widgets.lab import grid_figure
+
+    fig = grid_figure(prepare_layer_grid(make_lab(), "attention_norm", layers=[0, 1]))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig._suptitle.get_window_extent(canvas.get_renderer())
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, "the title is clipped"
+    assert fig.get_suptitle().replace("\n", " ") == f"attention norm ({LAYER_NOTE})"
+
+
 def test_a_run_level_variable_is_titled_once():
     fig = layer_grid(make_lab(), "test_accuracy")
     try:
@@ -176,6 +189,7 @@ def test_explorer_labels_are_whole_and_the_head_menu_says_why_it_is_off():
     for key in ("metric", "activations", "layers", "head"):
         assert c[key].style.description_width == "initial", key  # "layers (from 0)", not "layers (fro…"
     assert c["head"].disabled and [label for label, _ in c["head"].options] == ["— (no heads)"]
+    assert c["head"].index == 0 and c["head"].label == "— (no heads)"  # an index: the menu is never blank
 
 
 def test_explorer_head_selector_draws_the_chosen_head():

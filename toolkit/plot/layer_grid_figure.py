@@ -285,8 +285,16 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
             ax.set_xlabel("epoch")
     if legend == "shared":
         _shared_legend(fig, axes[0], data.ncols)
-    fig.suptitle(title or grid_title(data))
+    fig.suptitle(_fitted(title or grid_title(data), fig))
     return fig
+
+
+def _fitted(title: str, fig, fontsize: float = 12.0) -> str:
+    """``title`` broken into lines that fit the figure's width (two panels leave room for ~50 characters)."""
+    import textwrap
+
+    chars = max(16, int(fig.get_size_inches()[0] * 72 * 0.95 / (0.55 * fontsize)))
+    return "\n".join(textwrap.wrap(title, chars, break_on_hyphens=False)) or title
 
 
 def grid_title(data: LayerGridData) -> str:

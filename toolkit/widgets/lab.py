@@ -91,7 +91,7 @@ class LabExplorer:
                                             description="activations", style=C.WIDE),
             "layers": W.SelectMultiple(options=layers, value=tuple(v for _, v in layers),
                                        rows=6, description="layers (from 0)", style=C.WIDE),
-            "head": W.Dropdown(options=self._heads, value=None, description="head", style=C.WIDE,
+            "head": W.Dropdown(options=self._heads, index=0, description="head", style=C.WIDE,
                                layout=W.Layout(width="max-content")),
             "scale": W.ToggleButtons(options=["log", "linear"], style={"button_width": "auto"}),
         }
@@ -113,9 +113,11 @@ class LabExplorer:
         head = self.controls["head"]
         has = "head" in self.ds[self.controls["metric"].value].dims
         if has and head.disabled:
-            head.options, head.value = self._heads, None
+            head.options = self._heads
+            head.index = 0  # the mean (value None: only an index shows its label, never a blank menu)
         elif not has:
-            head.options, head.value = [(NO_HEADS, None)], None  # never blank: says why it is off
+            head.options = [(NO_HEADS, None)]
+            head.index = 0  # says why it is off
         head.disabled = not has
 
     def _on_metric(self, change):

@@ -201,13 +201,7 @@ function render({ model, el }) {
   root.addEventListener("mouseleave", () => { tip.style.display = "none"; });
 
   model.on("change:renders", draw);
-  let pending = false, lastWidth = -1;
-  const resize = new ResizeObserver(() => {
-    if (pending || root.clientWidth === lastWidth) return;
-    pending = true;
-    requestAnimationFrame(() => { pending = false; lastWidth = root.clientWidth; draw(); });
-  });
-  resize.observe(root);
+  const resize = redrawOnResize(root, draw);
   draw();
   return () => { resize.disconnect(); model.off("change:renders", draw); };
 }

@@ -74,3 +74,15 @@ function logLabel(t) {
   const e = Math.round(Math.log10(t));
   return Math.abs(Math.log10(t) - e) < 1e-9 ? `10^{${e}}` : formatNumber(t);
 }
+
+// Call draw() again when the element's width changes (once per frame at most); returns the observer.
+function redrawOnResize(root, draw) {
+  let pending = false, lastWidth = -1;
+  const observer = new ResizeObserver(() => {
+    if (pending || root.clientWidth === lastWidth) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; lastWidth = root.clientWidth; draw(); });
+  });
+  observer.observe(root);
+  return observer;
+}

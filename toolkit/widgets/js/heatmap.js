@@ -429,13 +429,7 @@ function render({ model, el }) {
     if (got !== JSON.stringify(windows)) { loadWindows(); draw(); }
   };
   model.on("change:windows", onWindows);
-  let pending = false, lastWidth = -1;
-  const resize = new ResizeObserver(() => {
-    if (pending || root.clientWidth === lastWidth) return;
-    pending = true;
-    requestAnimationFrame(() => { pending = false; lastWidth = root.clientWidth; draw(); });
-  });
-  resize.observe(root);
+  const resize = redrawOnResize(root, draw);
   loadWindows();
   draw();
   return () => {
