@@ -250,6 +250,35 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.mouse.dblclick(x, y)
     assert _window(page, 0) == [0, 30, 0, 7]
 
+    # a bad colour limit: the figure stays (automatic limits) and the box says why
+    n = int(_explorer(page, 0).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    box = _explorer(page, 0).locator("input[placeholder='auto']").first
+    box.fill("abc")
+    box.press("Enter")
+    _wait_rendered(page, 0, after=n)
+    assert "is not a number: automatic limits used" in _explorer(page, 0).inner_text()
+    assert _explorer(page, 0).locator(".toolkit-heatmap rect.cell").count() == 30 * 7
+    box.fill("")
+    box.press("Enter")
+    # nothing to draw: a message wrapped between words, and no drill-down of a cell no longer shown
+    assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() > 0
+    toggles = _explorer(page, 0).locator(".widget-toggle-button")
+    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+        toggles.get_by_text(name, exact=True).click()
+    message = _explorer(page, 0).locator(".toolkit-explorer-message").first
+    message.wait_for(state="visible", timeout=30_000)
+    assert message.evaluate("e => getComputedStyle(e).wordBreak === 'normal' && "
+                            "getComputedStyle(e).overflowWrap === 'normal'")
+    assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() == 0
+    n = int(_explorer(page, 0).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+        toggles.get_by_text(name, exact=True).click()
+    _wait_rendered(page, 0, after=n)
+
+    # no promise of a spectrum where none can come (the pair: no spectra, no local checkpoint)
+    hint = _explorer(page, 1).locator(".toolkit-heatmap-info").inner_text()
+    assert "No spectrum is stored" in hint and "for its spectrum" not in hint
+
     # shared scale: one value, one colour in both panels (separately scaled, the same value differed)
     def fills(panel):
         return _explorer(page, 1).locator(f'svg.toolkit-heatmap-panel[data-panel="{panel}"] rect.cell') \

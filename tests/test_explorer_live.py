@@ -174,3 +174,13 @@ def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
     assert first["layers"] == 3 and "not measured yet" in first["hover"]  # the whole grid from the start
     assert live.state == "done" and _measured(live.ds) == 21
     assert model_mod.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
+
+
+def test_explore_given_a_checkpoint_measures_it_live(ckpt):
+    from toolkit.widgets import ModelExplorer
+
+    live = explore(ckpt, "stable_rank", layers=[2], background=False)
+    assert isinstance(live, ModelExplorer) and live.state == "done"
+    assert list(live.ds.layer.values) == [2] and live.explorer.controls["metric"].value == "stable_rank"
+    with pytest.raises(TypeError, match="layers"):
+        explore(live.ds, layers=[0])  # a Dataset is shown as it is: no selection to measure
