@@ -108,6 +108,8 @@ def test_the_form_measures_another_selection(ckpt):
     live.form["compute"].click()
     assert list(live.ds.layer.values) == [1, 2] and list(live.ds.component.values) == ["attn.q", "attn.k",
                                                                                         "attn.v", "attn.o"]
+    assert live.explorer.current.rows == (1, 2) and live.explorer.current.cols == ("attn.q", "attn.k", "attn.v",
+                                                                                   "attn.o")  # controls of this grid
     assert live.save_png().exists()  # the explorer's methods, through the live panel
 
 

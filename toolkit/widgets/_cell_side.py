@@ -146,30 +146,33 @@ class CellSide:
         self.cell_text.value = f"<div class='toolkit-cell'><b>{html.escape(pan.label)}</b><br>{text}</div>"
 
     def _draw_drill(self, panel: int, layer, component):
+        """Draw the opened cell's drill-down: from the Dataset's stored spectrum, from one computed for this
+        cell (:meth:`_compute_spectrum`), or, while that runs, what is there with "computing…"."""
         from toolkit.widgets.drilldown import DrillDown, drill_down
 
         pan, prep = self.panels[panel], self.prepared[panel]
-        key = self._opened_key
+        key, status, source = self._opened_key, "", None
         if _is_activations(pan.ds):
             dd = DrillDown(layer, component, notes=["activation statistics: no spectrum or weight entries to draw"])
         else:
             matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
-            data = self._spectra.get(key)
-            source = self._spectrum_source(pan) if prep.col_dim == "component" else None
-            dd = drill_down(data if data is not None and not isinstance(data, str) else pan.ds, layer, component,
-                            col_dim=prep.col_dim, selection={} if data is not None and not isinstance(data, str)
-                            else pan.selection, matrix=matrix)
-            if isinstance(data, str):
-                dd.notes.append(f"spectrum: {data}")
-            elif "esd" not in dd.kinds and source is not None and data is None:
-                dd.notes = [n for n in dd.notes if not n.startswith("spectrum:")]
-                self.cell = dd
-                self.drill.show(dd.spec(status=f"computing the spectrum of layer {layer} {component} … "
-                                               "(reads that one matrix)"))
-                self._compute_spectrum(key, source, pan, layer, component)
-                return dd
+            computed = self._spectra.get(key)  # a Dataset from cell_spectrum, or why it failed
+            if computed is not None and not isinstance(computed, str):
+                dd = drill_down(computed, layer, component, col_dim=prep.col_dim, matrix=matrix)
+            else:
+                dd = drill_down(pan.ds, layer, component, col_dim=prep.col_dim, selection=pan.selection,
+                                matrix=matrix)
+                if isinstance(computed, str):
+                    dd.notes.append(f"spectrum: {computed}")
+                elif "esd" not in dd.kinds and prep.col_dim == "component":
+                    source = self._spectrum_source(pan)
+                if source is not None:
+                    dd.notes = [n for n in dd.notes if not n.startswith("spectrum:")]
+                    status = f"computing the spectrum of layer {layer} {component} … (reads that one matrix)"
         self.cell = dd
-        self.drill.show(dd.spec())
+        self.drill.show(dd.spec(status=status))  # before the thread starts: its result must come after
+        if source is not None:
+            self._compute_spectrum(key, source, pan, layer, component)
         return dd
 
     def _compute_spectrum(self, key, source: str, pan: Panel, layer, component) -> None:

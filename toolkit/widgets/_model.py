@@ -133,6 +133,12 @@ def _text_of(value) -> str:
     return str(value)
 
 
+def _same_grid(a, b) -> bool:
+    """Whether two Datasets have the same rows and columns (the live view then keeps its explorer)."""
+    return all(d in a.dims and d in b.dims and a[d].values.tolist() == b[d].values.tolist()
+               for d in ("layer", "component")) and a.sizes.get("expert") == b.sizes.get("expert")
+
+
 class ModelExplorer:
     """The live panel of :func:`explore_model`: a pass of :func:`toolkit.weight_stats` and its explorer.
 
@@ -325,6 +331,8 @@ class ModelExplorer:
 
     def _show(self, ds, *, final: bool = False) -> None:
         t0 = time.monotonic()
+        if self.explorer is not None and not _same_grid(self.explorer.ds, ds):
+            self.explorer = None  # another selection: controls made for its grid
         if self.explorer is None:
             absent = None
             if self._plan is not None:  # the cells still to come are empty: what the model lacks is in its plan
