@@ -20,6 +20,7 @@ from _http_server import NGINX, Fault, FaultProxy, Nginx, lay_out_repo  # noqa: 
 from toolkit.errors import (
     CheckpointChangedError,
     CheckpointFileError,
+    NotReadableInPlaceError,
     RemoteAccessError,
     RemoteReadError,
     SourceNotFoundError,
@@ -48,9 +49,15 @@ def server(tmp_path_factory, tiny_qwen2, smollm2_path):
     tmp = tmp_path_factory.mktemp("http")
     root = tmp / "www"
     ng = Nginx(root, tmp / "nginx")
-    for name in ("single", "sharded"):
+    for name in ("single", "sharded", "bin", "bin_sharded"):
         ng.serve(lay_out_repo(root, f"tt/{name}", folders[name], COMMIT))
         shutil.copytree(folders[name], root / "plain" / name)
+    legacy = tmp / "legacy"  # the bin checkpoint in torch's pre-zip format: read from disk only
+    legacy.mkdir()
+    shutil.copy(folders["bin"] / "config.json", legacy / "config.json")
+    torch.save(tiny_qwen2[0], legacy / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    ng.serve(lay_out_repo(root, "tt/legacy", legacy, COMMIT))
+    shutil.copytree(legacy, root / "plain" / "legacy")
     gguf = tmp / "gguf"
     gguf.mkdir()
     os.symlink(smollm2_path, gguf / smollm2_path.name)
@@ -86,7 +93,7 @@ def local(tiny_qwen2):
     """The values of a local read of each folder, computed once."""
     _, folders = tiny_qwen2
     return {name: toolkit.weight_stats(folders[name], METRICS, progress=False, cache=False)
-            for name in ("single", "sharded")}
+            for name in ("single", "sharded", "bin", "bin_sharded")}
 
 
 def weights_bytes(server, mark) -> int:
@@ -144,6 +151,41 @@ def test_plain_urls_are_read_in_place(server, local, path):
     ds = toolkit.weight_stats(f"{server.url}/{path}", METRICS, progress=False)
     assert_same_values(ds, local[kind])
     assert ds.attrs["source"] == f"{server.url}/{path}"
+
+
+@pytest.mark.parametrize("name", ["tt/bin", "tt/bin_sharded", "plain/bin/pytorch_model.bin", "plain/bin_sharded/"])
+def test_bin_checkpoints_are_read_in_place_through_their_zip_directory(server, local, tiny_qwen2, name, tmp_path,
+                                                                      monkeypatch):
+    from toolkit.sources.remote import torch_bin
+
+    READ_AHEAD = 2048  # the tiny files are smaller than the default read-ahead of the zip directory and pickle
+    monkeypatch.setattr(torch_bin, "READ_AHEAD", READ_AHEAD)
+    kind = "bin_sharded" if "sharded" in name else "bin"
+    where = name if name.startswith("tt/") else f"{server.url}/{name}"
+    mark = server.mark()
+    ds = toolkit.weight_stats(where, METRICS, progress=False)
+    assert_same_values(ds, local[kind])
+    assert not any((tmp_path / "hf").rglob("*.bin")), "nothing is downloaded into the HF cache"
+    folder = tiny_qwen2[1][kind]
+    files = list(folder.glob("*.bin"))
+    matrices = sum(v.numel() * v.element_size() for k, v in tiny_qwen2[0].items() if k.endswith("_proj.weight"))
+    moved = server.bytes_sent(mark, ".bin")
+    assert matrices <= moved <= matrices + 8 * READ_AHEAD * len(files)  # the matrices, the directories, the pickles
+    mark = server.mark()
+    one = toolkit.weight_stats(where, METRICS, progress=False, cache=False, layers=[2], components="mlp.down")
+    assert_same_values(one, local[kind])
+    down = tiny_qwen2[0]["model.layers.2.mlp.down_proj.weight"]
+    moved = server.bytes_sent(mark, ".bin")
+    assert moved <= down.numel() * down.element_size() + 8 * READ_AHEAD * len(files)
+    assert moved < sum(f.stat().st_size for f in files) / 2
+
+
+def test_a_legacy_bin_is_downloaded_from_the_hub_and_refused_from_a_url(server, local, tmp_path):
+    with pytest.raises(NotReadableInPlaceError, match=r"legacy \(pre-zip\) torch file.*download=True"):
+        toolkit.open_source(f"{server.url}/plain/legacy/pytorch_model.bin")
+    ds = toolkit.weight_stats("tt/legacy", METRICS, progress=False)
+    assert_same_values(ds, local["bin"])
+    assert list((tmp_path / "hf").rglob("pytorch_model.bin")), "downloaded into the HF cache, as before"
 
 
 def test_open_source_of_a_url_lists_records_without_reading_tensors(server, tiny_qwen2):

@@ -297,6 +297,14 @@ class HubUnreachableError(SourceNotFoundError):
         super().__init__(source, reason)
 
 
+class NotReadableInPlaceError(SourceNotFoundError):
+    """A remote checkpoint that can be read only from disk (a GGUF layout only ``transformers`` plans, a
+    legacy pre-zip ``.bin``): a hub repo's is downloaded instead; a URL's must be downloaded by hand.
+
+    Fields: ``source`` (the URL), ``reason``.
+    """
+
+
 class AmbiguousCheckpointError(CheckpointFileError):
     """A directory holding two different copies of the weights (a sharded index
     and a stray single file, or safetensors and ``.bin`` of one kind).

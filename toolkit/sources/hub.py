@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from toolkit.errors import CheckpointFileError, HubUnreachableError, SourceNotFoundError
+from toolkit.errors import CheckpointFileError, HubUnreachableError, NotReadableInPlaceError, SourceNotFoundError
 from toolkit.sources.base import Source
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -190,7 +190,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     files are all in the local cache is read from there; otherwise its
     safetensors weights are read in place by range requests
     (:mod:`toolkit.sources.remote`: headers, then only the tensors a pass
-    selects), and other weights (``.bin``, GGUF, a LoRA adapter) are downloaded.
+    selects; ``.bin`` weights the same, through their zip directory), and a LoRA adapter is downloaded.
     ``download=True`` downloads the safetensors weights too (``snapshot_download``).
     Offline, or when the hub cannot be reached, the cached snapshot is used.
 
@@ -232,7 +232,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     )
 
     from toolkit.sources.local import open_local
-    from toolkit.sources.remote import READ_IN_PLACE, hub_folder, open_remote
+    from toolkit.sources.remote import hub_folder, open_remote, reads_in_place
 
     cache = cache_dir()
     folder = remote = None
@@ -243,7 +243,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
         try:
             remote = hub_folder(repo_id, revision)
             wanted = _wanted_files(repo_id, remote.names(), gguf_file)
-            target = wanted[-1] if wanted[-1].endswith(READ_IN_PLACE) else ""
+            target = wanted[-1] if reads_in_place(wanted[-1]) else ""
             if not download:
                 folder = _cached(repo_id, remote.commit, wanted, cache)
             if folder is None and (download or not target):
@@ -273,7 +273,11 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     if folder is not None:
         return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
     if remote is not None:
-        return open_remote(remote, target)
+        try:
+            return open_remote(remote, target)
+        except NotReadableInPlaceError:  # a layout only transformers reads, from disk: downloaded as before
+            folder = _download(repo_id, remote.commit, wanted, cache)
+            return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
     try:
         folder = _from_cache(repo_id, revision, cache, why, advice)
     except HFValidationError as exc:

@@ -54,6 +54,17 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
             path, f"cannot load it with torch.load(weights_only=True) ({type(exc).__name__}: {exc}); "
             "re-download or re-save it (safetensors preferred)"
         ) from exc
+    return state_dict_tensors(data, path)
+
+
+def state_dict_tensors(data, path) -> dict[str, torch.Tensor]:
+    """The tensors of what ``torch.load`` gave for ``path``: a state dict (or ``{"state_dict": ...}``).
+
+    Raises
+    ------
+    CheckpointFileError
+        Not a dict, or keys that are not parameter names.
+    """
     if isinstance(data, dict) and isinstance(data.get("state_dict"), dict):
         data = data["state_dict"]
     if not isinstance(data, dict):

@@ -13,13 +13,14 @@ module           job
 ``checked``      what the sources read in place share (their files, their check)
 ``safetensors``  the safetensors reader over range requests
 ``gguf``         the GGUF reader over range requests (layouts the toolkit plans itself)
+``torch_bin``    the ``.bin`` reader: the zip directory and the pickle, then each tensor's range
 ``open``         choosing the weight files and opening them
 ===============  ======================================================================
 """
 
 from toolkit.sources.remote.folders import RemoteFolder, hub_folder, is_url, url_folder
 from toolkit.sources.remote.http import RemoteFile, transfer_stats
-from toolkit.sources.remote.open import READ_IN_PLACE, open_remote, open_url, weight_target
+from toolkit.sources.remote.open import READ_IN_PLACE, open_remote, open_url, reads_in_place, weight_target
 
 __all__ = ["READ_IN_PLACE", "RemoteFile", "RemoteFolder", "hub_folder", "is_url", "open_remote", "open_url",
-           "transfer_stats", "url_folder", "weight_target"]
+           "reads_in_place", "transfer_stats", "url_folder", "weight_target"]

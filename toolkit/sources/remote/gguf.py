@@ -13,7 +13,7 @@ reader, which opens the file from disk (``download=True``).
 
 from __future__ import annotations
 
-from toolkit.errors import CheckpointFileError, SourceNotFoundError
+from toolkit.errors import CheckpointFileError, NotReadableInPlaceError
 from toolkit.sources.gguf.own_plan import OwnPlan
 from toolkit.sources.gguf.sizes import check_declared_sizes
 from toolkit.sources.gguf.source import GGUFSource, _normalized
@@ -64,7 +64,7 @@ class RemoteGGUFSource(RemoteFiles, GGUFSource):
 
     Raises
     ------
-    SourceNotFoundError
+    NotReadableInPlaceError
         A layout only ``transformers`` plans (it reads the file from disk): download it.
     CheckpointFileError
         A corrupted or truncated header, or declared sizes that disagree with the tensors.
@@ -75,7 +75,7 @@ class RemoteGGUFSource(RemoteFiles, GGUFSource):
         table = read_remote_gguf_table(file)
         plan = OwnPlan.of(table)
         if plan is None:
-            raise SourceNotFoundError(
+            raise NotReadableInPlaceError(
                 file.url, f"its architecture ({table.architecture or '?'}) is read through transformers, which needs "
                 "the file on disk; download it (download=True / --download, or the file's path)",
             )

@@ -10,9 +10,16 @@ from toolkit.sources.remote.folders import RemoteFolder, is_url, url_folder
 from toolkit.sources.remote.safetensors import RemoteSafetensorsSource, read_remote_json
 
 #: The weight files looked for in a folder, in order (as ``transformers`` looks for them).
-WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors")
-#: Files read in place; the others (``.bin``, a LoRA adapter) are downloaded.
-READ_IN_PLACE = (".safetensors", ".safetensors.index.json", ".gguf")
+WEIGHT_FILES = ("model.safetensors.index.json", "model.safetensors", "pytorch_model.bin.index.json",
+                "pytorch_model.bin")
+#: Files read in place; the others (a LoRA adapter) are downloaded.
+READ_IN_PLACE = (".safetensors", ".safetensors.index.json", ".gguf", ".bin", ".bin.index.json")
+
+
+def reads_in_place(name: str) -> bool:
+    """Whether the weight file ``name`` is read in place (a LoRA adapter's file is downloaded with its
+    ``adapter_config.json``)."""
+    return name.endswith(READ_IN_PLACE) and not name.rsplit("/", 1)[-1].startswith("adapter_model.")
 
 
 def weight_target(folder: RemoteFolder, gguf_file: str | None = None) -> str:
@@ -33,14 +40,15 @@ def weight_target(folder: RemoteFolder, gguf_file: str | None = None) -> str:
 
 
 def open_remote(folder: RemoteFolder, target: str) -> Source:
-    """Open ``target`` of ``folder`` in place: a ``.gguf`` file, or a safetensors file or index with the
-    folder's ``config.json``.
+    """Open ``target`` of ``folder`` in place: a ``.gguf`` file, or a safetensors or ``.bin`` file or index
+    with the folder's ``config.json``.
 
     Returns
     -------
     Source
         A :class:`~toolkit.sources.remote.gguf.RemoteGGUFSource`, or a
-        :class:`~toolkit.sources.remote.safetensors.RemoteSafetensorsSource` wrapped to dequantise
+        :class:`~toolkit.sources.remote.safetensors.RemoteSafetensorsSource` or
+        :class:`~toolkit.sources.remote.torch_bin.RemoteTorchBinSource` wrapped to dequantise
         on read when the config has a ``quantization_config`` (:mod:`toolkit.sources.quantized`).
 
     Raises
@@ -50,7 +58,7 @@ def open_remote(folder: RemoteFolder, target: str) -> Source:
     UnsupportedQuantizationError
         A ``quantization_config`` that is not read.
     SourceNotFoundError
-        A GGUF layout only ``transformers`` reads (it needs the file on disk).
+        A GGUF layout only ``transformers`` reads, or a legacy (pre-zip) ``.bin`` (both need the file on disk).
     """
     if target.endswith(".gguf"):
         from toolkit.sources.remote.gguf import RemoteGGUFSource
@@ -59,7 +67,12 @@ def open_remote(folder: RemoteFolder, target: str) -> Source:
     config_file = folder.file("config.json")
     config = {} if config_file is None else check_config_sizes(
         normalize_config(read_remote_json(config_file, "config.json")), config_file.url)
-    src = RemoteSafetensorsSource.open(folder, target, config)
+    if target.endswith((".bin", ".bin.index.json")):
+        from toolkit.sources.remote.torch_bin import RemoteTorchBinSource
+
+        src = RemoteTorchBinSource.open(folder, target, config)
+    else:
+        src = RemoteSafetensorsSource.open(folder, target, config)
     if config_file is None:
         src.missing_config = f"{folder.base or folder.location}/config.json"
     from toolkit.sources.quantized import quantized_source
@@ -74,7 +87,7 @@ def open_url(url: str, *, gguf_file: str | None = None) -> Source:
     Raises
     ------
     SourceNotFoundError
-        A URL of another format (``.bin``: download it and pass its path), or a folder
+        A URL of another format (download it and pass its path), or a folder
         without ``model.safetensors(.index.json)`` (or ``gguf_file``).
     CheckpointFileError, RemoteReadError, RemoteAccessError, CheckpointChangedError
         As :func:`open_remote`.
@@ -83,7 +96,7 @@ def open_url(url: str, *, gguf_file: str | None = None) -> Source:
         raise SourceNotFoundError(url, "not an http:// or https:// URL")
     folder, name = url_folder(url)
     target = name or weight_target(folder, gguf_file)
-    if not target.endswith(READ_IN_PLACE):
+    if not reads_in_place(target):
         what = f"{name!r} is not" if name else \
             "the folder has no model.safetensors(.index.json) (nor the gguf_file= named), or it is not"
         raise SourceNotFoundError(
