@@ -100,7 +100,7 @@ def test_the_live_explorer_fills_in_stops_and_resumes(ckpt, reads):
     np.testing.assert_array_equal(live.ds.stable_rank.values, full.stable_rank.values)
 
 
-def test_the_form_measures_another_selection(ckpt):
+def test_the_form_measures_another_selection(ckpt, tmp_path):
     live = explore_model(ckpt, METRICS, background=False, layers=[0])
     assert list(live.ds.layer.values) == [0]
     live.form["layers"].value = "1:3"
@@ -110,7 +110,7 @@ def test_the_form_measures_another_selection(ckpt):
                                                                                         "attn.v", "attn.o"]
     assert live.explorer.current.rows == (1, 2) and live.explorer.current.cols == ("attn.q", "attn.k", "attn.v",
                                                                                    "attn.o")  # controls of this grid
-    assert live.save_png().exists()  # the explorer's methods, through the live panel
+    assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
 
 
 def test_a_spectrum_is_computed_when_a_cell_is_opened(ckpt, reads):
