@@ -22,14 +22,10 @@ import time
 import ipywidgets as W
 import numpy as np
 
+from toolkit.errors import PassStopped
 from toolkit.widgets import _controls as C
 from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_progress import WidgetProgress, clock
-
-
-class _Stopped(Exception):
-    """Raised from the pass's ``on_cells`` when Stop was pressed."""
-
 
 #: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
 #: measured before the rest (SmolLM2's largest has 0.9 M; a 7B model's 68 M).
@@ -212,7 +208,7 @@ class ModelExplorer:
             self._first_look()
             ds = toolkit.weight_stats(self.source, self.metrics, progress=self.progress, on_cells=self._cells,
                                       **self.stats_kws)
-        except _Stopped:
+        except PassStopped:
             self.state = "stopped"
             done, total = self.progress.bar.value, self.progress.bar.max
             if self._latest is not None:
@@ -263,7 +259,7 @@ class ModelExplorer:
         unmeasured = np.char.startswith(reason, "not selected")  # here: not measured yet, the pass follows
         ds = ds.assign_coords(nan_reason=(ds.nan_reason.dims, np.where(unmeasured, "", reason)))
         if self._stop.is_set():
-            raise _Stopped
+            raise PassStopped
         self._latest, self._partial = (lambda: ds), ds
         self._show(ds)
         self._last_draw = time.monotonic()
@@ -271,7 +267,7 @@ class ModelExplorer:
     def _cells(self, partial) -> None:
         """``on_cells`` of the pass: stop if asked; redraw at most every ``refresh`` s (the first at once)."""
         if self._stop.is_set():
-            raise _Stopped
+            raise PassStopped
         self._latest = partial
         if self.explorer is not None and time.monotonic() - self._last_draw < self.refresh:
             return
