@@ -247,6 +247,7 @@ INDEX = [
     ("remote_7b", "reading in place: Qwen2.5-7B shapes over loopback HTTP against local disk"),
     ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
+    ("activations", "6. `activation_stats` against a bare forward of the same batches, SmolLM2"),
 ]
 
 
@@ -509,6 +510,22 @@ def readme_remote(res: dict) -> str:
     return table(["benchmark", "figure", "target", "date, load average (1 min)"], rows)
 
 
+@needs("activations", ".venv/bin/python benchmarks/bench_activations.py --reps 3")
+def bench_activations(rec: dict, res: dict) -> str:
+    f = rec["figures"]
+    med, ratios, targets = f["median_s"], f["ratios"], f["targets"]
+    rows = []
+    for name, s in f["seconds"].items():
+        t = targets.get(name)
+        rows.append([name, secs(med[name]), f"{secs(min(s))}-{secs(max(s))}",
+                     f"{ratios[name]:.2f}x {t['over']}" if t else "",
+                     f"<= {t['at_most']}x: {'PASS' if t['ok'] else 'MISS'}" if t else ""])
+    return (f"{f['texts']} texts, {f['tokens']} tokens in {f['batches']} batches of up to {f['batch_size']}; "
+            f"{when(rec)}, {f['reps']} rounds (the runs interleaved), medians, threads: {f['threads']}; the "
+            f"model's attention: `{f['attn_implementation']}`.\n\n"
+            + table(["run", "median", "range", "ratio", "target"], rows))
+
+
 # ---------------------------------------------------------------- the documents
 
 RENDER = {
@@ -516,6 +533,7 @@ RENDER = {
     "readme-explorer": readme_explorer,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
+    "bench-activations": bench_activations,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
     "scaling-projection-7b": scaling_projection_7b, "scaling-moe": scaling_moe, "readme-remote": readme_remote,
 }

@@ -29,11 +29,15 @@ def next_token_loss_sum(logits: torch.Tensor, input_ids: torch.Tensor, mask: tor
     -------
     (loss_sum, count) : (0-d tensor in nats, int)
     """
-    target_mask = mask[:, 1:].bool()
-    pred = logits[:, :-1][target_mask].float()
-    target = input_ids[:, 1:][target_mask]
+    batch, seq, vocab = logits.shape
+    # flat positions (b * seq + t) of the predictions whose target x_{t+1} is a real token; index_select on
+    # the flat views copies only those rows (a boolean mask on ``logits[:, :-1]`` copies the whole slice first)
+    pos = mask[:, 1:].bool().reshape(-1).nonzero().squeeze(1)
+    pos = pos + torch.div(pos, seq - 1, rounding_mode="floor")  # (b, t) in the (seq - 1)-wide slice -> b*seq + t
+    pred = logits.reshape(-1, vocab).index_select(0, pos.to(logits.device)).float()
+    target = input_ids.reshape(-1).index_select(0, pos.to(input_ids.device) + 1)
     loss = torch.nn.functional.cross_entropy(pred, target, reduction="sum")
-    return loss, int(target_mask.sum())
+    return loss, int(pos.numel())
 
 
 @contextmanager
