@@ -46,6 +46,29 @@ def read_remote_json(file: RemoteFile, what: str) -> dict:
     return json_object(file.read(0, sized(file)).tobytes(), file.url, what)
 
 
+def index_shards(folder: RemoteFolder, main: RemoteFile) -> tuple[dict[str, str], list[str], list[RemoteFile]]:
+    """A sharded checkpoint's index ``main``: its ``weight_map``, the shard names (sorted) and their files.
+
+    Raises
+    ------
+    CheckpointFileError
+        Not an index, or it names a shard the repo (server) lacks.
+    RemoteReadError, RemoteAccessError, CheckpointChangedError
+        As the read of the index raises them.
+    """
+    weight_map = weight_map_of(read_remote_json(main, "sharded checkpoint index"), main.url)
+    names = sorted(set(weight_map.values()))
+    files = [folder.file(name) for name in names]
+    missing = [n for n, f in zip(names, files, strict=True) if f is None]
+    if missing:
+        raise CheckpointFileError(
+            main.url, f"the index names shard(s) {', '.join(missing[:3])} that the "
+            f"{'repo' if folder.hub else 'server'} does not have; the index and the shards come from "
+            "different saves, or the upload is incomplete",
+        )
+    return weight_map, names, files
+
+
 def sized(file: RemoteFile) -> int:
     """The file's size, known from the listing or a HEAD request.
 
@@ -109,16 +132,7 @@ class RemoteSafetensorsSource(RemoteFiles, SafetensorsSource):
         """
         main = folder.file(target)
         if target.endswith(".index.json"):
-            weight_map = weight_map_of(read_remote_json(main, "sharded checkpoint index"), main.url)
-            names = sorted(set(weight_map.values()))
-            files = [folder.file(name) for name in names]
-            missing = [n for n, f in zip(names, files, strict=True) if f is None]
-            if missing:
-                raise CheckpointFileError(
-                    main.url, f"the index names shard(s) {', '.join(missing[:3])} that the "
-                    f"{'repo' if folder.hub else 'server'} does not have; the index and the shards come from "
-                    "different saves, or the upload is incomplete",
-                )
+            weight_map, _, files = index_shards(folder, main)
             with ThreadPoolExecutor(min(PARALLEL, len(files))) as pool:
                 headers = list(pool.map(read_remote_header, files))
             entries = sharded_entries(main.url, weight_map, headers, [f.url for f in files])

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from toolkit.errors import CheckpointFileError, NotReadableInPlaceError, ToolkitError
-from toolkit.sources._common import dtype_name, missing_from_shard, transformers_renamer, weight_map_of
+from toolkit.sources._common import dtype_name, missing_from_shard, transformers_renamer
 from toolkit.sources.identity import remote_identity
 from toolkit.sources.remote.checked import RemoteFiles
 from toolkit.sources.remote.folders import RemoteFolder
 from toolkit.sources.remote.http import RemoteFile
-from toolkit.sources.remote.safetensors import read_remote_json, sized
+from toolkit.sources.remote.safetensors import index_shards, sized
 from toolkit.sources.torch_bin import TorchBinSource, state_dict_tensors
 
 #: Bytes fetched at least per request while reading the zip directory and the pickle (many small reads).
@@ -178,13 +178,7 @@ class RemoteTorchBinSource(RemoteFiles, TorchBinSource):
         """
         main = folder.file(target)
         if target.endswith(".index.json"):
-            weight_map = weight_map_of(read_remote_json(main, "sharded checkpoint index"), main.url)
-            names = sorted(set(weight_map.values()))
-            files = [folder.file(name) for name in names]
-            absent = [n for n, f in zip(names, files, strict=True) if f is None]
-            if absent:
-                raise CheckpointFileError(main.url, f"the index names shard(s) {', '.join(absent[:3])} that the "
-                                          f"{'repo' if folder.hub else 'server'} does not have")
+            weight_map, names, files = index_shards(folder, main)
             layouts = {}
             for name, f in zip(names, files, strict=True):
                 layouts[f.url] = read_remote_bin(f)
