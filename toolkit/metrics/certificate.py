@@ -28,7 +28,9 @@ from toolkit.metrics.eigen_bound import U64, EigenvalueBound, gamma
 FLOAT32, FLOAT64 = "float32", "float64"
 ALPHA_TOL = 1e-3
 REL_TOL = 1e-5
-_LOG_TOL = math.log10(1.0 + REL_TOL)  # a log10 of a norm: the norm within REL_TOL relative
+#: Squared norms (eigenvalues of WᵀW: xmin, xmax) follow from the norms' tolerance: (1 + 1e-5)^2 - 1.
+SQUARED_TOL = (1.0 + REL_TOL) ** 2 - 1.0
+_LOG_TOL = math.log10((1.0 + REL_TOL) ** 2)  # log10 of a squared norm: the norm within REL_TOL relative
 #: Metric -> (kind, tolerance): "rel" relative to the float64 value, "abs" absolute, "abs_alpha" absolute
 #: alpha's tolerance times max(1, |log10 lambda_max|) (alpha carried through that factor), "exact" equal.
 TOLERANCES = {
@@ -37,7 +39,7 @@ TOLERANCES = {
     "log_norm": ("abs", _LOG_TOL), "log_spectral_norm": ("abs", _LOG_TOL),
     "matrix_rank": ("exact", 0.0), "rank_loss": ("exact", 0.0), "num_pl_spikes": ("exact", 0.0),
     "alpha": ("abs", ALPHA_TOL), "alpha_sigma": ("abs", ALPHA_TOL), "alpha_ks_distance": ("abs", ALPHA_TOL),
-    "alpha_xmin": ("rel", REL_TOL), "alpha_xmax": ("rel", REL_TOL),
+    "alpha_xmin": ("rel", SQUARED_TOL), "alpha_xmax": ("rel", SQUARED_TOL),
     "alpha_weighted": ("abs_alpha", ALPHA_TOL), "log_alpha_norm": ("abs_alpha", ALPHA_TOL),
 }
 _FIT_METRICS = frozenset({"alpha", "alpha_sigma", "alpha_ks_distance", "alpha_xmin", "alpha_xmax", "num_pl_spikes",

@@ -13,8 +13,9 @@ SERVED_ATTRS = {
     "units": "1",
     "description": (
         "'float32': the float32 Gram matrix's eigenvalues, certified to give every spectral metric of the cell "
-        "within its tolerance of the float64 value (alpha and its fit columns 1e-3 absolute; norms, ranks, "
-        "xmin/xmax 1e-5 relative; counts exactly; toolkit.metrics.certificate.TOLERANCES); 'float64': the "
+        "within its tolerance of the float64 value (alpha and its fit columns 1e-3 absolute; norms and ranks "
+        "1e-5 relative, squared norms (xmin, xmax, the log norms) as a norm within 1e-5; counts exactly; "
+        "toolkit.metrics.certificate.TOLERANCES); 'float64': the "
         "certificate did not hold and the whole cell was recomputed in float64 (for a mixture-of-experts cell: "
         "any of its experts); '': no spectral metric, or no such matrix"),
     "reference": ("Higham, Accuracy and Stability of Numerical Algorithms (2002) eq. 3.13; Weyl's theorem "
