@@ -112,7 +112,9 @@ def weight_stats(
         within its tolerance of the float64 value (alpha 1e-3 absolute, norms
         and ranks 1e-5 relative: :mod:`toolkit.metrics.certificate`); a cell
         that fails it is recomputed in float64, and the string variable
-        ``precision_served`` (layer, component) says which served each cell.
+        ``precision_served`` (layer, component) says which served each cell
+        (per-head statistics are certified the same way, per head, without
+        a record of which precision served them).
         Recorded as the attr ``spectral_precision``; results of the
         precisions are cached apart.
     fit : toolkit.FitOptions or dict, optional
