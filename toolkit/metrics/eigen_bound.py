@@ -74,7 +74,8 @@ U64 = 2.0**-53
 #: Gaussian probes of the Gram error and the factor ``a`` of the bound (failure probability ``a ** -PROBES``).
 PROBES = 24
 PROBE_FACTOR = 3.0
-#: The seed of the probes (fixed: a cell's certificate is reproducible).
+#: The seed of the probes (fixed: a cell's certificate is reproducible; the probability statement holds for
+#: any matrix chosen without knowledge of the probes).
 PROBE_SEED = 20240529
 
 
