@@ -263,6 +263,26 @@ def test_weight_stats_precision_served_is_cached(tmp_path, monkeypatch, minilm_d
         (first.precision_served.values != FLOAT32).all()
 
 
+def test_every_default_metric_on_minilm(minilm_dir, tmp_path):
+    """With every default metric (the small-value ones included) a served cell is within every tolerance and a
+    refused one is the float64 cell; the variable survives a NetCDF round trip."""
+    d32 = toolkit.weight_stats(minilm_dir, progress=False, cache=False, precision=CERT)
+    d64 = toolkit.weight_stats(minilm_dir, progress=False, cache=False)
+    served = d32.precision_served.values
+    lam_top = d64.spectral_norm.values ** 2
+    for name in TOLERANCES:
+        got, ref = d32[name].values, d64[name].values
+        np.testing.assert_array_equal(got[served == FLOAT64], ref[served == FLOAT64])
+        f32 = (served == FLOAT32) & np.isfinite(ref)
+        kind, tol = TOLERANCES[name]
+        tol = tol * np.maximum(1.0, np.abs(np.log10(lam_top[f32]))) if kind == "abs_alpha" else tol
+        err = np.abs(got[f32] - ref[f32]) / (np.abs(ref[f32]) if kind == "rel" else 1.0)
+        assert np.all(err <= tol), (name, err.max())
+    toolkit.save(d32, tmp_path / "c.nc")
+    back = toolkit.load(tmp_path / "c.nc")
+    np.testing.assert_array_equal(back.precision_served.values, served)
+
+
 def test_invalid_precision_names_the_certified_mode(minilm_dir):
     with pytest.raises(InvalidOptionError, match="float32-certified"):
         toolkit.weight_stats(minilm_dir, ["alpha"], progress=False, precision="float16")
