@@ -50,7 +50,9 @@ import math
 import numpy as np
 
 from toolkit.metrics.eigen_bound import U64, gamma
-from toolkit.metrics.power_law_tail import BLOCK_ELEMENTS, EVALS_THRESHOLD, tail_alphas
+from toolkit.metrics.power_law_tail import BLOCK_ELEMENTS, EVALS_THRESHOLD
+
+__all__ = ["FitBounds", "alpha_intervals", "ks_lower_bounds", "ks_slack"]
 
 _SMALL_N = 20  # toolkit.metrics.powerlaw.SMALL_N
 _SAMPLES = 64
@@ -121,7 +123,8 @@ def alpha_intervals(x: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray
         above_lo = np.cumsum(ln_lo[::-1])[::-1][1:]
         s_hi = above_hi - (n - 1) * ln_lo[:-1]
         s_lo = above_lo - (n - 1) * ln_hi[:-1]
-        magnitude = np.cumsum(np.abs(ln_hi)[::-1])[::-1][1:] + (n - 1) * np.abs(ln_hi[:-1])
+        big = np.maximum(np.abs(ln_lo), np.abs(ln_hi))
+        magnitude = np.cumsum(big[::-1])[::-1][1:] + (n - 1) * big[:-1]
     rounding = 4 * gamma(x.size) * magnitude
     s_hi = s_hi + rounding
     s_lo = np.nan_to_num(s_lo - rounding, nan=0.0, neginf=0.0)
@@ -170,5 +173,3 @@ def ks_lower_bounds(x: np.ndarray, delta: float, a_lo: np.ndarray, a_hi: np.ndar
         out[j] = gap.max(axis=1)
     return np.maximum(out - 16 * U64, 0.0)
 
-
-__all__ = ["FitBounds", "alpha_intervals", "ks_lower_bounds", "ks_slack", "tail_alphas"]
