@@ -195,6 +195,36 @@ def readme_performance(res: dict) -> str:
     return "; ".join(parts) + ". Timings under load are not comparable between runs: see `benchmarks/README.md`.\n"
 
 
+@needs("explorer", ".venv/bin/python benchmarks/bench_explorer.py")
+def readme_explorer(rec: dict, res: dict) -> str:
+    """The explorer's update and hover times in a browser, and the first cells of a live 7B-shaped pass."""
+    import statistics
+
+    f = rec["figures"]
+    rows = []
+    for key, name in (("jupyterlab", "JupyterLab"), ("voila", "Voilà")):
+        if key not in f:
+            continue
+        t, load = f[key], f[key]["load_average"]
+        cells = [f"{statistics.median(t[k]):.0f} ms (max {max(t[k]):.0f} ms)"
+                 for k in ("heatmap_30x7_update_ms", "lab_12_panels_update_ms", "hover_ms")]
+        rows.append([name, *cells, f"{load['start'][0]:.1f}-{load['end'][0]:.1f}"])
+    some = f[next(k for k in ("voila", "jupyterlab") if k in f)] if rows else {}
+    out = [f"Measured in headless Chromium by `tests/test_browser_explorer.py` (`bench_explorer.py`, {when(rec)}; "
+           "`benchmarks/results/explorer.json`): each time from the change in the page to the repaint, the median "
+           f"(and the largest) of {len(some['heatmap_30x7_update_ms'])} changes of metric and of "
+           f"{len(some['hover_ms'])} hovers.\n\n"] if rows else []
+    if rows:
+        out.append(table(["front end", "30 x 7 heatmap: another metric", "lab, 12 panels: another metric",
+                          "hover tooltip", "load (1 min)"], rows))
+    first = f.get("first_cells")
+    if first:
+        out.append(f"\nThe first cells of a 28-layer Qwen2.5-7B-shaped checkpoint (result cache empty) were on screen "
+                   f"in Voilà **{first['seconds']:.1f} s** after `explore_model(...)` was called (load "
+                   f"{first['load_average']['start'][0]:.1f}-{first['load_average']['end'][0]:.1f}).\n")
+    return "".join(out)
+
+
 # ---------------------------------------------------------------- benchmarks/README.md
 
 INDEX = [
@@ -218,6 +248,7 @@ INDEX = [
     ("remote_deepseek", "reading in place: a DeepSeek-V3-shaped checkpoint's routers over loopback HTTP"),
     ("remote_7b", "reading in place: Qwen2.5-7B shapes over loopback HTTP against local disk"),
     ("remote_7b_read", "the same, the reading alone"),
+    ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
 ]
 
 
@@ -510,6 +541,7 @@ def readme_remote(res: dict) -> str:
 
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
+    "readme-explorer": readme_explorer,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,

@@ -95,3 +95,10 @@ def with_massive_activation(ds: xr.Dataset, value: float = 28_000.0, seed: int =
     ds["max_abs_activation"] = (("layer", "component"), values,
                                 {"long_name": "largest |activation|", "units": "1"})
     return ds
+
+
+def with_spectra(ds: xr.Dataset, seed: int = 5, n: int = 48) -> xr.Dataset:
+    """Add ``eigenvalues`` (layer, component, index): ``n`` heavy-tailed (Pareto) values per cell, descending."""
+    rng = np.random.default_rng(seed)
+    lam = np.sort(rng.pareto(2.5, (ds.sizes["layer"], ds.sizes["component"], n)) + 0.1, axis=-1)[..., ::-1]
+    return ds.assign(eigenvalues=(("layer", "component", "index"), lam))

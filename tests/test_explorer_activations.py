@@ -42,10 +42,25 @@ def test_every_layer_variable_is_offered_and_drawn(ds):
         assert ex.current.metric == name and ex.current.col_dim == col
         assert ex.current.values.shape == (ds.sizes["layer"], ds.sizes[col])
         assert c["text"].disabled == ("text" not in ds[name].dims)
-        assert len(ex.output.outputs) == 1 and ex.output.outputs[0]["output_type"] == "display_data"
+        assert ex.view.layout.display == "" and len(ex.view.spec["panels"]) == 1
     c["metric"].value = "value_head_rms"
     assert ex.current.cols == (0, 1)  # 2 key/value heads, not the 4 query heads
     np.testing.assert_array_equal(ex.current.values, ds["value_head_rms"].values)
     c["robust"].value = False
     finite = ds["value_head_rms"].values
     assert (ex.current.vmin, ex.current.vmax) == (finite.min(), finite.max())
+
+
+def test_an_activation_cell_offers_no_spectrum_and_reads_no_weights(ds, monkeypatch):
+    import toolkit.widgets.cell_matrix as cell_matrix
+
+    def no_read(*args, **kws):
+        raise AssertionError("an activation cell must not read a weight matrix")
+
+    monkeypatch.setattr(cell_matrix, "read_cell_matrix", no_read)
+    ex = explore(ds, "output_rms")
+    hint = ex.view.spec["hint"]
+    assert "no spectrum" in hint and "for its spectrum" not in hint and "compute" not in hint
+    dd = ex.show_cell(1, "mlp.up")
+    assert dd.kinds == [] and dd.panels == [] and "activation statistics" in dd.notes[0]
+    assert "layer 1, mlp. up" in ex.cell_text.value

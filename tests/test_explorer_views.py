@@ -1,11 +1,11 @@
 """The explorer's interaction, driven from Python: hover texts, clicks, models side by side, exports.
 
-What the browser shows on hover is ``view.panels[k]["hover"]``, made in Python;
-a click arrives as the message the browser sends. The real-browser side is in
-``tests/test_browser.py``.
+What the browser shows on hover is ``view.spec["panels"][k]["hover"]``, made in
+Python, and the colours it paints are ``view.spec["panels"][k]["colors"]``; a
+click (or Enter) arrives as the message the browser sends. The real-browser
+side is in ``tests/test_browser.py`` and ``tests/test_browser_explorer.py``.
 """
 
-import base64
 import csv
 import io
 import struct
@@ -41,8 +41,8 @@ def _with_spectra(ds, seed=5):
 
 
 def _click(ex, panel, row, col):
-    """What the browser sends when a cell is clicked."""
-    ex.view._handle_message(ex.view, {"event": "click", "panel": panel, "row": row, "col": col}, [])
+    """What the browser sends when a cell is clicked (or Enter pressed on it)."""
+    ex.view._handle_message(ex.view, {"event": "open", "panel": panel, "row": row, "col": col}, [])
 
 
 def test_hover_text_has_value_tensor_shape_and_reason_and_is_what_the_browser_shows():
@@ -54,35 +54,35 @@ def test_hover_text_has_value_tensor_shape_and_reason_and_is_what_the_browser_sh
                                  "tensor: model.layers.3.mlp.down.weight", "shape: 64 × 32"]
     gate = ex.hover_text(3, "mlp.gate")
     assert "Stable rank: NaN" in gate and gate.endswith("undefined: architecture has no mlp.gate")
-    (panel,) = ex.view.panels
-    assert (panel["n_rows"], panel["n_cols"]) == (10, 7)
+    (panel,) = ex.view.spec["panels"]
+    assert (len(panel["rows"]), len(panel["cols"])) == (10, 7)
     assert panel["hover"][3][5] == text  # row 0 is layer 0, at the bottom
     assert panel["hover"][0][0].startswith("layer 0, attn. q")
-    left, top, right, bottom = panel["box"]
-    assert 0 < left < right < 1 and 0 < top < bottom < 1
     with pytest.raises(ValueError, match="layers 0..9"):
         ex.hover_text(12, "attn.q")
 
 
-def test_hover_boxes_find_each_cell_in_the_png():
-    """The browser maps the cursor to a cell with ``box``: the pixel at each cell's centre so found has
-    that cell's colour in the PNG itself."""
-    import matplotlib.image as mpimg
+def test_the_browser_paints_the_colours_of_the_saved_figure():
+    """Each cell's colour in the spec is the one matplotlib paints for the saved PNG (one norm, one colour
+    map), and hatched cells get none."""
+    from matplotlib.figure import Figure
 
-    ex = explore(make_stats(8))
-    img = mpimg.imread(io.BytesIO(base64.b64decode(ex.view.png)))  # (height, width, 4), floats 0..1
-    height, width = img.shape[:2]
-    left, top, right, bottom = ex.view.panels[0]["box"]
-    p = ex.current
-    from toolkit.plot._style import cmap as toolkit_cmap
+    from toolkit.plot import draw_heatmap
 
-    norm, cmap = p.norm(), toolkit_cmap(p.scale)
-    for i, j in [(0, 0), (7, 6), (3, 2), (5, 4)]:
-        x = left + (j + 0.5) / 7 * (right - left)
-        y = bottom - (i + 0.5) / 8 * (bottom - top)  # row 0 at the bottom
-        pixel = img[int(y * height), int(x * width), :3]
-        expected = np.array(cmap(norm(np.clip(p.values[i, j], p.vmin, p.vmax)))[:3])
-        np.testing.assert_allclose(pixel, expected, atol=0.02, err_msg=f"cell {i, j}")
+    ds = make_stats(8, gate=False)
+    ex = explore(ds)
+    for scale in ("auto", "log", "diverging"):
+        ex.controls["scale"].value = scale
+        mesh = draw_heatmap(ex.current, ax=Figure().add_subplot()).collections[0]
+        painted = mesh.to_rgba(mesh.get_array()).reshape(8, 7, 4)
+        colors = ex.view.spec["panels"][0]["colors"]
+        for i in range(8):
+            for j in range(7):
+                if np.isnan(ex.current.values[i, j]):
+                    assert colors[i][j] is None
+                    continue
+                rgb = [int(colors[i][j][k:k + 2], 16) / 255 for k in (1, 3, 5)]
+                np.testing.assert_allclose(rgb, painted[i, j, :3], atol=0.5 / 255 + 1e-9)
 
 
 def test_click_draws_the_cells_spectrum_beside_the_heatmap():
@@ -93,8 +93,8 @@ def test_click_draws_the_cells_spectrum_beside_the_heatmap():
     assert (dd.layer, dd.column) == (2, "mlp.down")
     assert dd.kinds == ["esd", "singular_values"]
     np.testing.assert_array_equal(dd.eigenvalues, ds["eigenvalues"].sel(layer=2, component="mlp.down").values)
-    assert ex.cell_image.value == dd.png and dd.png.startswith(PNG_MAGIC)
-    assert ex.cell_image.layout.display == ""
+    assert ex.drill.spec["panels"] == dd.panels and [p["role"] for p in dd.panels] == dd.kinds
+    assert ex.view.selected == [0, 2, 5]  # the opened cell is outlined
     assert "layer 2, mlp. down" in ex.cell_text.value and "model.layers.2.mlp.down.weight" in ex.cell_text.value
     assert any("entry histogram" in n and "not a local file" in n for n in dd.notes)  # says why not
     again = ex.show_cell(4, "attn.k")  # the scripted click
@@ -105,9 +105,10 @@ def test_click_draws_the_cells_spectrum_beside_the_heatmap():
 
 def test_click_without_stored_spectra_says_how_to_get_them():
     ex = explore(make_stats(6))
+    assert "No spectrum is stored" in ex.view.spec["hint"]  # no promise of a spectrum that cannot come
     dd = ex.show_cell(1, "attn.q")
-    assert dd.kinds == [] and dd.png == b"" and ex.cell_image.layout.display == "none"
-    assert any("keep_spectra=True" in n for n in dd.notes)
+    assert dd.kinds == [] and dd.panels == [] and ex.drill.spec["panels"] == []
+    assert any("keep_spectra=True" in n for n in dd.notes) and "keep_spectra=True" in ex.drill.spec["note"]
 
 
 def test_comparison_drill_down_names_the_update_and_its_relative_change():
@@ -146,14 +147,17 @@ def test_models_side_by_side_keep_their_own_layer_axes_and_ranges():
     assert c["view"].value == "side" and [v for _, v in c["view"].options] == ["side", "difference", "ratio"]
     assert [p.rows[-1] for p in ex.prepared] == [27, 35, 47]
     assert len({p.vmin for p in ex.prepared}) == 3  # separate colour ranges
-    boxes = [p["box"] for p in ex.view.panels]
-    assert [p["n_rows"] for p in ex.view.panels] == [28, 36, 48]
-    assert boxes[0][2] <= boxes[1][0] and boxes[1][2] <= boxes[2][0]  # left to right, not overlapping
+    assert [len(p["rows"]) for p in ex.view.spec["panels"]] == [28, 36, 48]
+    assert all(p["cbar"] for p in ex.view.spec["panels"]) and ex.view.spec["shared_cbar"] is None
     assert ex.hover_text(40, "attn.v", panel=2).startswith("layer 40, attn. v")
     c["range"].value = "shared"
     pooled = np.concatenate([m["stable_rank"].values.ravel() for m in models])
-    lo, hi, _ = color_limits(pooled)
-    assert {(p.vmin, p.vmax) for p in ex.prepared} == {(lo, hi)}
+    lo, hi, _ = color_limits(pooled, scale="sequential")
+    assert {(p.scale, p.vmin, p.vmax, p.center) for p in ex.prepared} == {("sequential", lo, hi, None)}
+    assert ex.view.spec["shared_cbar"] and not any(p["cbar"] for p in ex.view.spec["panels"])  # one colour bar
+    c["scale"].value = "diverging"  # one norm: the same centre too (the pooled median), not each panel's own
+    assert len({(p.vmin, p.vmax, p.center) for p in ex.prepared}) == 1
+    assert ex.prepared[0].center == pytest.approx(np.median(pooled))
     c["view"].value = "difference"  # 28 vs 48 layers: the grids do not line up
     assert ex.current is None and "do not line up" in ex.message
     c["base"].value, c["target"].value = 0, 0
@@ -201,8 +205,16 @@ def test_manual_colour_limits_and_a_bad_one():
     ex.controls["vmax"].value = ""  # empty: automatic again
     assert ex.current.vmin == 0.08 and ex.current.vmax == pytest.approx(
         np.percentile(ex.ds["stable_rank"].values, 98))
-    ex.controls["vmin"].value = "abc"
-    assert ex.current is None and "'abc' is not a number" in ex.message
+    ex.show_cell(3, "attn.q")
+    ex.controls["vmin"].value = "abc"  # the figure stays, with automatic limits, and says why
+    assert ex.current is not None and ex.message == "" and ex.view.layout.display == ""
+    assert "&#x27;abc&#x27; is not a number: automatic limits used" in ex.limits_note.value
+    assert ex.current.vmin == pytest.approx(np.percentile(ex.ds["stable_rank"].values, 2))
+    assert ex.cell is not None and ex.view.selected  # the opened cell is still shown: it stays open
+    ex.controls["vmin"].value, ex.controls["vmax"].value = "0.1", "0.08"  # min above max
+    assert ex.current is not None and "is not below max" in ex.limits_note.value
+    ex.controls["vmin"].value, ex.controls["vmax"].value = "", ""
+    assert ex.limits_note.value == ""
 
 
 def test_exports_name_metric_and_selection_and_never_overwrite(tmp_path):
@@ -301,9 +313,10 @@ def test_step_zero_of_a_series_is_drawn_hatched_with_the_reason_on_hover():
 
 def test_values_in_cells_grow_the_figure_at_30_layers():
     ex = explore(make_stats(30))
-    plain = _png_size(base64.b64decode(ex.view.png))
+    plain = _png_size(ex.figure_png())
     ex.controls["annotate"].value = True
-    grown = _png_size(base64.b64decode(ex.view.png))
+    ex.render()
+    grown = _png_size(ex.figure_png())
     assert grown[1] >= plain[1] * 1.4 and grown[0] > plain[0]
 
 
@@ -348,3 +361,31 @@ def test_comparison_click_reads_both_checkpoints_for_the_update(tmp_path, cache)
     assert "ΔW entries" in dd.titles[0]
     np.testing.assert_array_equal(ex.show_cell(0, "mlp.up").row_change, 0.0)  # untouched matrix
     assert "relative weight change: 0.5\n" in ex.hover_text(1, "mlp.up")
+
+
+def test_a_component_no_model_has_keeps_its_hatched_column_but_no_toggle():
+    ds = make_stats(6, gate=False)  # as BERT: no mlp.gate matrix at all
+    ds = ds.assign_coords(parameter_name=ds.parameter_name.where(ds.component != "mlp.gate", ""),
+                          n_rows=ds.n_rows.where(ds.component != "mlp.gate", 0),
+                          nan_reason=ds.nan_reason.where(ds.component != "mlp.gate", ""))
+    ex = explore(ds)
+    assert "mlp.gate" not in ex.controls["components"] and ex.absent == ["mlp.gate"]
+    assert "mlp.gate" in ex.current.cols  # the column stays (hatched), so datasets of any family line up
+    assert ex.hover_text(2, "mlp.gate").endswith("undefined: no mlp. gate matrix in this layer of the model")
+    notes = [w.value for row in ex.widget.children for w in getattr(row, "children", ()) if hasattr(w, "value")
+             and isinstance(w.value, str)]
+    assert any("no mlp.gate in this model" in n for n in notes)
+    ds["stable_rank"][1, 0] = np.nan  # a matrix that exists but has no value, and no reason recorded
+    assert "NaN for this matrix and the Dataset records no reason" in explore(ds).hover_text(1, "attn.q")
+
+
+def test_the_ratio_view_of_a_series_opens_on_a_base_that_is_not_all_zero():
+    ds = make_stats(6, checkpoints=3).assign_coords(checkpoint=np.arange(3), step=("checkpoint", [0, 2, 4]))
+    change = np.random.default_rng(1).uniform(0.01, 0.02, (3, 6, 7))
+    change[0] = 0.0  # step 0 against itself
+    ds["relative_change"] = (("checkpoint", "layer", "component"), change, {"long_name": "relative change"})
+    ex = explore(ds, "relative_change")
+    assert ex.controls["base"].value == 1 and ex.controls["target"].value == 2
+    ex.controls["view"].value = "ratio"
+    assert np.isfinite(ex.current.values).all()  # not empty, as it was with base = step 0
+    np.testing.assert_allclose(ex.current.values, change[2] / change[1])

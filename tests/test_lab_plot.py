@@ -109,6 +109,28 @@ def test_drawn_grid_shares_limits_log_scale_and_one_legend():
         plt.close(fig)
 
 
+def test_the_title_of_a_two_layer_grid_stays_inside_the_figure():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from toolkit.widgets.lab import grid_figure
+
+    fig = grid_figure(prepare_layer_grid(make_lab(), "attention_norm", layers=[0, 1]))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    box = fig._suptitle.get_window_extent(canvas.get_renderer())
+    assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, "the title is clipped"
+    assert fig.get_suptitle().replace("\n", " ") == f"attention norm ({LAYER_NOTE})"
+
+
+def test_a_run_level_variable_is_titled_once():
+    fig = layer_grid(make_lab(), "test_accuracy")
+    try:
+        (ax,) = [a for a in fig.axes if a.get_visible()]
+        assert ax.get_title() == "" and fig.get_suptitle() == "test accuracy"
+    finally:
+        plt.close(fig)
+
+
 def test_caller_figure_is_used_and_left_open():
     fig = Figure()
     out = draw_layer_grid(prepare_layer_grid(make_lab(), layers=[0, 1, 2, 3, 4]), fig=fig, legend="panel")
@@ -122,34 +144,52 @@ def test_caller_figure_is_used_and_left_open():
         plt.close(fig)
 
 
-def _png(ex) -> bytes:
-    (out,) = ex.output.outputs
-    return base64.b64decode(out["data"]["image/png"])
+def _drawn(ex) -> dict:
+    """What the browser is given to draw."""
+    return ex.chart.spec
 
 
-def test_widget_panel_redraws_one_png_per_change():
+def test_widget_panel_redraws_one_chart_per_change():
     ex = lab_explorer(make_lab())
     c = ex.controls
     assert [v for _, v in c["metric"].options][:4] == ["attention_norm", "attention_norm_head", "attention_norm_max",
                                                        "train_loss"]  # no score scale recorded: not offered
-    assert c["scale"].value == "log" and _png(ex)[:4] == b"\x89PNG"
-    first = _png(ex)
+    spec = _drawn(ex)
+    assert c["scale"].value == "log" and len(spec["panels"]) == 12 and spec["ncols"] == 4
+    assert [p["title"] for p in spec["panels"]] == [f"layer {i}" for i in range(12)]
+    first = spec["panels"][3]
+    assert [s["label"] for s in first["series"]] == [*LABELS, "√N = 4.12"]
+    assert first["y"] == {"log": True, "lim": [1.0, 1000.0]}  # the same limits in every panel
+    np.testing.assert_allclose([v for v in first["series"][1]["y"]], ex.current.values[3, 1])
+    assert spec["title"] == f"attention norm ({LAYER_NOTE})"
     c["activations"].value = ("softmax", "x³/1")
     c["layers"].value = (0, 5, 11)
     assert ex.current.series == ("softmax", "x³/1") and ex.current.panels == (0, 5, 11)
-    assert _png(ex) != first
+    assert [p["title"] for p in _drawn(ex)["panels"]] == ["layer 0", "layer 5", "layer 11"]
     c["metric"].value = "test_accuracy"
     assert c["scale"].value == "linear" and not ex.current.log and ex.current.values.shape == (1, 2, 7)
+    (panel,) = _drawn(ex)["panels"]
+    assert panel["title"] == "" and _drawn(ex)["title"] == "test accuracy"  # titled once, not twice
     c["scale"].value = "log"
-    assert ex.current.log
-    c["activations"].value = ()  # nothing to draw: the message, and no old figure under it
+    assert ex.current.log and _drawn(ex)["panels"][0]["y"]["log"]
+    c["activations"].value = ()  # nothing to draw: the message, and no old chart under it
     assert "pick at least one" in ex.status.value
-    assert ex.output.outputs == () and ex.current is None and "image/png" not in ex._repr_mimebundle_()
+    assert _drawn(ex) == {} and ex.current is None and "image/png" not in ex._repr_mimebundle_()
     c["activations"].value = ("x/16",)
-    assert ex.status.value == "" and len(ex.output.outputs) == 1 and ex.current.series == ("x/16",)
+    assert ex.status.value == "" and ex.current.series == ("x/16",) and len(_drawn(ex)["panels"]) == 1
     bundle = ex._repr_mimebundle_()
-    assert "image/png" in bundle and "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"  # static image for viewers without widgets
+    assert "application/vnd.jupyter.widget-view+json" in bundle
     assert plt.get_fignums() == []
+
+
+def test_explorer_labels_are_whole_and_the_head_menu_says_why_it_is_off():
+    ex = lab_explorer(make_lab(depth=4))
+    c = ex.controls
+    for key in ("metric", "activations", "layers", "head"):
+        assert c[key].style.description_width == "initial", key  # "layers (from 0)", not "layers (fro…"
+    assert c["head"].disabled and [label for label, _ in c["head"].options] == ["— (no heads)"]
+    assert c["head"].index == 0 and c["head"].label == "— (no heads)"  # an index: the menu is never blank
 
 
 def test_explorer_head_selector_draws_the_chosen_head():
@@ -157,9 +197,9 @@ def test_explorer_head_selector_draws_the_chosen_head():
     ex = lab_explorer(ds)
     c = ex.controls
     assert c["head"].disabled and c["head"].value is None  # attention_norm has no head dim
-    assert [label for label, _ in c["head"].options] == ["mean over heads", "head 0", "head 1", "head 2", "head 3"]
     c["metric"].value = "attention_norm_head"
     assert not c["head"].disabled and ex.current.selection == {"head": "mean"}
+    assert [label for label, _ in c["head"].options] == ["mean over heads", "head 0", "head 1", "head 2", "head 3"]
     np.testing.assert_allclose(ex.current.values[:, 2], ds["attention_norm_head"].sel(activation="x/16")
                                .mean("head").transpose("layer", "epoch").values)
     c["head"].value = 3

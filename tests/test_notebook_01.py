@@ -27,6 +27,11 @@ def saved_against_weightwatcher(path):
             assert float(cell.alpha) == pytest.approx(ww["alpha"], rel=1e-6)
 
 
+def test_no_notebook_asks_to_edit_a_cell_voila_hides():
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert "edit this cell" not in committed_sources(notebook), notebook.name
+
+
 def test_notebook_is_committed_without_outputs():
     sources = committed_sources(NOTEBOOK)
     assert "%matplotlib inline" in sources
@@ -47,6 +52,9 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     assert not any("<Figure size" in o.get("data", {}).get("text/plain", "") and "image/png" not in o.data
                    for o in outputs if o.output_type == "display_data")
     saved_against_weightwatcher(out / "weight_stats.nc")
+    summary_cell = next(c for c in nb.cells if "toolkit.summary(ds)" in c.source)
+    html = "".join(o.get("data", {}).get("text/html", "") for o in summary_cell.outputs)
+    assert 0 < html.count("<tr") <= 30  # a few short tables, not one row per flagged cell (about 3,000 px)
     moe_cell = next(c for c in nb.cells if "explore(moe" in c.source)
     printed = "".join(o.get("text", "") for o in moe_cell.outputs if o.output_type == "stream")
     assert "MoE layers: [1, 2, 3, 4, 5] | routed experts: 4" in printed  # DeepSeek-V3 layout: dense layer 0

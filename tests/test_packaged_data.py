@@ -118,6 +118,14 @@ def test_wheel_holds_the_data_files_where_data_path_looks(wheel):
     assert not any(n.startswith("data/") for n in names)  # no top-level data/ in site-packages
 
 
+def test_wheel_holds_the_widgets_browser_code(wheel):
+    """The explorer's front ends ship with the package (anywidget loads them from the kernel, offline)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+    for path in sorted((PACKAGE / "widgets" / "js").iterdir()):
+        assert f"toolkit/widgets/js/{path.name}" in names, path.name
+
+
 def test_installed_wheel_finds_its_data(wheel, tmp_path):
     """Install the wheel into a fresh folder and import the toolkit from there (the
     dependencies from this venv), away from the checkout: the defaults open from the install."""

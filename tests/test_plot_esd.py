@@ -65,3 +65,70 @@ def test_esd_errors_say_what_to_do(ckpt):
         toolkit.plot.esd(with_spectra, layer=0, component="attn.q", kind="pie")
     with pytest.raises(toolkit.ToolkitError, match="layers=7 selects nothing in this model: the model has 2 layers"):
         toolkit.plot.esd(ckpt, layer=7, component="attn.q")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    import matplotlib.pyplot as plt
+
+    yield
+    plt.close("all")
+
+
+def _bin_of(values, edges):
+    """numpy.histogram's rule: bins are half-open, the last one closed."""
+    idx = np.searchsorted(edges, values, side="right") - 1
+    idx[values == edges[-1]] = len(edges) - 2
+    return idx
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_every_eigenvalue_lies_in_exactly_one_bar_for_every_cell_of_the_bundled_models(model, request):
+    from dataclasses import replace
+
+    from toolkit.plot.esd_figure import esd_histogram
+
+    ds = toolkit.weight_stats(request.getfixturevalue(model), ["alpha", "alpha_xmin"], progress=False,
+                              keep_spectra=True)
+    cells = [(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
+             if int(ds.n_rows.sel(layer=la, component=c)) > 0]
+    assert len(cells) >= 126
+    dropped_before = 0
+    for layer, comp in cells:
+        p = toolkit.plot.prepare_esd(ds, layer=layer, component=comp)
+        positive = p.eigenvalues[p.eigenvalues > 0]
+        old_edges = np.logspace(np.log10(positive.min()), np.log10(positive.max()), 101)  # the edges before the fix
+        dropped_before += int(positive.max() > old_edges[-1] or positive.min() < old_edges[0])
+        for kind in ("loglog", "linear"):
+            bars = esd_histogram(replace(p, kind=kind))
+            assert bars.counted == positive.size, (layer, comp, kind)
+            assert bars.edges[-1] == positive.max() == p.xmax and bars.counts[-1] >= 1  # λ_max has its bar
+            idx = _bin_of(positive, bars.edges)
+            assert ((idx >= 0) & (idx < len(bars.counts))).all()
+            np.testing.assert_array_equal(np.bincount(idx, minlength=len(bars.counts)), bars.counts)
+            assert float(np.sum(bars.density * np.diff(bars.edges))) == pytest.approx(1.0)
+    if model == "smollm2_path":
+        assert dropped_before > 0  # the defect was real on this model (86 of its 210 cells)
+    p = toolkit.plot.prepare_esd(ds, layer=cells[0][0], component=cells[0][1])
+    ax = toolkit.plot.esd(ds, layer=cells[0][0], component=cells[0][1])
+    widths = [patch.get_width() for patch in ax.patches]
+    heights = [patch.get_height() for patch in ax.patches]
+    assert float(np.dot(widths, heights)) == pytest.approx(1.0)  # the drawn bars hold every eigenvalue
+    assert ax.patches[-1].get_x() + widths[-1] == pytest.approx(p.xmax) and heights[-1] > 0
+
+
+def test_side_by_side_esd_titles_do_not_overlap(ckpt):
+    import matplotlib.pyplot as plt
+
+    ds = toolkit.weight_stats(ckpt, ["alpha", "alpha_xmin"], progress=False, keep_spectra=True)
+    ds.attrs["source"] = "/models/SmolLM2-135M-Instruct.Q4_1.gguf"  # a long model name, as in notebook 01
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
+    toolkit.plot.esd(ds, layer=0, component="mlp.up", ax=axes[0])
+    toolkit.plot.esd(ds, layer=1, component="mlp.down", ax=axes[1])
+    toolkit.plot.esd(ds, layer=1, component="mlp.down", ax=axes[2], kind="singular_values")
+    fig.tight_layout()
+    fig.canvas.draw()
+    boxes = [ax.title.get_window_extent() for ax in axes]
+    for a, b in zip(boxes, boxes[1:], strict=False):
+        assert a.x1 < b.x0, "titles overlap"

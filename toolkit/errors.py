@@ -729,3 +729,11 @@ class RemoteReadError(ToolkitError, OSError):
 class RemoteAccessError(RemoteReadError, PermissionError):
     """A remote weight file the server refuses to this client (HTTP 401 or 403): a gated or
     private hub repo without a token that may read it. Fields as :class:`RemoteReadError`."""
+
+
+class PassStopped(ToolkitError):
+    """Raised from a pass's ``on_cells`` callback to end the pass early (the live view's **Stop**).
+
+    The pass ends after the tensor being measured; every finished cell is already in the result cache,
+    so the same call again resumes from them.
+    """

@@ -47,6 +47,7 @@ def weight_stats(
     experts=None,
     fill: bool = False,
     download: bool = False,
+    on_cells: Callable[[Callable[[], xr.Dataset]], None] | None = None,
 ) -> xr.Dataset:
     """Statistics of every weight matrix of a checkpoint, per layer and component.
 
@@ -147,6 +148,13 @@ def weight_stats(
     fill : bool, default False
         With a selection: the whole model's grid, the cells left out NaN with
         ``nan_reason`` "not selected (...)"; by default they are absent.
+    on_cells : callable, optional
+        ``on_cells(partial)`` after each stored tensor, in the calling thread
+        (the live view of :func:`toolkit.widgets.explore_model`):
+        ``partial()`` assembles the Dataset of every cell finished so far, laid
+        out as the result (the cells still to come NaN, without a tensor
+        name). An exception it raises stops the pass; the finished cells are
+        in the cache, so a later call resumes from them.
 
     Returns
     -------
@@ -193,6 +201,8 @@ def weight_stats(
     fit = FitOptions.coerce(fit, where)
     per_head = options.flag(per_head, "per_head", where)
     fill = options.flag(fill, "fill", where)
+    if on_cells is not None and not callable(on_cells):
+        raise InvalidOptionError("on_cells", on_cells, "a callable on_cells(partial) or None", where)
     selection = Selection.of(layers, components, experts, where)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
     with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
@@ -203,17 +213,27 @@ def weight_stats(
         if per_head:
             measurement = measurement.with_heads(plan.source.config, plan.source.location)
         run.progress.begin(len(plan.tensors))
-        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source])
-    cells = {key: cell for got in results for key, cell in got.items()}
-    attrs = {**plan.attrs(), "spectral_precision": precision}
-    ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra,
-                            **plan.grid(fill))
-    ds = with_unselected(with_fit_options(ds, fit, measurement.chosen), plan.selected)
-    if measurement.heads is not None:
-        ds = with_heads(ds, cells, measurement.heads)
-    if precision == CERTIFIED:
-        ds = with_precision_served(ds, cells)
-    return with_quality(ds, bounds)
+
+        def assemble(cells: dict) -> xr.Dataset:
+            attrs = {**plan.attrs(), "spectral_precision": precision}
+            ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=keep_spectra,
+                                    **plan.grid(fill))
+            ds = with_unselected(with_fit_options(ds, fit, measurement.chosen), plan.selected)
+            if measurement.heads is not None:
+                ds = with_heads(ds, cells, measurement.heads)
+            if precision == CERTIFIED:
+                ds = with_precision_served(ds, cells)
+            return with_quality(ds, bounds)
+
+        found: dict = {}
+
+        def finished(got: dict) -> None:
+            found.update(got)
+            on_cells(lambda: assemble(dict(found)))
+
+        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source],
+                          on_cells=finished if on_cells is not None else None)
+    return assemble({key: cell for got in results for key, cell in got.items()})
 
 
 def checked_precision(precision, where: str = "") -> str:

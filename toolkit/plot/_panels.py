@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from toolkit.plot import _style
 from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
+from toolkit.plot.scales import shared_scale
 
 #: Extra dimensions that ``heatmaps`` splits into panels when asked for nothing else.
 PANEL_DIMS = ("checkpoint", "step", "epoch")
@@ -41,7 +40,7 @@ def _panels(data, metric, over):
 
 def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = False,
              titles=None, ncols: int | None = None, figsize=None, annotate: bool = False,
-             center="median", scale: str = "diverging", robust: bool = True, **kwargs):
+             center=None, scale: str = "auto", robust: bool = True, **kwargs):
     """Several layer x component heatmaps side by side, sharing the component axis.
 
     Parameters
@@ -55,7 +54,9 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         panels. Default: the first of ``checkpoint``, ``step``, ``epoch`` the
         metric has; none gives a single panel.
     share_scale : bool, default False
-        One colour range (from all panels' values) and one colorbar. By
+        One norm for every panel (:func:`toolkit.plot.scales.shared_scale`:
+        the same scale, limits *and* centre, from all panels' values pooled)
+        and one colorbar, so a colour means one value in every panel. By
         default each panel keeps its own range and colorbar.
     titles : list of str, optional
         Panel titles; default from each panel's model, metric and selection.
@@ -83,10 +84,9 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
     opts = dict(center=center, scale=scale, robust=robust, **kwargs)
     prepared = [prepare_heatmap(d, m, **opts, **sel) for d, m, sel in specs]
     if share_scale:
-        pooled = np.concatenate([p.values.ravel() for p in prepared])
-        lo, hi, c = _style.color_limits(pooled, scale=scale, robust=robust, center=center)
-        shared = dict(opts, vmin=lo, vmax=hi, center=c if c is not None else center)
-        prepared = [prepare_heatmap(d, m, **shared, **sel) for d, m, sel in specs]
+        one = shared_scale([p.values for p in prepared], scale=scale, center=center, robust=robust,
+                           attrs=_attrs(specs[0]))
+        prepared = [prepare_heatmap(d, m, **{**opts, **one.keywords()}, **sel) for d, m, sel in specs]
     if titles is not None:
         from dataclasses import replace
 
@@ -111,6 +111,13 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         cb.set_ticks(list(p.cbar_ticks), labels=_style.format_ticks(p.cbar_ticks, p.scale))
         cb.minorticks_off()
     return fig
+
+
+def _attrs(spec) -> dict:
+    """The attrs of a panel's variable (where its natural centre is recorded)."""
+    data, metric, _ = spec
+    var = data[metric] if metric is not None and hasattr(data, "data_vars") else data
+    return dict(getattr(var, "attrs", {}) or {})
 
 
 def _merge_extend(prepared) -> str:

@@ -103,12 +103,23 @@ def select(da, selection: dict):
     return da
 
 
-def tick_rows(rows: tuple) -> tuple[tuple, tuple]:
-    """Label every 4th layer, the first and the last shown; drop a label next to an end."""
+def tick_step(n_rows: int) -> int:
+    """Layers between two labelled rows: every layer up to 8 rows, every 2nd up to 16, else every 4th."""
+    return 1 if n_rows <= 8 else 2 if n_rows <= 16 else 4
+
+
+def tick_rows(rows: tuple, step: int | None = None) -> tuple[tuple, tuple]:
+    """Label the first and last row shown and every layer divisible by ``step``
+    (:func:`tick_step` of the row count: all six layers of BERT, every 4th of a 30-layer model);
+    a label next to an end is dropped, so two labels never touch."""
     n = len(rows)
+    step = tick_step(n) if step is None else max(1, int(step))
+    if step == 1:
+        pos = tuple(range(n))
+        return pos, tuple(str(r) for r in rows)
     keep = {0, n - 1}
     for i, layer in enumerate(rows):
-        if layer % 4 == 0 and (i == 0 or i == n - 1 or 1 < i < n - 2):
+        if layer % step == 0 and (i == 0 or i == n - 1 or 1 < i < n - 2):
             keep.add(i)
     pos = tuple(sorted(keep))
     return pos, tuple(str(rows[i]) for i in pos)

@@ -214,26 +214,43 @@ def make_norm(scale: str, vmin: float, vmax: float, center: float | None = None)
 
 
 def format_value(x: float) -> str:
-    """Short label for a colorbar tick or an annotated cell (3 significant digits)."""
+    """A number as every view of the toolkit prints it: three significant digits, one notation.
+
+    Plain from 0.001 to 9999 (``0.0912``, ``35.5``, ``9710``; trailing zeros dropped), scientific outside
+    (``1.90e+04``, ``8.54e-04``, always three digits). So a colorbar,
+    a hover text and a table never show one value as ``9.7e+03`` and its
+    neighbour as ``1.90e+04``.
+    """
+    x = float(x)
     if math.isnan(x):
         return ""
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
-        return f"{x:.2e}"
-    return f"{x:.3g}"
+    if x == 0:
+        return "0"
+    rounded = float(f"{x:.3g}")  # 9996 -> 1e4: the notation follows the rounded value
+    if 1e-3 <= abs(rounded) < 1e4:
+        decimals = max(0, 2 - math.floor(math.log10(abs(rounded))))
+        text = f"{rounded:.{decimals}f}"
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    return _scientific(x)
+
+
+def _scientific(x: float) -> str:
+    """``1.90e+04``: three significant digits, always shown in scientific notation."""
+    return f"{x:.2e}"
 
 
 def format_ticks(ticks, scale: str) -> list[str]:
     """Labels for one colorbar's ticks in one notation: when any of them needs scientific
     notation (see :func:`format_value`) all get it, so 8.54e-04 never sits next to 0.00177."""
     ticks = [float(t) for t in ticks]
-    sci = any(t != 0 and math.isfinite(t) and (abs(t) >= 1e4 or abs(t) < 1e-3) for t in ticks)
+    sci = any(t != 0 and math.isfinite(t) and not 1e-3 <= abs(float(f"{t:.3g}")) < 1e4 for t in ticks)
     labels = []
     for t in ticks:
         label = format_tick(t, scale)
         if sci and not label.startswith("$") and math.isfinite(t) and t != 0:
-            label = f"{t:.2e}"
+            label = _scientific(t)
         labels.append(label)
     return labels
 

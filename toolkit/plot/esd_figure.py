@@ -25,6 +25,15 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("loglog", "linear", "logx", "singular_values")
+#: Colours of the figure (the browser's drill-down uses the same).
+BAR_COLOR, BAR_EDGE, FIT_COLOR, XMAX_COLOR = "#9ec3e6", "#1f5fa8", "#c45a00", "#555555"
+
+
+def number(x: float) -> str:
+    """A figure's number: :func:`toolkit.plot._style.format_value`, ``nan`` when undefined."""
+    from toolkit.plot._style import format_value
+
+    return format_value(x) if math.isfinite(x) else "nan"
 
 
 @dataclass
@@ -59,6 +68,64 @@ class ESDData:
         if not math.isfinite(self.xmin):
             return math.nan
         return float(np.mean(self.eigenvalues >= self.xmin))
+
+
+@dataclass(frozen=True)
+class ESDHistogram:
+    """The bars of an ESD figure: every positive eigenvalue in exactly one bin.
+
+    Attributes
+    ----------
+    edges : numpy.ndarray, shape (bins + 1,)
+        Ascending. The first edge is the smallest positive eigenvalue and the
+        last the largest, exactly (log-spaced in between for a log axis): an
+        edge computed as ``10 ** log10(λ_max)`` can round just below λ_max
+        and leave it outside every bin.
+    counts : numpy.ndarray of int, shape (bins,)
+        Eigenvalues per bin (``numpy.histogram``: half-open bins, the last one
+        closed, so λ_max is counted in the last).
+    density : numpy.ndarray, shape (bins,)
+        ``counts / (counted * width)``: integrates to 1 over the bars.
+    zeros : int
+        Eigenvalues that are 0 (or below): no bar on a log axis; the figure says how many.
+    """
+
+    edges: np.ndarray
+    counts: np.ndarray
+    density: np.ndarray
+    zeros: int
+
+    @property
+    def counted(self) -> int:
+        return int(self.counts.sum())
+
+
+def esd_histogram(p: ESDData, bins: int = 100) -> ESDHistogram:
+    """The bars :func:`draw_esd` draws for ``p`` (``kind`` "loglog" / "logx": log-spaced bins,
+    "linear": linear bins from 0), with λ_min and λ_max on the outer edges."""
+    lam = np.asarray(p.eigenvalues, dtype=np.float64)
+    positive = lam[lam > 0]
+    lo, hi = float(positive.min()), float(positive.max())
+    if p.kind == "linear":
+        edges = np.linspace(0.0, hi, bins + 1)
+    elif hi > lo:
+        edges = np.logspace(math.log10(lo), math.log10(hi), bins + 1)
+        edges[0], edges[-1] = lo, hi  # exactly: the logarithm's round trip can miss either end
+    else:  # one distinct value: a bin around it
+        edges = np.geomspace(lo / 1.01, lo * 1.01, bins + 1)
+    counts, _ = np.histogram(positive, bins=edges)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        density = np.where(counts > 0, counts / (counts.sum() * np.diff(edges)), 0.0)
+    return ESDHistogram(edges, counts, density, int(lam.size - positive.size))
+
+
+def fit_curve(p: ESDData, points: int = 200):
+    """The fitted power law as :func:`draw_esd` draws it: ``(λ, density)`` from ``xmin`` to λ_max,
+    scaled to the fraction of eigenvalues in the tail; None without a fit."""
+    if not (math.isfinite(p.alpha) and math.isfinite(p.xmin) and p.xmin > 0):
+        return None
+    x = np.logspace(np.log10(p.xmin), np.log10(p.xmax), points)
+    return x, p.tail_fraction * (p.alpha - 1) / p.xmin * (x / p.xmin) ** (-p.alpha)
 
 
 def _stored(ds, name: str, layer, component) -> float:
@@ -129,9 +196,9 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
     quality = esd_quality(alpha, reason=reason)
     head = model_name(ds.attrs)
     if update:
-        title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {alpha:.3g}"
+        title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {number(alpha)}"
     else:
-        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {alpha:.3g} ({quality})"
+        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {number(alpha)} ({quality})"
     return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind, update)
 
 
@@ -165,31 +232,34 @@ def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
         ax.set_yscale("log")
         ax.set_xlabel("rank i")
         ax.set_ylabel("singular value σ_i of ΔW" if p.update else "singular value σ_i")
-        ax.set_title(p.title)
+        _set_title(ax, p.title)
         return ax
-    positive = lam[lam > 0]
-    if p.kind == "linear":
-        edges = np.linspace(0, positive.max(), bins + 1)
-    else:
-        lo, hi = np.log10(positive.min()), np.log10(positive.max())
-        edges = np.logspace(lo, hi if hi > lo else lo + 1e-9, bins + 1)
-    ax.hist(positive, bins=edges, density=True, color="#9ec3e6", edgecolor="#1f5fa8", linewidth=0.4,
-            label="ESD")
-    if math.isfinite(p.alpha) and math.isfinite(p.xmin) and p.xmin > 0:
-        x = np.logspace(np.log10(p.xmin), np.log10(p.xmax), 200)
-        density = p.tail_fraction * (p.alpha - 1) / p.xmin * (x / p.xmin) ** (-p.alpha)
-        ax.plot(x, density, color="#c45a00", lw=1.8, label=f"power law, α = {p.alpha:.3g}")
-        ax.axvline(p.xmin, color="#c45a00", ls="--", lw=1, label=f"xmin = {p.xmin:.3g}")
-    ax.axvline(p.xmax, color="#555555", ls=":", lw=1, label=f"xmax = λ_max = {p.xmax:.3g}")
+    bars = esd_histogram(p, bins)
+    label = "ESD" + (f" ({bars.zeros} zero eigenvalues not drawn)" if bars.zeros and p.kind != "linear" else "")
+    ax.hist(bars.edges[:-1], bins=bars.edges, weights=bars.density, color=BAR_COLOR, edgecolor=BAR_EDGE,
+            linewidth=0.4, label=label)
+    curve = fit_curve(p)
+    if curve is not None:
+        x, density = curve
+        ax.plot(x, density, color=FIT_COLOR, lw=1.8, label=f"power law, α = {number(p.alpha)}")
+        ax.axvline(p.xmin, color=FIT_COLOR, ls="--", lw=1, label=f"xmin = {number(p.xmin)}")
+    ax.axvline(p.xmax, color=XMAX_COLOR, ls=":", lw=1, label=f"xmax = λ_max = {number(p.xmax)}")
     if p.kind in ("loglog", "logx"):
         ax.set_xscale("log")
     if p.kind == "loglog":
         ax.set_yscale("log")
     ax.set_xlabel("eigenvalue λ of ΔWᵀΔW" if p.update else "eigenvalue λ of WᵀW")
     ax.set_ylabel("density")
-    ax.set_title(p.title)
+    _set_title(ax, p.title)
     ax.legend(fontsize="small", frameon=False)
     return ax
+
+
+def _set_title(ax, title: str) -> None:
+    """``title`` at 10 pt, broken into lines that fit its Axes (ESDs side by side must not overlap)."""
+    from toolkit.plot._layout import wrap_title
+
+    ax.set_title(wrap_title(title, ax, fontsize=10), fontsize=10)
 
 
 def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100,

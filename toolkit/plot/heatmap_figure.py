@@ -27,6 +27,7 @@ from toolkit.plot._select import (
     select,
     tick_rows,
 )
+from toolkit.plot.scales import SCALE_CHOICES, describe_scale, resolve_scale
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class HeatmapData:
     metric, long_name, units : str
         The variable's name and its ``long_name`` / ``units`` attrs.
     scale : {"diverging", "sequential", "log"}
+        The scale drawn (``"auto"`` resolved: :func:`toolkit.plot.scales.resolve_scale`).
     vmin, vmax : float
         Colour limits (values outside are drawn with the end colours);
         robust percentiles, or the data's min and max with ``robust=False``.
@@ -62,6 +64,8 @@ class HeatmapData:
     cbar_ticks : tuple of float
         Three to five colorbar ticks.
     cbar_label, title : str
+        The colorbar's label says what the colours are: the variable, its units and the
+        scale (``log scale``, ``linear scale``, ``white = median 0.0912``, ``white = 0``).
     extend : {"neither", "min", "max", "both"}
         Whether values fall outside ``[vmin, vmax]`` (the colorbar then
         gets an arrow at that end: the limits clip).
@@ -120,6 +124,18 @@ class HeatmapData:
         return "" if self.col_dim == "component" else str(self.col_dim)
 
     @property
+    def notes(self) -> list[str]:
+        """What the x axis label says under the panel: the column dimension (``head``), that hatched
+        cells have no value, and the ``caption``."""
+        mask = self.nan_mask
+        notes = [self.col_axis_label] if self.col_axis_label else []
+        if mask.any() and not mask.all():
+            notes.append("hatched: no value (NaN)")
+        if self.caption:
+            notes.append(self.caption)
+        return notes
+
+    @property
     def clipped(self) -> bool:
         """True when some values lie outside the colour limits (see ``extend``)."""
         return self.extend != "neither"
@@ -128,8 +144,35 @@ class HeatmapData:
         """The matplotlib norm of this panel (see :func:`toolkit.plot._style.make_norm`)."""
         return _style.make_norm(self.scale, self.vmin, self.vmax, self.center)
 
+    def drawn_values(self) -> np.ndarray:
+        """``values`` as the colour map receives them: masked where NaN; +-inf as huge finite
+        numbers (the colours beyond the limits); on the log scale values <= 0 below ``vmin``."""
+        big = np.finfo(np.float64).max / 1e6
+        shown = np.nan_to_num(self.values, nan=np.nan, posinf=big, neginf=-big)
+        if self.scale == "log":  # values <= 0 have no logarithm: the "under" colour
+            shown = np.where(shown <= 0, self.vmin * 1e-3, shown)
+        return np.ma.masked_invalid(shown)
 
-def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: str = "diverging",
+    def face_colors(self) -> np.ndarray:
+        """RGBA of every cell, shape (n_rows, n_cols, 4), in [0, 1]: the colours
+        :func:`draw_heatmap` paints (alpha 0 where there is no value: drawn hatched)."""
+        return np.asarray(_style.cmap(self.scale)(self.norm()(self.drawn_values())), dtype=float)
+
+    def colorbar(self, n: int = 33) -> dict:
+        """The colorbar as plain numbers: ``colors`` (``n`` RGBA samples from its bottom to its top,
+        evenly spaced along the bar), ``ticks`` (``(position in [0, 1], label)``: where
+        matplotlib's colorbar puts each tick, the norm of its value), ``label``, ``extend``."""
+        cm, norm = _style.cmap(self.scale), self.norm()
+        labels = _style.format_ticks(self.cbar_ticks, self.scale)
+        if self.constant is not None:
+            labels = [f"constant: {label}" for label in labels]
+        positions = [float(np.clip(norm(t), 0.0, 1.0)) for t in self.cbar_ticks]
+        return {"colors": [list(map(float, cm(x))) for x in np.linspace(0.0, 1.0, n)],
+                "ticks": list(zip(positions, labels, strict=True)), "label": self.cbar_label,
+                "extend": self.extend}
+
+
+def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, **selection) -> HeatmapData:
     """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
@@ -144,10 +187,17 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     metric : str, optional
         Variable name (``"stable_rank"``). Default: the first metric of the
         Dataset (ignored for a DataArray).
-    center : "median", float or None, default "median"
-        Value drawn white on the diverging scale. None: no centre (plain
-        linear limits).
-    scale : {"diverging", "sequential", "log"}, default "diverging"
+    center : "median", float or None, default None
+        Value drawn white on the diverging scale. None: the variable's natural
+        centre (its attr ``natural_center``: 0 for a difference, 1 for a
+        ratio) if it has one. ``"median"`` gives the published figures'
+        blue-white-orange look around the panel's median (with
+        ``scale="auto"``, the diverging scale).
+    scale : {"auto", "diverging", "sequential", "log"}, default "auto"
+        ``"auto"``: diverging around a natural (or given) centre, else log when
+        the positive values span more than two decades, else sequential
+        (:func:`toolkit.plot.scales.resolve_scale`). ``"diverging"`` without a
+        centre is centred on the median.
     robust : bool, default True
         Colour limits from the 2nd/98th percentiles instead of min/max, so a
         few outliers do not wash out the rest; the colorbar then marks the
@@ -192,7 +242,8 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     """
     import xarray as xr
 
-    _style.check_scale(scale)
+    if scale not in SCALE_CHOICES:
+        raise ValueError(f"scale must be one of {', '.join(SCALE_CHOICES)}; got {scale!r}")
     attrs = {}
     if isinstance(data, xr.Dataset):
         names = metric_names(data)
@@ -238,6 +289,7 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
     reasons = cell_reasons(da, metric)
     long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
     finite = values[np.isfinite(values)]
+    scale, center = resolve_scale(values, scale=scale, center=center, attrs=da.attrs)
     caption, constant = "", None
     if np.isnan(values).all():  # nothing defined (delta ranks at step 0): hatched, with the reason
         lo, hi, c = 0.0, 1.0, None
@@ -258,6 +310,7 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         if scale == "diverging" and center is not None and (c is None or not lo < c < hi):
             c = float(center) if center != "median" else float(np.median(finite)) if finite.size else None
             c = c if c is not None and lo < c < hi else (lo + hi) / 2
+    at_median = bool(center == "median" and c is not None and finite.size and c == float(np.median(finite)))
     known = values[~np.isnan(values)]
     below, above = bool((known < lo).any()), bool((known > hi).any())
     extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
@@ -275,14 +328,17 @@ def prepare_heatmap(data, metric: str | None = None, *, center="median", scale: 
         values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
         units=units, scale=scale, vmin=lo, vmax=hi, center=c, cbar_ticks=ticks,
-        cbar_label=_cbar_label(long_name, unit_text + (", log scale" if scale == "log" else "")),
+        cbar_label=_cbar_label(long_name, unit_text, "" if caption and constant is None else
+                               describe_scale(scale, c, median=at_median)),
         title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
         constant=constant)
 
 
-def _cbar_label(long_name: str, units: str) -> str:
-    """``long_name (units)``, with the units on a second line when the label is long."""
-    return long_name + ("\n" + units.lstrip(" ,") if len(long_name + units) > 30 and units else units)
+def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
+    """``long_name (units)``, with the units on a second line when the label is long, then what the
+    scale is (``log scale``, ``white = median 0.0912``) on a line of its own."""
+    label = long_name + ("\n" + units.lstrip(" ,") if len(long_name + units) > 30 and units else units)
+    return label + (f"\n{scale_text}" if scale_text else "")
 
 
 def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar: bool = True,
@@ -315,12 +371,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
         _, ax = plt.subplots(figsize=auto_figsize(*p.values.shape, annotate=annotate), layout="constrained")
     n_rows, n_cols = p.values.shape
     norm, cm = p.norm(), _style.cmap(p.scale)
-    big = np.finfo(np.float64).max / 1e6  # +-inf drawn with the "over"/"under" colours
-    shown = np.nan_to_num(p.values, nan=np.nan, posinf=big, neginf=-big)
-    if p.scale == "log":  # values <= 0 have no logarithm: the "under" colour
-        shown = np.where(shown <= 0, p.vmin * 1e-3, shown)
-    shown = np.ma.masked_invalid(shown)
-    mesh = ax.pcolormesh(np.arange(n_cols + 1), np.arange(n_rows + 1), shown,
+    mesh = ax.pcolormesh(np.arange(n_cols + 1), np.arange(n_rows + 1), p.drawn_values(),
                          cmap=cm, norm=norm, shading="flat")
     mask = p.nan_mask
     for i, j in zip(*np.nonzero(mask), strict=True):
@@ -332,11 +383,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     ax.set_yticks(np.asarray(p.yticks) + 0.5, p.ytick_labels)
     ax.tick_params(length=2)
     ax.set_ylabel("layer")
-    notes = [p.col_axis_label] if p.col_axis_label else []
-    if mask.any() and not mask.all():
-        notes.append("hatched: no value (NaN)")
-    if p.caption:
-        notes.append(p.caption)
+    notes = p.notes
     size = value_font_size(ax, n_rows, n_cols) if annotate else 0.0
     if annotate and size < MIN_VALUE_FONT:
         notes.append(f"values in cells off: {n_rows} rows leave {size:.1f} pt; draw a taller figure")
@@ -360,7 +407,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     return ax
 
 
-def heatmap(data, metric: str | None = None, *, ax=None, center="median", scale: str = "diverging",
+def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
             vmax: float | None = None, **selection):

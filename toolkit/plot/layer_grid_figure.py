@@ -238,7 +238,7 @@ def _draw_panel(ax, data: LayerGridData, i: int, *, title: str | None = None):
         ax.set_yscale("log")
     ax.set_ylim(*data.ylim)
     ax.set_xlim(data.x[0], data.x[-1])
-    ax.set_title(title or data.panel_titles[i], fontsize=10)
+    ax.set_title(data.panel_titles[i] if title is None else title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -276,7 +276,7 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
         if i >= len(data.panels):
             ax.set_visible(False)
             continue
-        _draw_panel(ax, data, i)
+        _draw_panel(ax, data, i, title="" if data.panels == (-1,) else None)  # the suptitle names it
         if legend == "panel":
             ax.legend(loc="upper left", fontsize=7)
         if i % data.ncols == 0:
@@ -285,11 +285,19 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
             ax.set_xlabel("epoch")
     if legend == "shared":
         _shared_legend(fig, axes[0], data.ncols)
-    fig.suptitle(title or _title(data))
+    fig.suptitle(_fitted(title or grid_title(data), fig))
     return fig
 
 
-def _title(data: LayerGridData) -> str:
+def _fitted(title: str, fig, fontsize: float = 12.0) -> str:
+    """``title`` broken into lines that fit the figure's width (two panels leave room for ~50 characters)."""
+    import textwrap
+
+    chars = max(16, int(fig.get_size_inches()[0] * 72 * 0.95 / (0.55 * fontsize)))
+    return "\n".join(textwrap.wrap(title, chars, break_on_hyphens=False)) or title
+
+
+def grid_title(data: LayerGridData) -> str:
     """``"<long name> (head 1; layer 0 = …)"``: what was selected and how layers count."""
     extra = ["head mean" if v == "mean" else f"{k} {v}" for k, v in data.selection.items()]
     extra += [data.note] if data.note else []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.errors import CheckpointFileError, SourceNotFoundError
+from toolkit.errors import CheckpointFileError, SourceNotFoundError, ToolkitError
 from toolkit.sources.base import Source
 from toolkit.sources.formats import guess_format
 
@@ -63,6 +63,14 @@ def open_local(path: str | os.PathLike, *, gguf_file: str | None = None, locatio
     return fmt.open(path, location=location, revision=revision, **taken)
 
 
+def _readable(folder: Path) -> bool:
+    """Whether a registered format reads ``folder`` (a look at its file names, nothing opened)."""
+    try:
+        return guess_format(folder) is not None
+    except (OSError, ToolkitError):
+        return False
+
+
 def _unreadable(path: Path) -> Exception:
     """The error for a path no registered format reads."""
     if path.is_file():
@@ -72,6 +80,11 @@ def _unreadable(path: Path) -> Exception:
         )
     others = sorted(p.name for p in path.iterdir() if p.suffix in _WEIGHT_LIKE)
     hint = f" Other weight-like files there: {', '.join(others)}; pass one of them as a path." if others else ""
+    inside = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))
+                    and _readable(p))
+    if inside:  # a package folder with its weights in model/, a run with its checkpoint in final/
+        hint += (f" The subfolder{'s' if len(inside) > 1 else ''} {', '.join(p.name + '/' for p in inside)} "
+                 f"hold{'' if len(inside) > 1 else 's'} a checkpoint: pass {inside[0]}.")
     return SourceNotFoundError(
         path, "no weight files: expected model.safetensors, model.safetensors.index.json + shards, "
         "pytorch_model.bin(.index.json) or a .gguf file." + hint

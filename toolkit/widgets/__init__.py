@@ -1,8 +1,8 @@
 """Jupyter widgets over statistics Datasets (imported lazily: ``ipywidgets`` loads on first use).
 
 - :func:`explore` -- interactive heatmap panel over any statistics Dataset.
-- :func:`explore_model` -- compute a model's weight statistics with a progress
-  bar in the widget, then the same panel.
+- :func:`explore_model` -- measure a model's weights and watch the cells arrive
+  in the same panel (progress, time left, Stop / Resume, a selection form).
 - :func:`lab_explorer` -- the attention-activation lab's panel.
 - :func:`prompt_box` -- a text box and Run button over one text's activation statistics.
 """
@@ -12,9 +12,10 @@ from __future__ import annotations
 from toolkit._lazy import lazy_getattr
 
 _LAZY = {
-    "explore": "toolkit.widgets.explorer",
+    "explore": "toolkit.widgets.entry",
     "Explorer": "toolkit.widgets.explorer",
     "explore_model": "toolkit.widgets._model",
+    "ModelExplorer": "toolkit.widgets._model",
     "lab_explorer": "toolkit.widgets.lab",
     "prompt_box": "toolkit.widgets.prompt",
     "PromptBox": "toolkit.widgets.prompt",

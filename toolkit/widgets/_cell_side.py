@@ -1,16 +1,37 @@
-"""The explorer's side panel: a cell's hover text and drill-down, and the top cells table."""
+"""The explorer's side panel: the opened cell (its facts and drill-down) and the top cells table.
+
+A cell opens on a click or Enter in the heatmap (:meth:`CellSide.show_cell`
+from code). Its drill-down is drawn from the Dataset's stored spectrum; when
+the Dataset holds none but records a local checkpoint, the one matrix is read
+and its spectrum computed in the background
+(:func:`toolkit.collect.weights.cell_spectrum`, cached), the panel saying
+"computing…" meanwhile. When the figure changes (another metric, a zoomed
+layer range) the opened cell stays open if it is still shown, else the side
+panel is cleared: it never describes a cell that is not on screen.
+"""
 
 from __future__ import annotations
 
 import html
+import os
+import threading
 
 from toolkit.errors import EmptyInputError, ToolkitError
 from toolkit.plot._style import format_value
 from toolkit.widgets.cells import Panel, top_cells
 
 
+def _is_activations(ds) -> bool:
+    return str(ds.attrs.get("kind", "")) == "activations"
+
+
 class CellSide:
     """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: what it says about single cells."""
+
+    def _init_cells(self):
+        self._opened_key = None  # (panel label, id(ds), selection, layer, column) of the opened cell
+        self._spectra: dict = {}  # cell -> Dataset from cell_spectrum, or the error text
+        self._computing: dict = {}  # cell -> thread computing its spectrum
 
     def _show_top(self, k: int = 5):
         if not self.prepared:
@@ -26,6 +47,35 @@ class CellSide:
                                         ([lab] if multi else []) + [layer, col, format_value(v)]) + "</tr>"
                        for lab, layer, col, v in rows)
         self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
+
+    # -- what a cell offers ----------------------------------------------------
+    def _hint(self, panels) -> str:
+        """What opening a cell gives, for the panels shown (no promise of a spectrum that cannot come)."""
+        if not panels:
+            return ""
+        p = panels[0]
+        keys = "Click a cell, or move with the arrow keys and press Enter,"
+        if _is_activations(p.ds):
+            return f"{keys} for its numbers (activation statistics: no spectrum to draw)."
+        if self._columns() != "component" or "component" not in self.ds[self.controls["metric"].value].dims:
+            return f"{keys} for its numbers (spectra are per matrix: these columns have none)."
+        if "eigenvalues" in p.ds:
+            return f"{keys} for its spectrum (ESD with the power-law fit) and its entries."
+        if self._spectrum_source(p) is not None:
+            return f"{keys} to compute its spectrum (reads that one matrix)."
+        return (f"{keys} for its numbers. No spectrum is stored: weight_stats(..., keep_spectra=True) keeps them, "
+                "or explore the checkpoint itself.")
+
+    def _spectrum_source(self, panel: Panel) -> str | None:
+        """The local checkpoint a missing spectrum can be computed from, or None (not weights, a comparison,
+        entries not to be read, or a source that is not a local file)."""
+        ds = panel.ds
+        if not self.read_entries or panel.combine or _is_activations(ds) or "eigenvalues" in ds:
+            return None
+        if ds.attrs.get("base_source") or ds.attrs.get("checkpoint_sources") is not None:
+            return None  # a comparison: the spectrum of an update needs both sides
+        source = str(ds.attrs.get("source") or "")
+        return source if source and os.path.exists(source) else None
 
     # -- cells ----------------------------------------------------------------
     def _cell_index(self, layer, column, panel: int):
@@ -50,36 +100,137 @@ class CellSide:
         i, j = self._cell_index(layer, component, panel)
         return "\n".join(self.facts[panel].lines(i, j))
 
-    def _clicked(self, panel: int, row: int, col: int):
+    def _opened(self, panel: int, row: int, col: int):
         p = self.prepared[panel]
         self.show_cell(p.rows[row], p.cols[col], panel=panel)
 
-    def show_cell(self, layer, component, *, panel: int = 0):
-        """Draw a cell's drill-down beside the heatmap, as a click on it does.
+    def _key(self, panel: int, layer, column):
+        pan = self.panels[panel]
+        return (pan.label, id(pan.ds), tuple(sorted(map(str, pan.selection.items()))), pan.combine, layer, column)
+
+    def show_cell(self, layer, component, *, panel: int = 0, wait: bool = False):
+        """Open a cell: its facts and drill-down beside the heatmap, as a click (or Enter) on it does.
+
+        Parameters
+        ----------
+        layer, component
+            The cell (``component`` is the column label: a head or expert number for those columns).
+        panel : int
+        wait : bool, default False
+            When the spectrum is being computed from the checkpoint, wait for it (scripts and tests);
+            by default the panel says "computing…" and fills in when it is done.
 
         Returns
         -------
         toolkit.widgets.drilldown.DrillDown
             The figure's parts (``kinds``) and why others are missing (``notes``).
         """
-        from toolkit.widgets.drilldown import drill_down
-
         i, j = self._cell_index(layer, component, panel)
+        self.view.selected = [panel, i, j]
+        self._opened_key = self._key(panel, layer, component)
+        self._write_cell_text(panel, i, j)
+        dd = self._draw_drill(panel, layer, component)
+        if wait and self._opened_key in self._computing:
+            self._computing[self._opened_key].join()
+            dd = self.cell
+        return dd
+
+    def _write_cell_text(self, panel: int, i: int, j: int) -> None:
         pan, prep = self.panels[panel], self.prepared[panel]
-        matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
-        self.cell = dd = drill_down(pan.ds, layer, component, col_dim=prep.col_dim, selection=pan.selection,
-                                    matrix=matrix, dpi=90)
         lines = self.facts[panel].lines(i, j)
         if "relative_change" in pan.ds and prep.metric != "relative_change" and not pan.combine:
             rc = self.facts[panel]._aligned(pan.ds["relative_change"], pan.selection)
             if rc is not None:
-                lines.append(f"relative change: {rc[i, j]:.3g}")
+                lines.append(f"relative change: {format_value(float(rc[i, j]))}")
         text = "<br>".join(html.escape(x) for x in lines)
-        notes = "".join(f"<br><small>{html.escape(n)}</small>" for n in dd.notes)
-        self.cell_text.value = f"<div class='toolkit-cell'><b>{html.escape(pan.label)}</b><br>{text}{notes}</div>"
-        self.cell_image.value = dd.png
-        self.cell_image.layout.display = "" if dd.png else "none"
+        self.cell_text.value = f"<div class='toolkit-cell'><b>{html.escape(pan.label)}</b><br>{text}</div>"
+
+    def _draw_drill(self, panel: int, layer, component):
+        """Draw the opened cell's drill-down: from the Dataset's stored spectrum, from one computed for this
+        cell (:meth:`_compute_spectrum`), or, while that runs, what is there with "computing…"."""
+        from toolkit.widgets.drilldown import DrillDown, drill_down
+
+        pan, prep = self.panels[panel], self.prepared[panel]
+        key, status, source = self._opened_key, "", None
+        if _is_activations(pan.ds):
+            dd = DrillDown(layer, component, notes=["activation statistics: no spectrum or weight entries to draw"])
+        else:
+            matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
+            computed = self._spectra.get(key)  # a Dataset from cell_spectrum, or why it failed
+            if computed is not None and not isinstance(computed, str):
+                dd = drill_down(computed, layer, component, col_dim=prep.col_dim, matrix=matrix)
+            else:
+                dd = drill_down(pan.ds, layer, component, col_dim=prep.col_dim, selection=pan.selection,
+                                matrix=matrix)
+                if isinstance(computed, str):
+                    dd.notes.append(f"spectrum: {computed}")
+                elif "esd" not in dd.kinds and prep.col_dim == "component":
+                    source = self._spectrum_source(pan)
+                if source is not None:
+                    dd.notes = [n for n in dd.notes if not n.startswith("spectrum:")]
+                    status = f"computing the spectrum of layer {layer} {component} … (reads that one matrix)"
+        self.cell = dd
+        self.drill.show(dd.spec(status=status))  # before the thread starts: its result must come after
+        if source is not None:
+            self._compute_spectrum(key, source, pan, layer, component)
         return dd
+
+    def _compute_spectrum(self, key, source: str, pan: Panel, layer, component) -> None:
+        """Compute one cell's spectrum in a thread (:func:`toolkit.collect.weights.cell_spectrum`, which
+        caches it); draw it if the cell is still the opened one."""
+        if key in self._computing:
+            return
+        from toolkit.metrics.fit_options import FitOptions
+
+        ds = pan.ds
+        expert = pan.selection.get("expert")
+        expert = int(expert) if isinstance(expert, (int,)) and not isinstance(expert, bool) else None
+        fit = FitOptions.from_attrs(ds.attrs)
+
+        def work():
+            from toolkit.collect.weights import cell_spectrum
+
+            try:
+                got = cell_spectrum(source, layer=int(layer), component=str(component), expert=expert, fit=fit,
+                                    revision=str(ds.attrs.get("revision") or "") or None)
+            except ToolkitError as err:
+                got = str(err)
+            except Exception as err:  # noqa: BLE001 - a thread has nowhere else to report
+                got = f"{type(err).__name__}: {err}"
+            self._spectra[key] = got
+            self._computing.pop(key, None)
+            if self._opened_key == key and self.prepared:
+                try:
+                    k = next(n for n in range(len(self.panels)) if self._key(n, layer, component) == key)
+                except StopIteration:
+                    return
+                self._draw_drill(k, layer, component)
+
+        thread = threading.Thread(target=work, name="toolkit-cell-spectrum", daemon=True)
+        self._computing[key] = thread
+        thread.start()
+
+    def _follow_cell(self) -> None:
+        """After a new figure: keep the opened cell open (and outlined) if it is still shown, with its
+        facts for the metric now shown; else clear the side panel."""
+        key = self._opened_key
+        if key is not None:
+            layer, column = key[-2], key[-1]
+            for k in range(len(self.panels)):
+                if self._key(k, layer, column) == key and layer in self.prepared[k].rows \
+                        and column in self.prepared[k].cols:
+                    i, j = self._cell_index(layer, column, k)
+                    self.view.selected = [k, i, j]
+                    self._write_cell_text(k, i, j)
+                    return
+        self._clear_cell()
+
+    def _clear_cell(self) -> None:
+        self._opened_key, self.cell = None, None
+        self.view.selected = []
+        self.cell_text.value = f"<div class='toolkit-cell'><i>{html.escape(self._hint(self.panels))}</i></div>" \
+            if self.prepared else ""
+        self.drill.show({})
 
     def _matrix(self, panel: Panel, layer, component):
         """The cell's matrix for the entry histogram, or why it cannot be read (cached per cell)."""
@@ -97,4 +248,3 @@ class CellSide:
             except ToolkitError as err:
                 self._matrices[key] = str(err)
         return self._matrices[key]
-

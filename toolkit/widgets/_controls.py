@@ -6,7 +6,13 @@ import ipywidgets as W
 
 from toolkit.plot._select import COL_DIMS, REDUCIBLE_DIMS, REDUCTIONS, ROW_DIM, STEP_COORDS, column_dim
 
-SCALE_OPTIONS = (("diverging (median)", "diverging"), ("sequential", "sequential"), ("log", "log"))
+#: The colour scales offered: "auto" is the honest default (toolkit.plot.scales.resolve_scale: diverging only
+#: around a natural centre, log past two decades, else linear); "diverging" centres on the median when the
+#: metric has no natural centre.
+SCALE_OPTIONS = (("auto", "auto"), ("linear", "sequential"), ("log", "log"), ("diverging", "diverging"))
+SCALE_TOOLTIP = ("auto: white-to-orange, on a log scale when the values span more than two decades; blue-white-"
+                 "orange only around a natural centre (0 of a difference, 1 of a ratio). diverging: blue-white-"
+                 "orange around that centre, or the median.")
 ROBUST_TOOLTIP = ("On: colour limits at the 2nd and 98th percentiles, so a few outliers do not wash out the "
                   "rest (arrows on the colorbar mark clipped ends). Off: the data's min and max, so an "
                   "outlier such as a massive activation is shown as the extreme it is.")

@@ -6,8 +6,8 @@ import numpy as np
 
 from toolkit.errors import EmptyInputError
 from toolkit.plot._select import column_dim, model_name, select
-from toolkit.plot._style import color_limits
 from toolkit.plot.heatmap_figure import prepare_heatmap
+from toolkit.plot.scales import CENTER_ATTR, shared_scale
 from toolkit.widgets import _controls as C
 from toolkit.widgets.cells import COMBINATIONS, Panel, combined
 
@@ -26,6 +26,29 @@ def models_of(data, labels=None) -> list[tuple[str, object]]:
         seen[lab] = seen.get(lab, 0) + 1
         labels[i] = lab if seen[lab] == 1 else f"{lab} ({seen[lab]})"
     return list(zip(labels, items, strict=True))
+
+
+def absent_components(datasets, components) -> list[str]:
+    """The components no Dataset has a matrix for (BERT's ``mlp.gate``): no tensor name, no shape and no
+    value in any of them. They keep their (hatched) column, but get no toggle."""
+    present = dict.fromkeys(components, False)
+    for ds in datasets:
+        if "component" not in ds.dims:
+            continue
+        names = [str(c) for c in ds["component"].values]
+        found = np.zeros(len(names), dtype=bool)
+        for key in ("parameter_name", "n_rows"):
+            if key in ds.coords and "component" in ds[key].dims:
+                v = ds[key]
+                has = (v != "") if v.dtype.kind in "OUS" else (v > 0)
+                found |= has.any([d for d in v.dims if d != "component"]).transpose("component").values
+        for var in ds.data_vars.values():
+            if "component" in var.dims and var.dtype.kind == "f" and "index" not in var.dims:
+                found |= var.notnull().any([d for d in var.dims if d != "component"]).transpose("component").values
+        for name, ok in zip(names, found, strict=True):
+            if name in present:
+                present[name] |= bool(ok)
+    return [c for c, ok in present.items() if not ok]
 
 
 def applicable(da, selection: dict) -> dict:
@@ -55,8 +78,21 @@ class Views:
         b, t = self.entries[self.controls["base"].value], self.entries[self.controls["target"].value]
         return [Panel(t[0], t[1], t[2], base=b, combine=view)]
 
+    def _default_base(self, metric: str) -> int:
+        """The first entry whose ``metric`` is not all 0 or NaN (step 0 of a series compares the model with
+        itself: a ratio over it would be empty), else the first."""
+        for i, (_, ds, sel) in enumerate(self.entries[:-1]):
+            try:
+                values = np.asarray(select(ds[metric], applicable(ds[metric], sel)).values, dtype=float)
+            except (KeyError, ValueError):
+                continue
+            if np.any(np.isfinite(values) & (values != 0)):
+                return i
+        return 0
+
     def _prepare_all(self):
-        """``(metric, panels, prepared)`` of the current controls; panels carry their full selection."""
+        """``(metric, panels, prepared, shared)`` of the current controls; panels carry their full
+        selection; ``shared``: the panels have one norm (same scale, limits and centre)."""
         kws = self.selection()
         metric = kws.pop("metric")
         extra = {k: kws.pop(k) for k in list(kws) if k not in ("scale", "robust", "layers", "components",
@@ -69,12 +105,16 @@ class Views:
                 base = (b_label, b_ds, applicable(b_ds[metric], {**extra, **b_sel}))
             panels.append(Panel(p.label, p.ds, applicable(p.ds[metric], {**extra, **p.selection}), base, p.combine))
         prepared = [self._prepare(p, metric, kws) for p in panels]
-        if len(prepared) > 1 and "range" in self.controls and self.controls["range"].value == "shared" \
-                and kws["vmin"] is None and kws["vmax"] is None:
-            pooled = np.concatenate([q.values.ravel() for q in prepared])
-            lo, hi, _ = color_limits(pooled, scale=kws["scale"], robust=kws["robust"])
-            prepared = [self._prepare(p, metric, {**kws, "vmin": lo, "vmax": hi}) for p in panels]
-        return metric, panels, prepared
+        shared = len(prepared) > 1 and "range" in self.controls and self.controls["range"].value == "shared"
+        if shared:
+            limits = {k: kws[k] for k in ("vmin", "vmax") if kws[k] is not None}
+            one = shared_scale([q.values for q in prepared], scale=kws["scale"], robust=kws["robust"],
+                               attrs=self.ds[metric].attrs)
+            keywords = {**one.keywords(), **limits}
+            if limits:  # a typed limit replaces the pooled one; the centre stays the pooled one
+                keywords["center"] = one.center if one.scale == "diverging" else None
+            prepared = [self._prepare(p, metric, {**kws, **keywords}) for p in panels]
+        return metric, panels, prepared, shared
 
     @staticmethod
     def _prepare(p: Panel, metric: str, kws: dict):
@@ -84,5 +124,6 @@ class Views:
         t_da, b_da = select(p.ds[metric], p.selection), select(b_ds[metric], b_sel)
         da = combined(t_da, b_da, p.combine, col_dim=column_dim(t_da.dims), target=p.label, base=b_label)
         symbol, _, _, centre = COMBINATIONS[p.combine]
+        da.attrs[CENTER_ATTR] = centre  # a difference centres on 0, a ratio on 1
         long_name = str(p.ds[metric].attrs.get("long_name") or metric)
-        return prepare_heatmap(da, **{**kws, "center": centre}, title=f"{long_name}: {p.label} {symbol} {b_label}")
+        return prepare_heatmap(da, **kws, title=f"{long_name}: {p.label} {symbol} {b_label}")

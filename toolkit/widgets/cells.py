@@ -56,10 +56,12 @@ class PanelFacts:
     prepared : toolkit.plot.HeatmapData
     metric : str
         The Dataset variable shown (for a difference, the one both sides hold).
+    pending : bool
+        A pass is still measuring: an empty cell with no tensor yet is "not measured yet".
     """
 
-    def __init__(self, panel: Panel, prepared, metric: str):
-        self.panel, self.p, self.metric = panel, prepared, metric
+    def __init__(self, panel: Panel, prepared, metric: str, *, pending: bool = False):
+        self.panel, self.p, self.metric, self.pending = panel, prepared, metric, pending
         self.names = self._grid(panel.ds, "parameter_name", panel.selection)
         self.n_rows = self._grid(panel.ds, "n_rows", panel.selection)
         self.n_cols = self._grid(panel.ds, "n_cols", panel.selection)
@@ -113,8 +115,19 @@ class PanelFacts:
             reason = str(p.reasons[i, j]) if p.reasons is not None else ""
             if not reason and self.sides is not None and self.panel.combine == "ratio" and self.sides[0][1][i, j] == 0:
                 reason = "the base is 0: no ratio"
-            lines.append("undefined: " + (reason or "no value stored (NaN)"))
+            lines.append("undefined: " + (reason or self._unrecorded_reason(i, j, column)))
         return lines
+
+    def _unrecorded_reason(self, i: int, j: int, column: str) -> str:
+        """Why a NaN cell has no value when the Dataset records no reason: no matrix there (no tensor
+        name, no shape), not measured yet (a pass still running), or a value left NaN."""
+        no_tensor = self.names is not None and not str(self.names[i, j])
+        no_shape = self.n_rows is not None and int(self.n_rows[i, j]) == 0
+        if self.pending and (no_tensor or self.names is None):
+            return "not measured yet (the pass is still running)"
+        if self.p.col_dim == "component" and (no_tensor or (self.names is None and no_shape)):
+            return f"no {column} matrix in this layer of the model"
+        return f"{self.p.long_name} is NaN for this matrix and the Dataset records no reason"
 
     def grid(self) -> list[list[str]]:
         """``grid[row][col]``: the hover text of every cell, row 0 = the lowest layer."""

@@ -1,8 +1,9 @@
-"""One cell's drill-down figure: its ESD with the power-law fit, its singular values, its entries.
+"""One cell's drill-down: its ESD with the power-law fit, its singular values, its entries.
 
-Drawn from the Dataset's stored spectrum (``eigenvalues``, through
-:func:`toolkit.plot.prepare_esd` / :func:`toolkit.plot.draw_esd`), so it is
-instant when the spectrum is stored. A comparison Dataset whose
+Prepared from the Dataset's stored spectrum (``eigenvalues``, through
+:func:`toolkit.plot.prepare_esd`) and drawn in the browser
+(:class:`~toolkit.widgets.chart_view.ChartView`), so it is instant when the
+spectrum is stored. A comparison Dataset whose
 ``eigenvalues`` are those of the update carries the attr ``matrix`` (e.g.
 ``"ΔW = W_target − W_base"``); the titles then name it. The entry histogram
 needs the matrix itself: it is read from the source recorded in the
@@ -12,7 +13,6 @@ that works, otherwise the panel says why not.
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,14 +23,14 @@ from toolkit.plot._select import is_reduction, select
 
 @dataclass
 class DrillDown:
-    """What a click on a cell shows.
+    """What opening a cell shows beside the heatmap.
 
     Attributes
     ----------
     layer, column : the cell
-    png : bytes
-        The figure (ESD, singular values, entry histogram; for a comparison ΔW's entries and
-        the relative change per row), or b"" when none could be drawn.
+    panels : list of dict
+        The figure's panels for :class:`~toolkit.widgets.chart_view.ChartView`
+        (:mod:`toolkit.widgets.chart_spec`), in the order of ``kinds``.
     notes : list of str
         Why a part is missing (no stored spectrum, no readable source ...).
     kinds : list of str
@@ -40,18 +40,26 @@ class DrillDown:
         Their titles (they name the update ``ΔW`` for a comparison's spectrum).
     eigenvalues : numpy.ndarray or None
         The stored spectrum drawn (λ, descending).
+    esd : toolkit.plot.ESDData or None
+        The prepared ESD (its bars: :func:`toolkit.plot.esd_figure.esd_histogram`).
     row_change : numpy.ndarray or None
         For a comparison read from its checkpoints: ‖ΔW_i‖ / ‖W_base,i‖ per row.
     """
 
     layer: int
     column: object
-    png: bytes = b""
+    panels: list = field(default_factory=list)
     notes: list = field(default_factory=list)
     kinds: list = field(default_factory=list)
     titles: list = field(default_factory=list)
     eigenvalues: np.ndarray | None = None
+    esd: object = None
     row_change: np.ndarray | None = None
+
+    def spec(self, *, title: str = "", status: str = "") -> dict:
+        """The :class:`~toolkit.widgets.chart_view.ChartView` spec: the panels one above the other."""
+        return {"title": title, "panels": self.panels, "ncols": 1, "panel_height": 215, "status": status,
+                "note": "\n".join(self.notes)}
 
 
 def cell_dataset(ds, selection: dict):
@@ -62,9 +70,8 @@ def cell_dataset(ds, selection: dict):
     return select(ds, sel)
 
 
-def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=None, matrix=None,
-               dpi: int = 80) -> DrillDown:
-    """The drill-down figure of one cell.
+def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=None, matrix=None) -> DrillDown:
+    """The drill-down of one cell: its ESD with the fit, its singular values, its entries.
 
     Parameters
     ----------
@@ -80,15 +87,15 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
         The cell's matrix (out, in) for the entry histogram; for a
         comparison ``(W_base, W_target)``, drawn as the histogram of ΔW's
         entries and the relative change per row; or why it could not be read.
-    dpi : int
 
     Returns
     -------
     DrillDown
     """
-    from matplotlib.figure import Figure
-
-    from toolkit.plot.esd_figure import draw_esd, prepare_esd
+    from toolkit.plot._style import format_value
+    from toolkit.plot.entries_figure import prepare_entries
+    from toolkit.plot.esd_figure import prepare_esd
+    from toolkit.widgets import chart_spec
 
     out = DrillDown(layer, column)
     if col_dim != "component":
@@ -96,44 +103,34 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
         return out
     cell = cell_dataset(ds, selection or {})
     what = str(cell["eigenvalues"].attrs.get("matrix", "")) if "eigenvalues" in cell else ""
-    parts = []
     try:
         esd = prepare_esd(cell, layer=layer, component=str(column))
-        out.eigenvalues = esd.eigenvalues
-        parts += [("esd", esd), ("singular_values", prepare_esd(cell, layer=layer, component=str(column),
-                                                                kind="singular_values"))]
+        out.eigenvalues, out.esd = esd.eigenvalues, esd
+        out.panels += [chart_spec.esd_panel(esd, title=_short_title(esd.title, what)),
+                       chart_spec.singular_values_panel(esd, title=_short_title(esd.title, what))]
+        out.kinds += ["esd", "singular_values"]
     except (ToolkitError, KeyError, ValueError) as err:
         out.notes.append(f"spectrum: {err}")
     if isinstance(matrix, np.ndarray):
-        parts.append(("entries", matrix))
+        e = prepare_entries(matrix)
+        out.panels.append(chart_spec.entries_panel(
+            e, title=f"layer {layer} {column}: {e.size:,} entries, rms {format_value(e.rms)}"))
+        out.kinds.append("entries")
     elif isinstance(matrix, tuple):  # (W_base, W_target) of a comparison
         base, target = (np.asarray(m, dtype=np.float64) for m in matrix)
-        parts += [("update_entries", target - base), ("row_change", row_change(base, target))]
+        e = prepare_entries(target - base)
+        out.row_change = change = row_change(base, target)
+        out.panels += [
+            chart_spec.entries_panel(e, title=f"layer {layer} {column}: {e.size:,} ΔW entries, "
+                                              f"rms {format_value(e.rms)}"),
+            chart_spec.line_panel(change, title=f"relative change per row: median "
+                                                f"{format_value(float(np.nanmedian(change)))}, max "
+                                                f"{format_value(float(np.nanmax(change)))}",
+                                  xlabel="row i (output feature)", ylabel="‖ΔW_i‖ / ‖W_base,i‖", role="row_change")]
+        out.kinds += ["update_entries", "row_change"]
     elif matrix:
         out.notes.append(f"entry histogram: {matrix}")
-    if not parts:
-        return out
-    fig = Figure(figsize=(4.8, 2.6 * len(parts)), dpi=dpi, layout="constrained")
-    axes = fig.subplots(len(parts), 1, squeeze=False)[:, 0]
-    for ax, (kind, data) in zip(axes, parts, strict=True):
-        if kind in ("entries", "update_entries"):
-            _draw_entries(ax, data, layer, column, "ΔW " if kind == "update_entries" else "")
-        elif kind == "row_change":
-            out.row_change = data
-            ax.plot(np.arange(data.size), data, lw=0.8, color="#c45a00")
-            ax.set_xlabel("row i (output feature)")
-            ax.set_ylabel("‖ΔW_i‖ / ‖W_base,i‖")
-            ax.set_title(f"relative change per row: median {np.nanmedian(data):.3g}, max {np.nanmax(data):.3g}",
-                         fontsize=9)
-        else:
-            draw_esd(data, ax=ax)
-            ax.set_title(_short_title(data.title, what), fontsize=9)
-        out.kinds.append(kind)
-        out.titles.append(ax.get_title())
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    fig.clear()
-    out.png = buf.getvalue()
+    out.titles = [p["title"] for p in out.panels]
     return out
 
 
@@ -148,14 +145,3 @@ def row_change(base: np.ndarray, target: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         num, den = np.linalg.norm(target - base, axis=1), np.linalg.norm(base, axis=1)
         return np.where(den > 0, num / den, np.nan)
-
-
-def _draw_entries(ax, w: np.ndarray, layer, column, what: str = ""):
-    w = np.asarray(w, dtype=np.float64).ravel()
-    w = w[np.isfinite(w)]
-    ax.hist(w, bins=120, color="#9ec3e6", edgecolor="#1f5fa8", linewidth=0.3)
-    ax.set_yscale("log")
-    ax.set_xlabel(f"{what}entry value")
-    ax.set_ylabel("count")
-    ax.set_title(f"layer {layer} {column}: {w.size:,} {what}entries, rms {np.sqrt(np.mean(w * w)):.3g}",
-                 fontsize=9)

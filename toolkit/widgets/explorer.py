@@ -1,17 +1,22 @@
 """An ipywidgets panel over one or several statistics Datasets.
 
-The panel only chooses what to draw; the numbers come from the Datasets and the
-figure from :func:`toolkit.plot.prepare_heatmap` / :func:`toolkit.plot.draw_heatmap`,
-the same functions the CLI uses. The figure is shown by a
-:class:`~toolkit.widgets.heatmap_view.HeatmapView` (an anywidget): the same
-PNG, plus each cell's hover text, drawn as a tooltip by the browser with no
-kernel round trip; a click on a cell draws its drill-down (ESD, singular
-values, entries) beside the heatmap.
+The panel only chooses what to draw; the numbers come from the Datasets, the
+prepared panels from :func:`toolkit.plot.prepare_heatmap` (the function the
+saved figures and the CLI use) and the colours from
+:meth:`toolkit.plot.HeatmapData.face_colors`. The browser draws them
+(:class:`~toolkit.widgets.heatmap_view.HeatmapView`): tooltips, box and wheel
+zoom, pan, arrow keys and a selected cell need no kernel round trip, and a
+change of control is one message, not a re-rendered PNG. Opening a cell
+(click or Enter) draws its drill-down beside the heatmap (ESD with the fit,
+singular values, entries: :class:`~toolkit.widgets.chart_view.ChartView`).
+matplotlib still draws every saved figure (PNG, SVG, PDF) and the static
+image a notebook keeps for viewers without widgets.
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import re
 import threading
 from contextlib import contextmanager
@@ -22,14 +27,14 @@ import ipywidgets as W
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
 from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names
 from toolkit.widgets import _controls as C
+from toolkit.widgets import heatmap_spec
 from toolkit.widgets._cell_side import CellSide
 from toolkit.widgets._saving import Saving
-from toolkit.widgets._views import Views, models_of
+from toolkit.widgets._views import Views, absent_components, models_of
 from toolkit.widgets.cells import COMBINATIONS, PanelFacts
-from toolkit.widgets.figures import figure_bytes, file_stem, png_size
+from toolkit.widgets.chart_view import ChartView
+from toolkit.widgets.figures import figure_bytes, file_stem
 from toolkit.widgets.heatmap_view import HeatmapView
-
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def figure_png(prepared: list, *, annotate=False, dpi=100):
@@ -48,33 +53,43 @@ class Explorer(CellSide, Saving, Views):
     widget : ipywidgets.VBox
         The whole panel.
     controls : dict of str -> ipywidgets.Widget
-        ``metric``, ``scale``, ``robust`` (checkbox "robust colour limits"),
-        ``vmin`` / ``vmax`` (text boxes, empty = automatic), ``layers``,
-        ``annotate``, ``filename``, ``format`` (png / svg / pdf),
-        ``save_figure``, ``save_csv``, ``save_netcdf``, ``rank`` (top cells:
-        highest / lowest), one selector per extra dimension (named after
-        it: ``checkpoint``, ``head``, ``expert`` ...; ``expert`` / ``head``
-        also offer mean / max / min), ``components`` (dict component ->
-        ToggleButton); with (layer, component, X) metrics ``columns``
-        (``component`` or X) and ``component`` (the one component of a
-        (layer, X) heatmap); with two or more models (or checkpoints)
-        ``view`` (one / side / difference / ratio), ``base``, ``target``
-        and ``range`` (separate / shared colour range).
+        ``metric``, ``scale`` (auto / linear / log / diverging), ``robust``
+        (checkbox "robust colour limits"), ``vmin`` / ``vmax`` (text boxes,
+        empty = automatic), ``layers``, ``annotate``, ``filename``, ``format``
+        (png / svg / pdf), ``save_figure``, ``save_csv``, ``save_netcdf``,
+        ``rank`` (top cells: highest / lowest), one selector per extra
+        dimension (named after it: ``checkpoint``, ``head``, ``expert`` ...;
+        ``expert`` / ``head`` also offer mean / max / min), ``components``
+        (dict component -> ToggleButton, for the components some model has);
+        with (layer, component, X) metrics ``columns`` (``component`` or X)
+        and ``component`` (the one component of a (layer, X) heatmap); with
+        two or more models (or checkpoints) ``view`` (one / side / difference
+        / ratio), ``base``, ``target`` and ``range`` (separate / shared colour
+        scale).
     view : HeatmapView
-        The figure in the browser, with its hover texts.
-    output : ipywidgets.Output
-        Holds exactly one display: the view, or one message.
+        The heatmap in the browser, with its hover texts, zoom and selected cell.
+    drill : ChartView
+        The opened cell's drill-down beside the heatmap.
+    message : str
+        Why nothing is drawn ("" while a figure is shown); shown in ``message_box``.
+    limits_note : ipywidgets.HTML
+        Why a typed colour limit is not used ("abc" is not a number, min above max).
     current : toolkit.plot.HeatmapData or None
         The prepared data of the (first) panel shown; None while a message is shown.
     prepared : list of toolkit.plot.HeatmapData
         All panels shown.
     cell : toolkit.widgets.drilldown.DrillDown or None
-        The last drill-down drawn (:meth:`show_cell`).
+        The drill-down shown (:meth:`show_cell`); None when none is.
     renders : int
         Number of figures drawn so far.
+    absent : list of str
+        Components none of the models has (no toggle; their hatched column says why).
+    pending : bool
+        A pass is still measuring (the live view): empty cells read "not measured yet".
     """
 
-    def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True):
+    def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True,
+                 absent=None, pending=False):
         self.models = models_of(data, labels)
         self.ds = ds = self.models[0][1]
         names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
@@ -85,8 +100,11 @@ class Explorer(CellSide, Saving, Views):
             raise UnknownMetricError(str(metric), names)
         self.out_dir, self.dpi, self.read_entries = Path(out_dir), dpi, read_entries
         self.current, self.prepared, self.panels, self.facts = None, [], [], []
-        self.renders, self.message, self.cell, self._png, self._matrices = 0, "", None, b"", {}
+        self.renders, self.message, self.cell, self._matrices = 0, "", None, {}
+        self._png_cache: tuple = (-1, b"")
         self._lock, self._dirty, self._hold_depth = threading.Lock(), False, 0
+        self.pending = pending  # a pass is still measuring: empty cells are "not measured yet"
+        self._init_cells()
         self.entries = self._entries()
         c = self.controls = {}
         c["metric"] = W.Dropdown(options=[(str(ds[n].attrs.get("long_name") or n), n) for n in names],
@@ -97,6 +115,8 @@ class Explorer(CellSide, Saving, Views):
             c[d] = W.Dropdown(options=C.dim_options(ds, d), description=d, style=C.WIDE,
                               layout=W.Layout(width="max-content"))
         comps = [str(x) for x in ds["component"].values] if "component" in ds.coords else []
+        self.absent = absent_components([m for _, m in self.models], comps) if absent is None else \
+            [c for c in comps if c in absent]
         col_choices = C.column_choices(ds, names)
         if len(col_choices) > 1:
             c["columns"] = W.Dropdown(options=col_choices, value="component", description="columns", style=C.WIDE)
@@ -106,13 +126,17 @@ class Explorer(CellSide, Saving, Views):
             c["view"] = W.ToggleButtons(options=C.VIEW_OPTIONS if one else C.VIEW_OPTIONS[1:],
                                         value="one" if one else "side", style={"button_width": "auto"})
             choices = [(lab, i) for i, (lab, _, _) in enumerate(self.entries)]
-            c["base"] = W.Dropdown(options=choices, value=0, description="base", style=C.WIDE,
+            base = self._default_base(names[0] if metric is None else metric)
+            c["base"] = W.Dropdown(options=choices, value=base, description="base", style=C.WIDE,
                                    layout=W.Layout(width="max-content"))
             c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE,
                                      layout=W.Layout(width="max-content"))
             c["range"] = W.ToggleButtons(options=(("separate", "separate"), ("shared", "shared")),
-                                         value="separate", style={"button_width": "auto"})
-        c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="diverging", style={"button_width": "auto"})
+                                         value="separate", style={"button_width": "auto"},
+                                         tooltips=["each panel its own colour range",
+                                                   "one colour scale for every panel: one colour, one value"])
+        c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="auto", style={"button_width": "auto"},
+                                     tooltip=C.SCALE_TOOLTIP)
         c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,
                                  tooltip=C.ROBUST_TOOLTIP, layout=W.Layout(width="auto"))
         c["vmin"] = W.Text(value="", placeholder="auto", description="min", style=C.WIDE,
@@ -124,8 +148,8 @@ class Explorer(CellSide, Saving, Views):
         c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
                                        continuous_update=False, style=C.WIDE)
         c["components"] = {k: W.ToggleButton(value=True, description=k.replace(".", ". "),
-                                             layout=W.Layout(width="auto")) for k in comps}
-        c["annotate"] = W.Checkbox(value=False, description="values in cells", indent=False,
+                                             layout=W.Layout(width="auto")) for k in comps if k not in self.absent}
+        c["annotate"] = W.Checkbox(value=False, description="values in cells (saved figures)", indent=False,
                                    layout=W.Layout(width="auto"))
         c["rank"] = W.ToggleButtons(options=(("highest", "highest"), ("lowest", "lowest")), value="highest",
                                     style={"button_width": "auto"})
@@ -138,12 +162,14 @@ class Explorer(CellSide, Saving, Views):
         c["save_csv"] = C.button("Save numbers (CSV)", "table", "the numbers of the panels shown, one line per cell")
         c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
         self.status = W.HTML()
-        self.view = HeatmapView(on_click=self._clicked)
-        self.output = W.Output(layout=W.Layout(min_height="300px", flex="0 1 auto", max_width="100%"))
+        self.limits_note = W.HTML()
+        self.message_box = W.HTML(layout=W.Layout(display="none"))
+        self.message_box.add_class("toolkit-explorer-message")
+        self.view = HeatmapView(on_open=self._opened)
+        self.view.add_class("toolkit-explorer-figure")
+        self.drill = ChartView()
         self.top = W.HTML()
-        self.cell_text = W.HTML("<i>Click a cell for its spectrum.</i>")
-        self.cell_image = W.Image(format="png", layout=W.Layout(display="none", width="432px"))
-        self._showing_view = False
+        self.cell_text = W.HTML()
         self._wire(dims)
         self.widget = root if root is not None else W.VBox()
         self.widget.children = self._layout(dims)
@@ -160,7 +186,7 @@ class Explorer(CellSide, Saving, Views):
                     t.observe(self._on_change, names="value")
             elif key == "rank":
                 w.observe(lambda _: self._show_top(), names="value")
-            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf"):
+            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "annotate"):
                 w.observe(self._on_metric if key in ("metric", "columns", "view") else self._on_change, names="value")
         c["save_figure"].on_click(lambda _: self._report(self.save_figure))
         c["save_csv"].on_click(lambda _: self._report(self.save_csv))
@@ -173,15 +199,25 @@ class Explorer(CellSide, Saving, Views):
         if "view" in c:
             rows.append(W.HBox([C.labelled("view", c["view"]), c["base"], c["target"],
                                 C.labelled("colour range", c["range"])], layout=W.Layout(flex_flow="row wrap")))
-        rows += [W.HBox([C.labelled("colour", c["scale"]), c["robust"], c["annotate"]],
+        toggles = list(c["components"].values())
+        if self.absent:
+            toggles.append(W.HTML(f"<small>no {', '.join(map(html.escape, self.absent))} in "
+                                  f"{'these models' if len(self.models) > 1 else 'this model'} (hatched)</small>"))
+        rows += [W.HBox([C.labelled("colour", c["scale"], C.SCALE_TOOLTIP), c["robust"]],
                         layout=W.Layout(flex_flow="row wrap", align_items="center")),
-                 W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"]], layout=W.Layout(align_items="center")),
-                 c["layers"], W.HBox(list(c["components"].values()), layout=W.Layout(flex_flow="row wrap"))]
-        side = W.VBox([self.cell_text, self.cell_image, C.labelled("top cells", c["rank"]), self.top],
-                      layout=W.Layout(width="450px", margin="0 0 0 12px"))
-        rows += [W.HBox([self.output, side], layout=W.Layout(flex_flow="row wrap")),  # narrow: panel below
-                 W.HBox([c["filename"], c["format"], c["save_figure"], c["save_csv"], c["save_netcdf"]],
-                        layout=W.Layout(flex_flow="row wrap", align_items="center")), self.status]
+                 W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"], self.limits_note],
+                        layout=W.Layout(align_items="center", flex_flow="row wrap")),
+                 c["layers"], W.HBox(toggles, layout=W.Layout(flex_flow="row wrap", align_items="center"))]
+        side = W.VBox([self.cell_text, self.drill, C.labelled("top cells", c["rank"]), self.top])
+        side.add_class("toolkit-explorer-side")
+        main = W.HBox([self.view, side])
+        main.add_class("toolkit-explorer-main")
+        wrap = W.Box([main])  # beside the heatmap, stacked only where narrow (js/widgets.css)
+        wrap.add_class("toolkit-explorer-wrap")
+        rows += [self.message_box, wrap,
+                 W.HBox([c["filename"], c["format"], c["annotate"], c["save_figure"], c["save_csv"],
+                         c["save_netcdf"]], layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                 self.status]
         return rows
 
     # -- what to draw -------------------------------------------------------
@@ -192,15 +228,23 @@ class Explorer(CellSide, Saving, Views):
         return self.controls["view"].value if "view" in self.controls else "one"
 
     def _limits(self):
-        out = []
+        """``(vmin, vmax)`` typed in the boxes (None: automatic); one that cannot be used is left out and
+        ``limits_note`` says why, so the figure stays (with automatic limits) instead of a message."""
+        out, notes = [], []
         for key in ("vmin", "vmax"):
             text = self.controls[key].value.strip()
             try:
                 out.append(float(text) if text else None)
             except ValueError:
-                raise ValueError(f"colour limit {key[1:]} {text!r} is not a number; leave it empty for "
-                                 "automatic") from None
-        return tuple(out)
+                out.append(None)
+                notes.append(f"{key[1:]} {text!r} is not a number")
+        lo, hi = out
+        if lo is not None and hi is not None and not lo < hi:
+            notes.append(f"min {lo:g} is not below max {hi:g}")
+            lo = hi = None
+        self.limits_note.value = ("<span style='color:#b34d00'>" + html.escape("; ".join(notes))
+                                  + ": automatic limits used</span>") if notes else ""
+        return lo, hi
 
     def selection(self) -> dict:
         """Keyword arguments of :func:`toolkit.plot.prepare_heatmap` for the current controls (first panel)."""
@@ -211,7 +255,10 @@ class Explorer(CellSide, Saving, Views):
         kws = {d: c[d].value for d in var.dims if d in c and d not in (col_dim, "component") and d != ROW_DIM}
         if col_dim != column_dim(var.dims):
             kws["component"] = c["component"].value  # a (layer, X) heatmap of one component
-        comps = [k for k, t in c["components"].items() if t.value] if col_dim == "component" else None
+        comps = None
+        if col_dim == "component" and "component" in var.dims:
+            comps = [k for k in (str(x) for x in var["component"].values)
+                     if k in self.absent or (k in c["components"] and c["components"][k].value)]
         vmin, vmax = self._limits()
         return dict(metric=c["metric"].value, scale=c["scale"].value, robust=c["robust"].value,
                     layers=tuple(c["layers"].value), components=comps, vmin=vmin, vmax=vmax, **kws)
@@ -275,37 +322,57 @@ class Explorer(CellSide, Saving, Views):
 
     def _render_once(self):
         try:
-            metric, panels, prepared = self._prepare_all()
-            png, boxes = figure_png(prepared, annotate=self.controls["annotate"].value, dpi=self.dpi)
+            metric, panels, prepared, shared = self._prepare_all()
+            facts = [PanelFacts(p, q, metric, pending=self.pending) for p, q in zip(panels, prepared, strict=True)]
+            spec = heatmap_spec.spec(prepared, [f.grid() for f in facts], shared=shared, hint=self._hint(panels))
         except (ToolkitError, ValueError) as err:
-            self.current, self.prepared, self.message = None, [], f"Nothing to draw for this selection: {err}"
-            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.message + "\n"},)
-            self._showing_view = False
-            self.top.value = ""
+            self._show_message(f"Nothing to draw for this selection: {err}")
             return
-        if self._dirty:  # the controls changed while drawing: this figure is already stale
+        if self._dirty:  # the controls changed while preparing: this figure is already stale
             return
-        self.facts = [PanelFacts(p, q, metric) for p, q in zip(panels, prepared, strict=True)]
-        self.view.show(base64.b64encode(png).decode("ascii"),
-                       [{"box": b, "n_rows": q.values.shape[0], "n_cols": q.values.shape[1], "hover": f.grid()}
-                        for b, q, f in zip(boxes, prepared, self.facts, strict=True)])
+        self.facts = facts
+        self.view.show(spec)
+        self.view.layout.display = ""
+        self.message_box.value, self.message_box.layout.display = "", "none"
         self.current, self.prepared, self.panels, self.message = prepared[0], prepared, panels, ""
-        self.renders, self._png = self.renders + 1, png
-        self.output.layout.width = f"{png_size(png)[0] + 4}px"  # the side panel sits right next to the figure
-        if not self._showing_view:
-            self.output.outputs = ({"output_type": "display_data", "metadata": {},
-                                    "data": {WIDGET_VIEW: {"version_major": 2, "version_minor": 0,
-                                                           "model_id": self.view.model_id},
-                                             "text/plain": "<heatmap>"}},)
-            self._showing_view = True
+        self.renders += 1
+        self._follow_cell()
         self._show_top()
 
+    def set_data(self, ds) -> None:
+        """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
+        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
+        self.models = [(self.models[0][0], ds)]
+        self.ds = ds
+        self.entries = self._entries()
+        self.render()
+
+    def _show_message(self, text: str) -> None:
+        """Nothing to draw: the message (wrapped between words) instead of the figure, and no drill-down
+        of a cell that is no longer shown."""
+        self.current, self.prepared, self.message = None, [], text
+        self.message_box.value = f"<div class='toolkit-explorer-message'>{html.escape(text)}</div>"
+        self.message_box.layout.display = ""
+        self.view.layout.display = "none"
+        self.top.value = ""
+        self._clear_cell()
+
     # -- display --------------------------------------------------------------
+    def figure_png(self) -> bytes:
+        """PNG of the panels shown, drawn by matplotlib (what a saved notebook keeps; cached per render)."""
+        if not self.prepared:
+            return b""
+        key = (self.renders, self.controls["annotate"].value)
+        if self._png_cache[0] != key:
+            png, _ = figure_png(self.prepared, annotate=key[1], dpi=self.dpi)
+            self._png_cache = (key, png)
+        return self._png_cache[1]
+
     def _repr_mimebundle_(self, **kwargs):
         """The live panel, plus a PNG of the current figure for viewers without widgets."""
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
         if self.prepared:
-            bundle["image/png"] = base64.b64encode(self._png).decode("ascii")
+            bundle["image/png"] = base64.b64encode(self.figure_png()).decode("ascii")
         bundle["text/plain"] = f"Explorer({self.current.title if self.current else self.message!r})"
         return bundle
 
@@ -317,45 +384,3 @@ class Explorer(CellSide, Saving, Views):
         if self._eager_cell is not None and ip is not None and ip.execution_count == self._eager_cell:
             return  # explore_model already put this panel on screen in this cell
         display(self._repr_mimebundle_(), raw=True)
-
-
-def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True) -> Explorer:
-    """Interactive heatmap panel over one or several statistics Datasets.
-
-    Parameters
-    ----------
-    data : xarray.Dataset or list of xarray.Dataset
-        Metrics with dims ``(layer, component)``, ``(layer, head)`` or
-        ``(layer, kv_head)``, plus any extra dims (``checkpoint``, ``head``,
-        ``expert``, ``text`` ...), each of which gets a selector. A list
-        (models of 28, 36, 48 layers), or a Dataset with a ``checkpoint``
-        dimension, adds the views *side by side* (one panel per model, each
-        with its own layer axis; separate or shared colour range) and
-        *difference* / *ratio* (target − base, target / base; when the grids
-        line up).
-    metric : str, optional
-        Metric shown first (default: the first one every model has).
-    out_dir : str or path, default "."
-        Where the save buttons write.
-    dpi : int, default 100
-    labels : list of str, optional
-        Names of the models (default: from their attrs).
-    read_entries : bool, default True
-        Let a click read the cell's matrix from the source recorded in the
-        Dataset (a local file) for the entry histogram.
-
-    Returns
-    -------
-    Explorer
-        Displays itself as the panel. Hovering a cell shows its value, tensor
-        name, shape and NaN reason (:meth:`Explorer.hover_text`); a click
-        draws its spectrum beside the heatmap (:meth:`Explorer.show_cell`).
-
-    Raises
-    ------
-    toolkit.errors.EmptyInputError
-        No Dataset, or no metric with layer and component/head/kv_head dims.
-    toolkit.errors.UnknownMetricError
-        ``metric`` is not one of them.
-    """
-    return Explorer(data, metric, out_dir=out_dir, dpi=dpi, labels=labels, read_entries=read_entries)

@@ -1,13 +1,15 @@
-"""The heatmap PNG in the browser, with a tooltip per cell and clicks sent back to Python.
+"""The heatmap in the browser: zoom, pan, keys, a selected cell, tooltips, clicks back to Python.
 
-An ``anywidget`` (a widget whose front end is a few lines of JavaScript shipped
-with it, so it needs no build step and no separate Jupyter extension):
-Python sends the figure as a PNG together with, for each panel of it, the
-axes' box (fractions of the image) and the hover text of every cell. The
-browser finds the cell under the cursor and draws the tooltip itself, with no
-round trip to the kernel; a click sends ``(panel, row, col)`` to Python,
-which draws that cell's drill-down. The figure stays the seaborn/matplotlib
-one, pixel for pixel.
+An ``anywidget`` (its front end, ``js/heatmap.js``, ships with the package
+and loads from the kernel: no build step, no extension, no network). Python
+sends a ``spec``: per panel the colour of every cell (the RGBA matplotlib
+paints for the saved figure, from :meth:`toolkit.plot.HeatmapData.face_colors`),
+its hover text, the labels and the colour bar
+(:mod:`toolkit.widgets.heatmap_spec`). The browser draws SVG and does
+everything else itself, with no round trip to the kernel: tooltips, box
+and wheel zoom, pan, double-click to reset, arrow keys moving the selected
+cell (outlined). A click, or Enter, on a cell sends ``{"event": "open",
+"panel": k, "row": i, "col": j}``, which draws its drill-down.
 """
 
 from __future__ import annotations
@@ -15,131 +17,78 @@ from __future__ import annotations
 import anywidget
 import traitlets
 
-_ESM = r"""
-function render({ model, el }) {
-  const wrap = document.createElement("div");
-  wrap.className = "toolkit-heatmap";
-  const img = document.createElement("img");
-  img.className = "toolkit-heatmap-img";
-  img.alt = "heatmap";
-  const tip = document.createElement("div");
-  tip.className = "toolkit-heatmap-tooltip";
-  tip.style.display = "none";
-  wrap.append(img, tip);
-  el.append(wrap);
-
-  const draw = () => {
-    const png = model.get("png");
-    img.src = png ? "data:image/png;base64," + png : "";
-    img.style.display = png ? "" : "none";
-    img.title = "";
-    wrap.dataset.renders = String(model.get("renders"));
-    tip.style.display = "none";
-  };
-  const locate = (ev) => {
-    const r = img.getBoundingClientRect();
-    if (!r.width || !r.height) return null;
-    const fx = (ev.clientX - r.left) / r.width, fy = (ev.clientY - r.top) / r.height;
-    const panels = model.get("panels") || [];
-    for (let k = 0; k < panels.length; k++) {
-      const p = panels[k];
-      const [l, t, rr, b] = p.box;
-      if (fx >= l && fx < rr && fy >= t && fy < b) {
-        const col = Math.min(p.n_cols - 1, Math.floor(((fx - l) / (rr - l)) * p.n_cols));
-        const fromTop = Math.min(p.n_rows - 1, Math.floor(((fy - t) / (b - t)) * p.n_rows));
-        return { panel: k, row: p.n_rows - 1 - fromTop, col: col,
-                 x: ev.clientX - r.left, y: ev.clientY - r.top, w: r.width, h: r.height };
-      }
-    }
-    return null;
-  };
-  const onMove = (ev) => {
-    const hit = locate(ev);
-    if (!hit) { tip.style.display = "none"; return; }
-    tip.textContent = model.get("panels")[hit.panel].hover[hit.row][hit.col];
-    tip.dataset.panel = String(hit.panel);
-    tip.dataset.row = String(hit.row);
-    tip.dataset.col = String(hit.col);
-    tip.style.display = "block";
-    const left = hit.x + 16 + tip.offsetWidth > hit.w ? hit.x - 12 - tip.offsetWidth : hit.x + 16;
-    tip.style.left = Math.max(0, left) + "px";
-    const top = hit.y + 16 + tip.offsetHeight > hit.h ? hit.y - 12 - tip.offsetHeight : hit.y + 16;
-    tip.style.top = Math.max(0, top) + "px";
-  };
-  const onLeave = () => { tip.style.display = "none"; };
-  const onClick = (ev) => {
-    const hit = locate(ev);
-    if (hit) model.send({ event: "click", panel: hit.panel, row: hit.row, col: hit.col });
-  };
-  img.addEventListener("mousemove", onMove);
-  img.addEventListener("mouseleave", onLeave);
-  img.addEventListener("click", onClick);
-  model.on("change:png", draw);
-  model.on("change:renders", draw);
-  draw();
-  return () => {
-    model.off("change:png", draw);
-    model.off("change:renders", draw);
-  };
-}
-export default { render };
-"""
-
-_CSS = """
-.toolkit-heatmap { position: relative; display: inline-block; line-height: 0; }
-.toolkit-heatmap-img { max-width: 100%; height: auto; cursor: crosshair; }
-.toolkit-heatmap-tooltip {
-  position: absolute; z-index: 20; pointer-events: none; white-space: pre; line-height: 1.35;
-  background: rgba(255, 255, 255, 0.96); color: #111; border: 1px solid #999; border-radius: 3px;
-  padding: 4px 6px; font: 12px/1.35 ui-monospace, SFMono-Regular, Menlo, monospace;
-  box-shadow: 0 1px 4px rgba(0, 0, 0, 0.25);
-}
-"""
+from toolkit.widgets._assets import module, style
 
 
 class HeatmapView(anywidget.AnyWidget):
-    """A PNG of heatmap panels with per-cell tooltips drawn in the browser.
+    """Heatmap panels drawn in the browser.
 
     Attributes
     ----------
-    png : str
-        The figure, base64-encoded PNG ("" shows nothing).
-    panels : list of dict
-        One per heatmap panel of the figure: ``box`` ``[left, top, right,
-        bottom]`` of its axes as fractions of the image (top-left origin),
-        ``n_rows``, ``n_cols`` and ``hover`` (``hover[row][col]``, row 0 =
-        the bottom row, the lowest layer).
+    spec : dict
+        ``panels`` (list of dict: ``title``, ``rows`` (layer labels, row 0 =
+        the bottom row), ``cols``, ``colors`` (``colors[row][col]``: ``"#rrggbb"``
+        or None where there is no value, drawn hatched), ``hover``
+        (``hover[row][col]``), ``xlabel``, ``cbar`` (dict or None)),
+        ``shared_cbar`` (one colour bar for every panel, or None) and ``hint``.
+    selected : list
+        ``[panel, row, col]`` of the outlined cell, or ``[]``; set by the
+        browser (click, arrow keys) and by Python.
+    windows : list
+        Per panel the cells in view, ``[row0, row1, col0, col1]`` (half-open):
+        the zoom, set by the browser (box / wheel zoom, pan) and by Python.
     renders : int
-        Bumped with every new figure (the browser tests wait on it).
+        Bumped with every new spec (the browser marks the figure with it).
     """
 
-    _esm = _ESM
-    _css = _CSS
-    png = traitlets.Unicode("").tag(sync=True)
-    panels = traitlets.List([]).tag(sync=True)
+    _esm = module("heatmap.js")
+    _css = style()
+    spec = traitlets.Dict({}).tag(sync=True)
+    selected = traitlets.List([]).tag(sync=True)
+    windows = traitlets.List([]).tag(sync=True)
     renders = traitlets.Int(0).tag(sync=True)
 
-    def __init__(self, on_click=None, **kwargs):
+    def __init__(self, on_open=None, **kwargs):
         super().__init__(**kwargs)
-        self._on_click = on_click
+        self._on_open = on_open
         self.on_msg(self._handle_message)
 
     def _handle_message(self, _widget, content, _buffers):
-        """A click from the browser: ``{"event": "click", "panel": k, "row": i, "col": j}``."""
-        if not isinstance(content, dict) or content.get("event") != "click" or self._on_click is None:
+        """A cell opened in the browser: ``{"event": "open", "panel": k, "row": i, "col": j}``."""
+        if not isinstance(content, dict) or content.get("event") not in ("open", "click") or self._on_open is None:
             return
         try:
             panel, row, col = (int(content[k]) for k in ("panel", "row", "col"))
         except (KeyError, TypeError, ValueError):
             return
-        if 0 <= panel < len(self.panels):
-            p = self.panels[panel]
-            if 0 <= row < p["n_rows"] and 0 <= col < p["n_cols"]:
-                self._on_click(panel, row, col)
+        panels = self.spec.get("panels", [])
+        if 0 <= panel < len(panels) and 0 <= row < len(panels[panel]["rows"]) \
+                and 0 <= col < len(panels[panel]["cols"]):
+            self.selected = [panel, row, col]
+            self._on_open(panel, row, col)
 
-    def show(self, png: str, panels: list) -> None:
-        """Replace the figure and its panels in one message to the browser."""
+    def show(self, spec: dict, *, keep_zoom: bool = True) -> None:
+        """Replace the panels in one message to the browser.
+
+        The zoom (``windows``) is kept when every panel keeps its number of rows
+        and columns (another metric of the same grid), else reset; a selected
+        cell outside the new grid is dropped.
+        """
+        old = [(len(p["rows"]), len(p["cols"])) for p in self.spec.get("panels", [])]
+        new = [(len(p["rows"]), len(p["cols"])) for p in spec.get("panels", [])]
         with self.hold_sync():
-            self.panels = panels
-            self.png = png
+            if not (keep_zoom and old == new):
+                self.windows = [[0, r, 0, c] for r, c in new]
+            if self.selected and not (self.selected[0] < len(new) and self.selected[1] < new[self.selected[0]][0]
+                                      and self.selected[2] < new[self.selected[0]][1]):
+                self.selected = []
+            self.spec = spec
             self.renders += 1
+
+    def zoom(self, panel: int, rows: tuple[int, int], cols: tuple[int, int] | None = None) -> None:
+        """Show rows ``rows[0] .. rows[1] - 1`` (and columns) of panel ``panel``, as a box zoom does."""
+        panels = self.spec.get("panels", [])
+        windows = [list(w) for w in self.windows] or [[0, len(p["rows"]), 0, len(p["cols"])] for p in panels]
+        n_cols = len(panels[panel]["cols"])
+        windows[panel] = [int(rows[0]), int(rows[1]), *(cols if cols is not None else (0, n_cols))]
+        self.windows = windows

@@ -1,20 +1,26 @@
-"""A small ipywidgets panel over a lab result: the layer grid with selectors.
+"""The attention lab's explorer: metric, activations, layers, head and y scale over a layer grid.
 
-The panel only chooses what to draw; the figure comes from
-:func:`toolkit.plot.layer_grid_figure.prepare_layer_grid` and
-:func:`~toolkit.plot.layer_grid_figure.draw_layer_grid`, drawn on a fresh pyplot-free
-``Figure`` and shown as one PNG that replaces the output area's content.
+The numbers come from :func:`~toolkit.plot.layer_grid_figure.prepare_layer_grid`
+(the function :func:`toolkit.plot.layer_grid` draws with matplotlib); the
+browser draws them (:class:`~toolkit.widgets.chart_view.ChartView`), so a
+change redraws twelve small SVG panels instead of rendering twelve matplotlib
+panels to PNG. The PNG of :func:`grid_png` is kept for viewers without
+widgets (a saved notebook).
 """
 
 from __future__ import annotations
 
 import base64
+import html
 import io
 
 import ipywidgets as W
 
 from toolkit.errors import ToolkitError
 from toolkit.plot.layer_grid_figure import default_log, draw_layer_grid, grid_variables, prepare_layer_grid
+from toolkit.widgets import _controls as C
+from toolkit.widgets import chart_spec
+from toolkit.widgets.chart_view import ChartView
 
 #: Variables offered by the metric selector, in this order, when present.
 LAB_METRICS = ("attention_norm", "attention_norm_head", "attention_norm_max", "score_mean_abs",
@@ -22,10 +28,12 @@ LAB_METRICS = ("attention_norm", "attention_norm_head", "attention_norm_max", "s
                "test_accuracy")
 #: The head selector's first entry: average the heads.
 HEAD_MEAN = "mean over heads"
+#: What the head selector says for a variable that has no heads.
+NO_HEADS = "— (no heads)"
 
 
 def grid_figure(prepared):
-    """Draw a prepared layer grid on a fresh pyplot-free Figure (the panel's figure)."""
+    """Draw a prepared layer grid on a fresh pyplot-free Figure (the static image)."""
     from matplotlib.figure import Figure
 
     width = 3.2 * prepared.ncols + (2.0 if prepared.ncols == 1 else 0.0)  # room for a legend at the right
@@ -51,52 +59,66 @@ class LabExplorer:
         The lab result shown (never modified).
     controls : dict of str -> ipywidgets.Widget
         ``metric`` (Dropdown), ``activations`` and ``layers`` (SelectMultiple),
-        ``head`` (Dropdown: :data:`HEAD_MEAN` or a head, 0-based; enabled for
-        variables with a ``head`` dim), ``scale`` (ToggleButtons, "log"/"linear").
-    output : ipywidgets.Output
-        Holds exactly one PNG after a render that could draw, none after one
-        that could not (an old figure never stays under a new message).
+        ``head`` (Dropdown: :data:`HEAD_MEAN` or a head, 0-based; for
+        variables with a ``head`` dim, else it reads :data:`NO_HEADS` and is
+        disabled), ``scale`` (ToggleButtons, "log"/"linear").
+    chart : ChartView
+        The panels in the browser; empty after a selection that cannot be drawn.
     status : ipywidgets.HTML
         Empty, or why nothing could be drawn.
     widget : ipywidgets.VBox
         The whole panel.
     current : LayerGridData or None
         What is drawn now.
+    renders : int
     """
 
     def __init__(self, ds, metric: str = "attention_norm", *, dpi: int = 80):
-        self.ds, self.dpi, self.current, self._png = ds, dpi, None, b""
+        self.ds, self.dpi, self.current, self.renders = ds, dpi, None, 0
+        self._png_cache: tuple = (-1, b"")
         names = [m for m in grid_variables(ds) if bool(ds[m].notnull().any())]  # a run older than a
         # variable has it all NaN (the score scales before they were recorded): not offered
         options = [m for m in LAB_METRICS if m in names] + [m for m in names if m not in LAB_METRICS]
         labels = [(f"{ds[m].attrs.get('long_name', m)}", m) for m in options]
         acts = [str(a) for a in ds["activation"].values.tolist()]
         layers = [(f"layer {int(x)}", int(x)) for x in ds["layer"].values.tolist()]
-        heads = [(HEAD_MEAN, None)] + [(f"head {int(h)}", int(h)) for h in ds["head"].values.tolist()] \
+        self._heads = [(HEAD_MEAN, None)] + [(f"head {int(h)}", int(h)) for h in ds["head"].values.tolist()] \
             if "head" in ds.dims else [(HEAD_MEAN, None)]
         self.controls = c = {
             "metric": W.Dropdown(options=labels, value=metric if metric in options else options[0],
-                                 description="metric"),
+                                 description="metric", style=C.WIDE, layout=W.Layout(width="max-content")),
             "activations": W.SelectMultiple(options=acts, value=tuple(acts), rows=min(len(acts), 6),
-                                            description="activations"),
+                                            description="activations", style=C.WIDE),
             "layers": W.SelectMultiple(options=layers, value=tuple(v for _, v in layers),
-                                       rows=6, description="layers (from 0)"),
-            "head": W.Dropdown(options=heads, value=None, description="head"),
-            "scale": W.ToggleButtons(options=["log", "linear"], description="y scale"),
+                                       rows=6, description="layers (from 0)", style=C.WIDE),
+            "head": W.Dropdown(options=self._heads, index=0, description="head", style=C.WIDE,
+                               layout=W.Layout(width="max-content")),
+            "scale": W.ToggleButtons(options=["log", "linear"], style={"button_width": "auto"}),
         }
         c["scale"].value = "log" if default_log(c["metric"].value) else "linear"
         self._enable_head()
-        self.output = W.Output(layout=W.Layout(min_height="300px"))
+        self.chart = ChartView()
+        self.chart.add_class("toolkit-lab-chart")
         self.status = W.HTML()
         c["metric"].observe(self._on_metric, names="value")
         for key in ("activations", "layers", "scale", "head"):
             c[key].observe(lambda _change: self.render(), names="value")
-        self.widget = W.VBox([W.HBox([c["metric"], c["head"], c["scale"]]),
-                              W.HBox([c["activations"], c["layers"]]), self.status, self.output])
+        self.widget = W.VBox([W.HBox([c["metric"], c["head"], C.labelled("y scale", c["scale"])],
+                                     layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                              W.HBox([c["activations"], c["layers"]], layout=W.Layout(flex_flow="row wrap")),
+                              self.status, self.chart])
         self.render()
 
     def _enable_head(self):
-        self.controls["head"].disabled = "head" not in self.ds[self.controls["metric"].value].dims
+        head = self.controls["head"]
+        has = "head" in self.ds[self.controls["metric"].value].dims
+        if has and head.disabled:
+            head.options = self._heads
+            head.index = 0  # the mean (value None: only an index shows its label, never a blank menu)
+        elif not has:
+            head.options = [(NO_HEADS, None)]
+            head.index = 0  # says why it is off
+        head.disabled = not has
 
     def _on_metric(self, change):
         self._enable_head()
@@ -114,21 +136,28 @@ class LabExplorer:
                 self.ds, c["metric"].value, activations=list(c["activations"].value),
                 layers=list(c["layers"].value), head=None if c["head"].disabled else c["head"].value,
                 log=c["scale"].value == "log")
-            png = grid_png(prepared, dpi=self.dpi)
         except ToolkitError as err:
-            self.status.value = f"<span style='color:#b34d00'>{err}</span>"
-            self.current, self._png, self.output.outputs = None, b"", ()
+            self.status.value = f"<span style='color:#b34d00'>{html.escape(str(err))}</span>"
+            self.current = None
+            self.chart.show({})
             return
-        self.status.value, self.current, self._png = "", prepared, png
-        self.output.outputs = ({"output_type": "display_data", "metadata": {},
-                                "data": {"image/png": base64.b64encode(png).decode("ascii"),
-                                         "text/plain": f"<layer grid of {prepared.metric}>"}},)
+        self.status.value, self.current = "", prepared
+        self.chart.show(chart_spec.layer_grid(prepared))
+        self.renders += 1
+
+    def figure_png(self) -> bytes:
+        """PNG of the current grid, drawn by matplotlib (cached per render; for viewers without widgets)."""
+        if self.current is None:
+            return b""
+        if self._png_cache[0] != self.renders:
+            self._png_cache = (self.renders, grid_png(self.current, dpi=self.dpi))
+        return self._png_cache[1]
 
     def _repr_mimebundle_(self, **kwargs):
         """The live panel, plus a PNG of the current grid for viewers without widgets."""
         bundle = dict(self.widget._repr_mimebundle_(**kwargs) or {})
-        if self._png:
-            bundle["image/png"] = base64.b64encode(self._png).decode("ascii")
+        if self.current is not None:
+            bundle["image/png"] = base64.b64encode(self.figure_png()).decode("ascii")
         bundle["text/plain"] = f"LabExplorer({self.current.metric if self.current else ''!r})"
         return bundle
 
@@ -148,7 +177,7 @@ def lab_explorer(ds, metric: str = "attention_norm", *, dpi: int = 80) -> LabExp
     metric : str
         Variable shown first (default ``"attention_norm"``).
     dpi : int
-        Resolution of the PNG shown.
+        Resolution of the static PNG kept for viewers without widgets.
 
     Returns
     -------

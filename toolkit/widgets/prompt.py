@@ -26,7 +26,7 @@ import ipywidgets as W
 from toolkit.errors import ToolkitError
 
 #: The statistics drawn side by side, with the colour scale each opens on.
-PANELS = (("max_abs_activation", "log"), ("attention_sink_mass", "diverging"))
+PANELS = (("max_abs_activation", "log"), ("attention_sink_mass", "auto"))  # a share: no natural centre
 DEFAULT_TEXT = "The capital of France is Paris. The capital of Germany is"
 
 

@@ -26,7 +26,7 @@ from toolkit.collect.progress import Progress, opening_progress
 
 
 def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, progress: Callable[[str], None],
-             sources: Sequence) -> list:
+             sources: Sequence, on_cells: Callable[[object], None] | None = None) -> list:
     """``measurement.finish(...)`` of every unit, in the order of ``units``.
 
     Parameters
@@ -46,6 +46,10 @@ def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, prog
         ``progress(unit name)`` after each unit, cached or computed.
     sources : sequence of Source
         The checkpoints the units' records come from (one, or base and target).
+    on_cells : callable, optional
+        ``on_cells(result)`` with what ``finish`` gave for each unit as soon as
+        it is stored (cached units first), in this thread. An exception it
+        raises stops the pass; the units finished before are stored.
 
     Returns
     -------
@@ -69,6 +73,8 @@ def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, prog
                 source.check_unchanged()
         results[i] = measurement.finish(cache, works[i], fresh)
         progress(works[i].name)
+        if on_cells is not None:
+            on_cells(results[i])
 
     for i, work in enumerate(works):
         if not work.todo:
@@ -86,12 +92,13 @@ class Pass:
     progress: Progress
     cache: bool = True
 
-    def run(self, measurement, units: Sequence, *, identity: str, sources: Sequence) -> list:
+    def run(self, measurement, units: Sequence, *, identity: str, sources: Sequence,
+            on_cells: Callable[[object], None] | None = None) -> list:
         """:func:`run_pass` of ``measurement`` over ``units`` with the cache of ``identity``
-        (what was measured: the checkpoints' identities)."""
+        (what was measured: the checkpoints' identities); ``on_cells`` hears each unit's result."""
         store = open_cache(identity, measurement.kind, enabled=self.cache)
         return run_pass(measurement, units, executor=self.executor, cache=store, progress=self.progress.step,
-                        sources=sources)
+                        sources=sources, on_cells=on_cells)
 
 
 @contextmanager

@@ -1,0 +1,188 @@
+"""A pass watched while it runs: ``weight_stats(on_cells=...)``, the live explorer, Stop and Resume,
+and a cell's spectrum computed when it is opened."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import toolkit  # noqa: E402
+from toolkit.errors import InvalidOptionError  # noqa: E402
+from toolkit.testing import write_tiny_checkpoint  # noqa: E402
+from toolkit.widgets import explore, explore_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("cache")
+METRICS = ["frobenius_norm", "stable_rank"]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("live") / "m", "llama", num_layers=3, seed=7)
+
+
+def _measured(ds) -> int:
+    return int((ds.parameter_name.values != "").sum())
+
+
+def test_on_cells_hands_over_the_cells_finished_so_far(ckpt):
+    seen = []
+    ds = toolkit.weight_stats(ckpt, METRICS, progress=False, on_cells=lambda partial: seen.append(partial()))
+    assert len(seen) == 21  # one call per stored tensor (3 layers x 7 matrices)
+    counts = [_measured(p) for p in seen]
+    assert counts == sorted(counts) and counts[0] >= 1 and counts[-1] == 21
+    for p in seen:  # laid out as the result from the first call on; the cells to come are NaN
+        assert (p.sizes["layer"], p.sizes["component"]) == (ds.sizes["layer"], ds.sizes["component"])
+        done = p.parameter_name.values != ""
+        np.testing.assert_array_equal(p.frobenius_norm.values[done], ds.frobenius_norm.values[done])
+        assert np.isnan(p.frobenius_norm.values[~done]).all()
+    np.testing.assert_array_equal(seen[-1].stable_rank.values, ds.stable_rank.values)
+    with pytest.raises(InvalidOptionError, match="on_cells"):
+        toolkit.weight_stats(ckpt, METRICS, progress=False, on_cells="print")
+
+
+def test_an_exception_from_on_cells_stops_the_pass_and_the_cache_resumes_it(ckpt, reads):
+    class Enough(Exception):
+        pass
+
+    calls = []
+
+    def stop_after_five(partial):
+        calls.append(1)
+        if len(calls) == 5:
+            raise Enough
+
+    with pytest.raises(Enough):
+        toolkit.weight_stats(ckpt, METRICS, progress=False, on_cells=stop_after_five)
+    first = len(reads)
+    assert 5 <= first < 21  # stopped early (a pipeline may have read one tensor ahead)
+    ds = toolkit.weight_stats(ckpt, METRICS, progress=False)
+    again = reads[first:]
+    assert len(again) <= 21 - 5 and _measured(ds) == 21  # the five finished tensors came from the cache
+
+
+def test_the_live_explorer_fills_in_stops_and_resumes(ckpt, reads):
+    stop_at, live = 6, None
+    shown = []
+
+    import toolkit.widgets._model as model_mod
+
+    original = model_mod.ModelExplorer._show
+
+    def watching(self, ds, *, final=False):
+        original(self, ds, final=final)
+        shown.append(_measured(ds))
+        hover = self.explorer.facts[0].grid()
+        texts = [t for row in hover for t in row if "not measured yet" in t]
+        assert final or not texts or _measured(ds) < 21
+        if len(shown) == stop_at:
+            self.stop()
+
+    model_mod.ModelExplorer._show = watching
+    try:
+        live = explore_model(ckpt, METRICS, refresh=0, background=False)
+    finally:
+        model_mod.ModelExplorer._show = original
+    assert live.state == "stopped" and live.first_cells_s is not None and len(live.updates) >= stop_at
+    assert shown == sorted(shown) and shown[0] >= 1  # the cells arrived one tensor at a time
+    partial = live.ds  # the finished cells, kept
+    kept = _measured(partial)
+    assert stop_at <= kept < 21 and "stopped" in partial.attrs
+    assert "Resume" in live.form["stop"].description and "Stopped after" in live.progress.label.value
+    assert "not measured yet" in live.explorer.hover_text(2, "mlp.gate")
+    before = len(reads)
+    live.start(background=False)  # Resume: the finished cells come from the cache
+    assert live.state == "done" and _measured(live.ds) == 21
+    assert len(reads) - before <= 21 - kept
+    assert "Measured" in live.progress.label.value and live.explorer.pending is False
+    full = toolkit.weight_stats(ckpt, METRICS, progress=False)
+    np.testing.assert_array_equal(live.ds.stable_rank.values, full.stable_rank.values)
+
+
+def test_the_form_measures_another_selection(ckpt, tmp_path):
+    live = explore_model(ckpt, METRICS, background=False, layers=[0])
+    assert list(live.ds.layer.values) == [0]
+    live.form["layers"].value = "1:3"
+    live.form["components"].value = "attn.*"
+    live.form["compute"].click()
+    assert list(live.ds.layer.values) == [1, 2] and list(live.ds.component.values) == ["attn.q", "attn.k",
+                                                                                        "attn.v", "attn.o"]
+    assert live.explorer.current.rows == (1, 2) and live.explorer.current.cols == ("attn.q", "attn.k", "attn.v",
+                                                                                   "attn.o")  # controls of this grid
+    assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
+
+
+def test_a_spectrum_is_computed_when_a_cell_is_opened(ckpt, reads):
+    ds = toolkit.weight_stats(ckpt, METRICS, progress=False)  # no spectra kept
+    ex = explore(ds)
+    assert "to compute its spectrum" in ex.view.spec["hint"]
+    before = len(reads)
+    dd = ex.show_cell(1, "mlp.down", wait=True)
+    assert dd.kinds[:2] == ["esd", "singular_values"], dd.notes
+    assert "computing" not in ex.drill.spec.get("status", "")
+    want = toolkit.weight_stats(ckpt, ["stable_rank"], progress=False, keep_spectra=True)
+    lam = want.eigenvalues.sel(layer=1, component="mlp.down").values
+    np.testing.assert_allclose(dd.eigenvalues, lam[~np.isnan(lam)])
+    read_now = len(reads) - before
+    ex.show_cell(0, "attn.q")
+    again = ex.show_cell(1, "mlp.down", wait=True)  # cached in the explorer: no new read of that matrix
+    assert again.kinds[:2] == ["esd", "singular_values"]
+    assert reads[before + read_now:].count("model.layers.1.mlp.down_proj.weight") <= 1  # only its entries
+
+
+def test_the_computing_state_is_shown_while_the_spectrum_is_read(ckpt, monkeypatch):
+    import threading
+
+    import toolkit.collect.weights as weights
+
+    gate, real = threading.Event(), weights.cell_spectrum
+
+    def slow(*args, **kws):
+        gate.wait(30)
+        return real(*args, **kws)
+
+    monkeypatch.setattr(weights, "cell_spectrum", slow)
+    ex = explore(toolkit.weight_stats(ckpt, METRICS, progress=False))
+    dd = ex.show_cell(2, "attn.v")
+    assert dd.kinds == ["entries"] and "computing the spectrum of layer 2 attn.v" in ex.drill.spec["status"]
+    thread = ex._computing[ex._opened_key]
+    gate.set()
+    thread.join(30)
+    assert ex.cell.kinds == ["esd", "singular_values", "entries"] and ex.drill.spec["status"] == ""
+
+
+def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
+    import toolkit.widgets._model as model_mod
+
+    monkeypatch.setattr(model_mod, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
+    first = {}
+    original = model_mod.ModelExplorer._show
+
+    def watching(self, ds, *, final=False):
+        original(self, ds, final=final)
+        if not first:
+            first["measured"] = {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
+                                 if ds.parameter_name.sel(layer=la, component=c).item()}
+            first["hover"] = self.explorer.hover_text(2, "mlp.up")
+            first["layers"] = ds.sizes["layer"]
+
+    monkeypatch.setattr(model_mod.ModelExplorer, "_show", watching)
+    live = explore_model(ckpt, METRICS, refresh=0, background=False)
+    plan = toolkit.collect.plan.plan_pieces(ckpt)
+    sizes = sorted((int(np.prod(t.record.shape)), p.component) for t in plan.tensors for p in t.pieces
+                   if p.layer == 0)
+    assert first["measured"] == {(0, c) for _, c in sizes[:2]}  # the two smallest of layer 0, at once
+    assert first["layers"] == 3 and "not measured yet" in first["hover"]  # the whole grid from the start
+    assert live.state == "done" and _measured(live.ds) == 21
+    assert model_mod.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
+
+
+def test_explore_given_a_checkpoint_measures_it_live(ckpt):
+    from toolkit.widgets import ModelExplorer
+
+    live = explore(ckpt, "stable_rank", layers=[2], background=False)
+    assert isinstance(live, ModelExplorer) and live.state == "done"
+    assert list(live.ds.layer.values) == [2] and live.explorer.controls["metric"].value == "stable_rank"
+    with pytest.raises(TypeError, match="layers"):
+        explore(live.ds, layers=[0])  # a Dataset is shown as it is: no selection to measure

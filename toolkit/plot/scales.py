@@ -1,0 +1,146 @@
+"""Which colour scale a heatmap gets, and one norm for panels that share a scale (no matplotlib here).
+
+Colour must not mislead, so the default (``scale="auto"``) is chosen from the
+metric and its numbers:
+
+- a metric with a *natural centre* (a difference: 0; a ratio: 1; the attr
+  ``natural_center`` says so) gets the diverging blue-white-orange map with
+  white at that centre;
+- otherwise, positive values spanning more than :data:`LOG_DECADES` decades
+  (a condition number from 21.8 to 84,700) get a log scale, so the
+  structure of the heavy tail shows instead of one colour for the top half;
+- everything else a sequential (white to orange) linear scale.
+
+The blue-white-orange look around the median of the published figures is one
+argument away: ``center="median"``. A figure of several panels on a shared
+scale gets one :class:`SharedScale`: the same limits *and* the same centre in
+every panel, so one colour is one value everywhere.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Every scale ``prepare_heatmap`` takes; "auto" is resolved by :func:`resolve_scale`.
+SCALE_CHOICES = ("auto", "diverging", "sequential", "log")
+#: Positive values spanning more decades than this default to a log scale.
+LOG_DECADES = 2.0
+#: The attr that marks a variable's natural centre (set on difference and ratio views).
+CENTER_ATTR = "natural_center"
+
+
+def natural_center(attrs) -> float | None:
+    """The value a variable's colours should centre on, from its attrs (``natural_center``), or None."""
+    value = (attrs or {}).get(CENTER_ATTR)
+    if value is None:
+        return None
+    value = float(np.asarray(value).ravel()[0])
+    return value if math.isfinite(value) else None
+
+
+def decades(values) -> float:
+    """How many decades the finite values span: ``log10(max / min)``; 0 unless all are positive."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0 or v.min() <= 0:
+        return 0.0
+    return float(math.log10(v.max() / v.min()))
+
+
+def resolve_scale(values, *, scale: str = "auto", center=None, attrs=None) -> tuple[str, object]:
+    """The concrete ``(scale, center)`` of a heatmap.
+
+    Parameters
+    ----------
+    values : array_like
+        The numbers to colour (NaN and +-inf ignored).
+    scale : {"auto", "diverging", "sequential", "log"}
+    center : "median", float or None
+        None: the natural centre of the variable (``attrs``), if any.
+    attrs : dict, optional
+        The variable's attrs.
+
+    Returns
+    -------
+    scale : {"diverging", "sequential", "log"}
+        "auto" resolved: diverging around a centre given or natural, else log
+        when positive values span more than :data:`LOG_DECADES` decades, else
+        sequential.
+    center : "median", float or None
+        The centre of a diverging scale ("median" when none is natural or
+        given); None for the others.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``scale``.
+    """
+    if scale not in SCALE_CHOICES:
+        raise ValueError(f"scale must be one of {', '.join(SCALE_CHOICES)}; got {scale!r}")
+    center = natural_center(attrs) if center is None else center
+    if scale == "auto":
+        if center is not None:
+            return "diverging", center
+        return ("log" if decades(values) > LOG_DECADES else "sequential"), None
+    if scale == "diverging":
+        return "diverging", "median" if center is None else center
+    return scale, None
+
+
+def describe_scale(scale: str, center: float | None, *, median: bool = False) -> str:
+    """What the colorbar says about its scale: ``log scale``, ``linear scale``, ``white = 0`` or,
+    when the centre is the panel's median, ``white = median 0.0912``."""
+    from toolkit.plot._style import format_value
+
+    if scale == "log":
+        return "log scale"
+    if scale == "diverging" and center is not None:
+        return f"white = median {format_value(center)}" if median else f"white = {format_value(center)}"
+    return "linear scale"
+
+
+@dataclass(frozen=True)
+class SharedScale:
+    """One colour norm for several panels: the same scale, limits and centre everywhere.
+
+    Attributes
+    ----------
+    scale : {"diverging", "sequential", "log"}
+    vmin, vmax : float
+    center : float or None
+        The pooled centre (diverging only): the median of every panel's values together, or
+        the natural / given centre.
+    natural : bool
+        The centre is the variable's own (0 of a difference), not a median.
+    """
+
+    scale: str
+    vmin: float
+    vmax: float
+    center: float | None
+    natural: bool = False
+
+    def keywords(self) -> dict:
+        """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale."""
+        return {"scale": self.scale, "vmin": self.vmin, "vmax": self.vmax,
+                "center": self.center if self.center is not None else None}
+
+
+def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None) -> SharedScale:
+    """The one norm of panels shown on a shared scale, from all their values pooled.
+
+    Raises
+    ------
+    toolkit.errors.EmptyInputError
+        No finite value in any panel (none positive for a log scale).
+    """
+    from toolkit.plot._style import color_limits
+
+    pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values_list])
+    scale, centre = resolve_scale(pooled, scale=scale, center=center, attrs=attrs)
+    natural = centre is not None and centre != "median"
+    lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None)
+    return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural)

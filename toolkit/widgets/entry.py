@@ -1,0 +1,62 @@
+"""``explore``: the explorer over Datasets, or over a checkpoint measured live."""
+
+from __future__ import annotations
+
+from toolkit.widgets._model import explore_model
+from toolkit.widgets.explorer import Explorer
+
+
+def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True, **compute) -> Explorer:
+    """Interactive heatmap panel over one or several statistics Datasets (or a checkpoint).
+
+    Parameters
+    ----------
+    data : xarray.Dataset, list of xarray.Dataset, or a checkpoint
+        Metrics with dims ``(layer, component)``, ``(layer, head)`` or
+        ``(layer, kv_head)``, plus any extra dims (``checkpoint``, ``head``,
+        ``expert``, ``text`` ...), each of which gets a selector. A list
+        (models of 28, 36, 48 layers), or a Dataset with a ``checkpoint``
+        dimension, adds the views *side by side* (one panel per model, each
+        with its own layer axis; separate or shared colour scale) and
+        *difference* / *ratio* (target − base, target / base; when the grids
+        line up). A checkpoint (hub id, folder, ``.gguf`` file; None for the
+        embedded model) is measured live: :func:`toolkit.widgets.explore_model`.
+    metric : str, optional
+        Metric shown first (default: the first one every model has).
+    out_dir : str or path, default "."
+        Where the save buttons write.
+    dpi : int, default 100
+        Of the static PNG kept for viewers without widgets.
+    labels : list of str, optional
+        Names of the models (default: from their attrs).
+    read_entries : bool, default True
+        Let opening a cell read its matrix from the source recorded in the
+        Dataset (a local file) for the entry histogram, and compute its
+        spectrum when the Dataset holds none.
+    **compute
+        With a checkpoint: options of :func:`~toolkit.widgets.explore_model`
+        (``layers``, ``components``, ``experts``, ``keep_spectra`` ...).
+
+    Returns
+    -------
+    Explorer
+        Displays itself as the panel. Hovering a cell shows its value, tensor
+        name, shape and NaN reason (:meth:`Explorer.hover_text`); a click (or
+        Enter on the selected cell) draws its spectrum beside the heatmap
+        (:meth:`Explorer.show_cell`).
+
+    Raises
+    ------
+    toolkit.errors.EmptyInputError
+        No Dataset, or no metric with layer and component/head/kv_head dims.
+    toolkit.errors.UnknownMetricError
+        ``metric`` is not one of them.
+    """
+    import xarray as xr
+
+    if data is None or not isinstance(data, (xr.Dataset, list, tuple)):
+        return explore_model(data, metric=metric, out_dir=out_dir, dpi=dpi, **compute)
+    if compute:
+        raise TypeError(f"explore() of Datasets takes no {', '.join(sorted(compute))}: those are for measuring "
+                        "a checkpoint (explore(source, ...))")
+    return Explorer(data, metric, out_dir=out_dir, dpi=dpi, labels=labels, read_entries=read_entries)

@@ -1,0 +1,49 @@
+"""What the browser's heatmap is given: a prepared panel as plain JSON (no drawing, no statistics).
+
+The colours are :meth:`toolkit.plot.HeatmapData.face_colors` (the RGBA the
+saved matplotlib figure paints) and the colour bar :meth:`~toolkit.plot.HeatmapData.colorbar`,
+so the page and a saved PNG show one colour for one value; panels on a
+shared scale get one colour bar (:func:`spec`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def hex_colors(rgba) -> list:
+    """``"#rrggbb"`` of each RGBA (floats in [0, 1], last axis), None where alpha is 0; nested like the input."""
+    rgba = np.asarray(rgba, dtype=float)
+    ints = np.clip(np.round(rgba[..., :3] * 255), 0, 255).astype(int)
+    flat = [f"#{c[0]:02x}{c[1]:02x}{c[2]:02x}" if a > 0 else None
+            for c, a in zip(ints.reshape(-1, 3), rgba[..., 3].ravel(), strict=True)]
+    return np.asarray(flat, dtype=object).reshape(rgba.shape[:-1]).tolist()
+
+
+def colorbar(prepared) -> dict:
+    """The colour bar of a prepared panel with its colours as hex."""
+    bar = prepared.colorbar()
+    return {**bar, "colors": hex_colors(np.asarray(bar["colors"])),
+            "ticks": [[float(pos), str(label)] for pos, label in bar["ticks"]]}
+
+
+def panel(prepared, hover: list, *, cbar: bool = True) -> dict:
+    """One panel: ``title``, ``rows``, ``cols``, ``colors``, ``hover``, ``xlabel``, ``cbar``."""
+    return {"title": prepared.title, "rows": [str(r) for r in prepared.rows],
+            "cols": [str(c) for c in prepared.col_labels], "colors": hex_colors(prepared.face_colors()),
+            "hover": hover, "xlabel": "\n".join(prepared.notes), "cbar": colorbar(prepared) if cbar else None,
+            "scale": prepared.scale}
+
+
+def spec(prepared: list, hovers: list, *, shared: bool = False, hint: str = "") -> dict:
+    """The spec of :class:`~toolkit.widgets.heatmap_view.HeatmapView` for panels ``prepared``.
+
+    With ``shared`` (one norm for every panel) the panels have no colour bar of their own and
+    ``shared_cbar`` is the first panel's, labelled with every panel's distinct label.
+    """
+    panels = [panel(p, h, cbar=not shared) for p, h in zip(prepared, hovers, strict=True)]
+    shared_cbar = None
+    if shared and prepared:
+        shared_cbar = colorbar(prepared[0])
+        shared_cbar["label"] = "\n".join(dict.fromkeys(p.cbar_label for p in prepared))
+    return {"panels": panels, "shared_cbar": shared_cbar, "hint": hint}

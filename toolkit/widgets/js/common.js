@@ -1,0 +1,88 @@
+// Shared by the toolkit's widgets (prepended to each widget's module by Python).
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function esc(text) {
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+}
+
+function clamp(x, lo, hi) { return Math.max(lo, Math.min(hi, x)); }
+
+function svgText(x, y, text, attrs) {
+  const extra = Object.entries(attrs || {}).map(([k, v]) => ` ${k}="${esc(v)}"`).join("");
+  return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}"${extra}>${esc(text)}</text>`;
+}
+
+// "10^k" labels as 10 with a superscript; everything else as it is.
+function tickLabel(x, y, label, attrs) {
+  const m = /^\$?10\^\{?(-?\d+)\}?\$?$/.exec(label);
+  if (!m) return svgText(x, y, label, attrs);
+  const extra = Object.entries(attrs || {}).map(([k, v]) => ` ${k}="${esc(v)}"`).join("");
+  return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}"${extra}>10<tspan dy="-5" font-size="80%">${m[1]}</tspan></text>`;
+}
+
+// Lines of text that fit `width` pixels at about `charPx` per character.
+function wrapText(text, width, charPx) {
+  const perLine = Math.max(8, Math.floor(width / charPx));
+  const out = [];
+  for (const para of String(text).split("\n")) {
+    let line = "";
+    for (const word of para.split(" ")) {
+      if (line && (line + " " + word).length > perLine) { out.push(line); line = word; }
+      else line = line ? line + " " + word : word;
+    }
+    out.push(line);
+  }
+  return out;
+}
+
+// Nice linear ticks (1, 2, 5 x 10^k) inside [lo, hi].
+function linearTicks(lo, hi, count) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / Math.max(1, count);
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const step = [1, 2, 2.5, 5, 10].map((k) => k * mag).find((s) => s >= raw) || 10 * mag;
+  const out = [];
+  for (let t = Math.ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push(Math.abs(t) < step * 1e-9 ? 0 : t);
+  return out;
+}
+
+// Decades inside [lo, hi] (every k-th when there are many).
+function logTicks(lo, hi) {
+  const a = Math.ceil(Math.log10(lo) - 1e-9), b = Math.floor(Math.log10(hi) + 1e-9);
+  const k = Math.max(1, Math.ceil((b - a + 1) / 6));
+  const out = [];
+  for (let e = a; e <= b; e += k) out.push(Math.pow(10, e));
+  if (out.length < 2) return [lo, hi];
+  return out;
+}
+
+function formatNumber(x) {
+  if (!isFinite(x)) return String(x);
+  if (x === 0) return "0";
+  const r = Number(x.toPrecision(3));
+  const a = Math.abs(r);
+  if (a >= 1e-3 && a < 1e4) {
+    const decimals = Math.max(0, 2 - Math.floor(Math.log10(a)));
+    let s = r.toFixed(decimals);
+    if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
+    return s;
+  }
+  return x.toExponential(2).replace(/e([+-])(\d)$/, "e$10$2");
+}
+
+function logLabel(t) {
+  const e = Math.round(Math.log10(t));
+  return Math.abs(Math.log10(t) - e) < 1e-9 ? `10^{${e}}` : formatNumber(t);
+}
+
+// Call draw() again when the element's width changes (once per frame at most); returns the observer.
+function redrawOnResize(root, draw) {
+  let pending = false, lastWidth = -1;
+  const observer = new ResizeObserver(() => {
+    if (pending || root.clientWidth === lastWidth) return;
+    pending = true;
+    requestAnimationFrame(() => { pending = false; lastWidth = root.clientWidth; draw(); });
+  });
+  observer.observe(root);
+  return observer;
+}
