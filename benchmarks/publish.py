@@ -234,6 +234,8 @@ INDEX = [
                  "and against WeightWatcher"),
     ("precision", "4. float32 against float64 spectra on a real checkpoint, metric by metric"),
     ("cold_start", "5. a fresh process's cached `weight_stats()` on the embedded model"),
+    ("certified_7b", "6. `precision=\"float32-certified\"` against float64, one layer of Qwen2.5-7B shapes, "
+                     "cell by cell"),
     ("ww_columns_smollm2_default", "every WeightWatcher `analyze()` column (README's agreement table), SmolLM2"),
     ("ww_columns_gemma3_default", "the same, Gemma-3"),
     ("ww_columns_minilm_default", "the same, MiniLM"),
@@ -330,6 +332,32 @@ def bench_precision(rec: dict, res: dict) -> str:
     return (f"{f['source']}, {when(rec)}: float64 {secs(f['seconds']['float64'])}, float32 "
             f"{secs(f['seconds']['float32'])} ({f['speedup']:.2f}x).\n\n"
             + table(["metric", "cells compared", "flagged by float32", "max deviation", "target"], rows))
+
+
+@needs("certified_7b", ".venv/bin/python benchmarks/bench_certified.py --threads 1")
+def bench_certified(rec: dict, res: dict) -> str:
+    f = rec["figures"]
+    fams = [k for k, v in f.items() if isinstance(v, dict) and "speedup" in v]
+    rows = [[k, secs(f[k]["float64_s"]), secs(f[k]["certified_s"]), f"{f[k]['speedup']:.2f}x",
+             f"{f[k]['served_float32']}/{f[k]['cells']}", f"{f[k]['all_metrics_float32']}/{f[k]['cells']}",
+             "yes" if f[k]["within_tolerance"] else "NO", "yes" if f[k]["delta_bounds_actual"] else "NO",
+             f"{f[k]['delta_over_actual_max']:.0f}x"] for k in fams]
+    cells = [[c["family"], c["component"], secs(c["float64_s"]), secs(c["certified_s"]), c["served"],
+              c["all_metrics_served"], f"{g(c['delta_rel'])} / {g(c['actual_rel'])}",
+              g(max((d["dev"] for d in c["deviations"].values()), default=0.0)), c["why"][:60]]
+             for c in f["cells"]]
+    e = f.get("eig32")
+    eig = (f"\n\nA float32 eigensolve of a 3584² float32 Gram (random): max |Δλ| / λ_max "
+           f"{g(e['ssyevd_max_err_rel'])} in {secs(e['ssyevd_s'])}, against "
+           f"{g(e['dsyevd_of_float32_gram_max_err_rel'])} "
+           f"for the float64 eigensolve of the same Gram in {secs(e['dsyevd_s'])}.") if e else ""
+    return (f"One layer of Qwen2.5-7B shapes, {when(rec)}, one thread, `evaluate_matrix` per cell side by side; "
+            f"metrics: {', '.join(f'`{m}`' for m in f['metrics'])}.\n\n"
+            + table(["family", "float64", "certified", "speed-up", "float32 cells", "float32 with every default "
+                     "metric", "served cells within tolerance", "δ ≥ actual", "δ / actual, worst"], rows)
+            + "\n\n"
+            + table(["family", "cell", "float64", "certified", "served", "with every metric",
+                     "δ / actual (÷ λ_max)", "worst deviation", "why float64"], cells) + eig + "\n")
 
 
 @needs("cold_start", ".venv/bin/python benchmarks/bench_cold_start.py --reps 3")
@@ -535,6 +563,7 @@ RENDER = {
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
+    "scaling-certified": bench_certified,
     "scaling-projection-7b": scaling_projection_7b, "scaling-moe": scaling_moe, "readme-remote": readme_remote,
 }
 

@@ -34,6 +34,10 @@ class Cell:
         statistic name -> one ``(value, reason)`` per head, in head order.
     head_errors : set
         ``(statistic, head)`` of the per-head values that came from an exception (never cached).
+    precision_served : str
+        ``precision="float32-certified"``: ``"float32"`` or ``"float64"``, the
+        precision whose spectrum gave the cell's spectral metrics (``""``:
+        none read a spectrum, or another precision).
     """
 
     parameter_name: str
@@ -44,12 +48,13 @@ class Cell:
     eigenvalues: object = None
     heads: dict | None = None
     head_errors: set = field(default_factory=set)
+    precision_served: str = ""
 
     @classmethod
     def measured(cls, parameter_name: str, result) -> Cell:
         """The Cell of a fresh :class:`~toolkit.metrics.evaluate.MatrixResult`."""
         return cls(parameter_name, result.shape, dict(result.values), dict(result.reasons), set(result.errors),
-                   result.eigenvalues)
+                   result.eigenvalues, precision_served=result.precision_served)
 
 
 def cell_from(piece, shape, results: dict, metrics, keys: dict, eigenvalues=None) -> Cell:
@@ -91,3 +96,27 @@ def cell_results(cell: Cell, metrics, keys: dict) -> tuple[dict, dict]:
     shown but never cached (a failed computation is not a property of the matrix)."""
     results = {keys[m.name]: (cell.values[m.name], cell.reasons.get(m.name, "")) for m in metrics}
     return results, {keys[m.name]: results[keys[m.name]] for m in metrics if m.name not in cell.errors}
+
+
+def served_key(key: str) -> str:
+    """The cache key under which the served precision of the metric cached under ``key`` is kept."""
+    return f"served|{key}"
+
+
+def served_results(cell: Cell, metrics, keys: dict) -> dict:
+    """``{served_key: (1.0 or 0.0, "float32" or "float64")}`` of the spectral ``metrics`` of a fresh
+    ``cell`` (empty unless it has a served precision), cached along with their values."""
+    if not cell.precision_served:
+        return {}
+    flag = 1.0 if cell.precision_served == "float32" else 0.0
+    return {served_key(keys[m.name]): (flag, cell.precision_served) for m in metrics
+            if m.needs_singular_values and m.name not in cell.errors}
+
+
+def served_label(results: dict, metrics, keys: dict) -> str:
+    """The precision that served a cell's spectral ``metrics`` from its cached ``results``: ``"float64"``
+    if any of them came from float64, ``"float32"`` if all from float32, ``""`` if unknown or none."""
+    labels = {results.get(served_key(keys[m.name]), (0.0, ""))[1] for m in metrics if m.needs_singular_values}
+    if "float64" in labels:
+        return "float64"
+    return "float32" if labels == {"float32"} else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -26,6 +27,15 @@ class MatrixResult:
     eigenvalues : numpy.ndarray or None
         With ``keep_spectrum``: the eigenvalues λ_i = σ_i² of WᵀW, float64,
         descending (None where the spectrum could not be computed).
+    precision_served : str
+        With ``precision="float32-certified"``: ``"float32"`` where the
+        certificate held (:mod:`toolkit.metrics.certificate`), ``"float64"``
+        where the cell was recomputed in float64; ``""`` otherwise (or where
+        no metric read the spectrum).
+    certificate : str
+        Why the float32 spectrum was not served (``""`` where it was).
+    bound : EigenvalueBound or None
+        The certificate's eigenvalue bound, where one was computed.
     """
 
     shape: tuple[int, int]
@@ -33,6 +43,9 @@ class MatrixResult:
     reasons: dict[str, str] = field(default_factory=dict)
     errors: set = field(default_factory=set)
     eigenvalues: object = None
+    precision_served: str = ""
+    certificate: str = ""
+    bound: object = None
 
     def fail(self, metrics, reason: str, *, error: bool = False) -> None:
         for m in metrics:
@@ -63,12 +76,18 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     keep_spectrum : bool, default False
         Also return the eigenvalues of WᵀW (:attr:`MatrixResult.eigenvalues`),
         from the same singular values the spectral metrics use.
-    precision : {"float64", "float32"}, default "float64"
+    precision : {"float64", "float32", "float32-certified"}, default "float64"
         Of the singular values (:func:`~toolkit.metrics.singular_values`).
         With ``"float32"``, the metrics that read the smallest singular values
         (:data:`~toolkit.metrics.spectral.SMALL_VALUE_METRICS`) are NaN, with
         the reason, where float32 cannot resolve them
         (:func:`~toolkit.metrics.spectral.float32_resolves`).
+        ``"float32-certified"``: the float32 Gram's eigenvalues with their
+        error bound (:func:`~toolkit.metrics.eigen_bound.certified_spectrum`),
+        served where :func:`~toolkit.metrics.certificate.certify` finds every
+        spectral metric within its tolerance of the float64 value, else the
+        whole cell recomputed in float64
+        (:attr:`MatrixResult.precision_served` says which; on CUDA always float64).
 
     Returns
     -------
@@ -79,7 +98,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     """
     from toolkit.metrics.norms import count_nonfinite
     from toolkit.metrics.registry import DegenerateMatrix
-    from toolkit.metrics.spectral import SMALL_VALUE_METRICS, float32_resolves, singular_values
+    from toolkit.metrics.spectral import CERTIFIED, SMALL_VALUE_METRICS, float32_resolves, singular_values
 
     result = MatrixResult((int(w.shape[0]), int(w.shape[1])) if w.ndim == 2 else (0, 0))
     if w.ndim != 2 or w.numel() == 0:
@@ -94,7 +113,10 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     s_error = None
     if s is None and (keep_spectrum or any(m.needs_singular_values for m in metrics)):
         try:
-            s = singular_values(w, device=device, precision=precision)
+            if precision == CERTIFIED:
+                s = _certified(w, metrics, device, result)
+            else:
+                s = singular_values(w, device=device, precision=precision)
         except DegenerateMatrix as e:
             s_error = e.reason
         except Exception as e:
@@ -123,3 +145,29 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
         if math.isnan(value):
             result.reasons[m.name] = reason or "undefined for this matrix"
     return result
+
+
+def _certified(w: torch.Tensor, metrics: list, device, result: MatrixResult) -> torch.Tensor:
+    """The singular values ``precision="float32-certified"`` serves, recording which precision in ``result``."""
+    from toolkit.metrics.certificate import FLOAT32, FLOAT64, certify
+    from toolkit.metrics.eigen_bound import certified_spectrum
+    from toolkit.metrics.spectral import check_device, singular_values
+
+    if check_device(device, available=False).type != "cpu":
+        result.precision_served, result.certificate = FLOAT64, "the certificate runs on the CPU only"
+        return singular_values(w, device=device)
+    spectral = [m for m in metrics if m.needs_singular_values]
+    verdicts = {}
+
+    def accept(lam, bound) -> bool:
+        verdicts[bound] = certify(spectral, lam, bound, result.shape)
+        return not verdicts[bound]
+
+    # the one-pass bound first; the tighter one (two more passes over W) only where that is not enough
+    lam, result.bound = certified_spectrum(w.contiguous(), accept=accept)
+    why = verdicts[result.bound] if result.bound in verdicts else certify(spectral, lam, result.bound, result.shape)
+    if why:
+        result.precision_served, result.certificate = FLOAT64, why
+        return singular_values(w, device=device)
+    result.precision_served = FLOAT32
+    return torch.from_numpy(np.sqrt(lam))

@@ -131,18 +131,23 @@ def _eigvalsh(g: np.ndarray) -> torch.Tensor:
     return torch.linalg.eigvalsh(torch.from_numpy(g)).to(torch.float64)
 
 
-def _gram_eigenvalues_cpu32(w: torch.Tensor) -> torch.Tensor:
-    """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor, formed in float32.
+def gram32_cpu(w: torch.Tensor) -> np.ndarray:
+    """The smaller Gram matrix of a CPU tensor, formed in float32 and widened to float64.
 
     The whole matrix in one BLAS ``ssyrk`` (NumPy's ``x @ x.T`` / ``x.T @ x``
     on one buffer), no blocks: a float32 tensor is used as it is, another
-    dtype is converted once into a reused float32 buffer. The product is then
-    widened to float64 and diagonalised in float64 (:func:`_eigvalsh`,
-    ``dsyevd``): the float32 eigensolver (``ssyevd``) was measured to move
-    the eigenvalues of the tail by 1e-5 to 3e-5 relative and the power-law
-    alpha of random 7B-shape matrices by up to 0.14, while the float32 product
-    moves them by about 3e-7 and alpha by 1e-5 (``docs/scaling.md``). See
-    :func:`toolkit.metrics.spectral.singular_values` for what this precision resolves.
+    dtype is converted once into a reused float32 buffer.
+
+    Returns
+    -------
+    numpy.ndarray, shape (k, k), float64, k = min(m, n)
+        The float32 product's values, exactly, in this thread's reused
+        ``product`` buffer (:class:`_GramBuffers`): valid until the next call.
+
+    Raises
+    ------
+    DegenerateMatrix
+        NaN/Inf entries, or a product that overflows float32.
     """
     m, n = w.shape
     wide = m <= n
@@ -158,7 +163,20 @@ def _gram_eigenvalues_cpu32(w: torch.Tensor) -> torch.Tensor:
         _raise_nonfinite(w)
     g64 = _BUFFERS.take("product", k * k).reshape(k, k)
     g64[...] = g
-    return _eigvalsh(g64)
+    return g64
+
+
+def _gram_eigenvalues_cpu32(w: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues (ascending, float64) of :func:`gram32_cpu`'s matrix, diagonalised in float64
+    (:func:`_eigvalsh`, ``dsyevd``).
+
+    The float32 eigensolver (``ssyevd``) was measured to move the eigenvalues
+    of the tail by 1e-5 to 3e-5 relative and the power-law alpha of random
+    7B-shape matrices by up to 0.14, while the float32 product moves them by
+    about 3e-7 and alpha by 1e-5 (``docs/scaling.md``). See
+    :func:`toolkit.metrics.spectral.singular_values` for what this precision resolves.
+    """
+    return _eigvalsh(gram32_cpu(w))
 
 
 def _raise_nonfinite(w: torch.Tensor):

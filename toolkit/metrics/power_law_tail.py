@@ -59,6 +59,28 @@ class PowerLawFit(NamedTuple):
     raw_alpha: float = math.nan
 
 
+class KsScores(NamedTuple):
+    r"""What the default fit knows of every xmin candidate (:func:`~toolkit.metrics.powerlaw.fit_with_scores`).
+
+    Attributes
+    ----------
+    index : int
+        Position of the chosen xmin in the kept, ascending eigenvalues.
+    alpha, n : numpy.ndarray, shape (N - 1,)
+        Every candidate's exponent and tail size (:func:`tail_alphas`).
+    d_lower : numpy.ndarray, shape (N - 1,)
+        Every candidate's KS distance :math:`D_i` where it was scored exactly
+        (the chosen one included), a lower bound on it where the sampled
+        bounds of :func:`~toolkit.metrics.powerlaw.fit_power_law` pruned it:
+        the argmin is ``index`` because no other entry is below ``d_lower[index]``.
+    """
+
+    index: int
+    alpha: np.ndarray
+    n: np.ndarray
+    d_lower: np.ndarray
+
+
 def tail_alphas(logx: np.ndarray, bias_corrected: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     r"""The MLE exponent of every candidate tail of a sorted spectrum.
 

@@ -52,6 +52,7 @@ from toolkit.metrics.power_law_tail import (
     BLOCK_ELEMENTS,
     EVALS_THRESHOLD,
     MIN_EIGENVALUES,
+    KsScores,
     PowerLawFit,
     exact_ks_distances,
     tail_alphas,
@@ -59,8 +60,8 @@ from toolkit.metrics.power_law_tail import (
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 from toolkit.metrics.tensor_memo import TensorMemo
 
-__all__ = ["EVALS_THRESHOLD", "FIT_DEFAULTS", "FIT_METRIC_OPTIONS", "MIN_EIGENVALUES", "PowerLawFit", "alpha",
-           "fit_power_law", "spectrum_fit"]
+__all__ = ["EVALS_THRESHOLD", "FIT_DEFAULTS", "FIT_METRIC_OPTIONS", "MIN_EIGENVALUES", "KsScores", "PowerLawFit",
+           "alpha", "fit_power_law", "fit_with_scores", "spectrum_fit"]
 
 SMALL_N = 20  # WeightWatcher WW_powerlaw.SMALL_N_CUTOFF
 MAX_FINGERS = 10  # WeightWatcher DEFAULT_MAX_FINGERS
@@ -181,8 +182,38 @@ def fit_power_law(eigenvalues, *, threshold: float = EVALS_THRESHOLD, min_eigenv
     return best._replace(num_pl_spikes=spikes, num_fingers=fingers, raw_alpha=first.alpha)
 
 
-def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int) -> PowerLawFit:
-    """The fit of ``x``: the eigenvalues above the threshold, ascending."""
+def fit_with_scores(x: np.ndarray) -> tuple[PowerLawFit, KsScores]:
+    r"""The default fit of kept eigenvalues and its scores of every candidate, for a certificate.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (N,), float64
+        The eigenvalues above the threshold, ascending, :math:`N \ge 20`
+        (the standard fit; WeightWatcher's small-N fit has no scores here).
+
+    Returns
+    -------
+    (PowerLawFit, KsScores)
+        The same fit as :func:`fit_power_law` with default options gives for
+        these eigenvalues, and its :class:`KsScores`.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 20 eigenvalues.
+    DegenerateMatrix
+        An all-equal tail.
+    """
+    if x.size < SMALL_N:
+        raise ValueError(f"fit_with_scores needs at least {SMALL_N} eigenvalues, got {x.size}")
+    scores = []
+    fit = _fit_kept(x, 0.0, MIN_EIGENVALUES, scores)
+    return fit, scores[0]
+
+
+def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int, scores: list | None = None) -> PowerLawFit:
+    """The fit of ``x``: the eigenvalues above the threshold, ascending (``scores``: append the standard
+    fit's :class:`KsScores`)."""
     N = x.size
     if N < min_eigenvalues:
         raise DegenerateMatrix(
@@ -194,7 +225,7 @@ def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int) -> PowerLaw
     if N < SMALL_N:
         fit = _fit_small_n(x, logx)
     else:
-        fit = _fit_standard(x, logx)
+        fit = _fit_standard(x, logx, scores)
     if not math.isfinite(fit.alpha):
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
     # WWFit: sigmas = (alphas - 1) / sqrt(N - i); xmax = the largest datum fitted;
@@ -223,12 +254,13 @@ def _bounds(logx, idx, alpha, n, k):
     return lower, upper
 
 
-def _fit_standard(x: np.ndarray, logx: np.ndarray) -> PowerLawFit:
+def _fit_standard(x: np.ndarray, logx: np.ndarray, scores: list | None = None) -> PowerLawFit:
     N = x.size
     alpha, n, _ = tail_alphas(logx)
     # WeightWatcher only scores alpha > 1 (else D = 1); alpha is > 1 or inf here.
     keep = np.flatnonzero(alpha > 1.0)
     d = np.ones(N - 1)
+    d_lower = np.ones(N - 1)  # exact where scored, the pruning bound where pruned
     scored = np.zeros(N - 1, dtype=bool)
     best = np.inf  # an upper bound on min D: the best exact D found so far
     k = _SAMPLES
@@ -242,12 +274,18 @@ def _fit_standard(x: np.ndarray, logx: np.ndarray) -> PowerLawFit:
         d[probe] = exact_ks_distances(x, probe, alpha, n)
         scored[probe] = True
         best = min(best, float(d[probe].min()))
-        keep = keep[~(lower > best * (1 + 1e-9) + 1e-12)]
+        pruned = lower > best * (1 + 1e-9) + 1e-12
+        d_lower[keep[pruned]] = lower[pruned]
+        keep = keep[~pruned]
         k *= 4
     keep = keep[~scored[keep]]
     if keep.size:
         d[keep] = exact_ks_distances(x, keep, alpha, n)
     i = int(np.argmin(d))
+    if scores is not None:
+        scored |= np.isin(np.arange(N - 1), keep)
+        d_lower[scored] = d[scored]
+        scores.append(KsScores(i, alpha, n, d_lower))
     return PowerLawFit(float(alpha[i]), float(x[i]), float(d[i]), int(n[i]))
 
 

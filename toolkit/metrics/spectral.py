@@ -28,6 +28,11 @@ _EPS64 = torch.finfo(torch.float64).eps
 _EPS32 = torch.finfo(torch.float32).eps
 #: The precisions of the Gram route (``singular_values(..., precision=)``).
 PRECISIONS = ("float64", "float32")
+#: The self-certifying mode of :func:`~toolkit.metrics.evaluate.evaluate_matrix` and ``weight_stats``: float32
+#: Gram where :mod:`toolkit.metrics.certificate` certifies a cell, float64 elsewhere.
+CERTIFIED = "float32-certified"
+#: Every ``precision=`` a pass takes.
+PASS_PRECISIONS = (*PRECISIONS, CERTIFIED)
 
 
 def _resolve_device(device) -> torch.device:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from toolkit.collect.cache import ResultCache, cache_kind, metric_key
-from toolkit.collect.cells import Cell, cell_from, cell_results
+from toolkit.collect.cells import Cell, cell_from, cell_results, served_label, served_results
 from toolkit.collect.measure.heads import HeadSpec
 from toolkit.collect.measure.work import CellWork, TensorWork, lookup_cells
 from toolkit.collect.plan.cell_ids import record_id
 from toolkit.metrics.evaluate import evaluate_matrix
 from toolkit.metrics.per_head import HEAD_STATS
 from toolkit.metrics.registry import resolve_metrics
+from toolkit.metrics.spectral import CERTIFIED
 
 KIND = cache_kind("weights", "statistics of weight matrices, per checkpoint identity and cell (heads included)")
 
@@ -47,8 +48,10 @@ class WeightMeasurement:
     spectra : bool
         Also keep each cell's eigenvalues (``keep_spectra``).
     precision : str
-        Of the singular values, ``"float64"`` or ``"float32"`` (part of the
-        spectral metrics' cache keys when not float64).
+        Of the singular values, ``"float64"``, ``"float32"`` or
+        ``"float32-certified"`` (part of the spectral metrics' cache keys when
+        not float64; the certified mode also caches which precision served
+        each metric, :func:`~toolkit.collect.cells.served_results`).
     fit : FitOptions or None
         The fit options the metrics were given (the per-head metrics get them too).
     heads : HeadSpec or None
@@ -135,6 +138,8 @@ class WeightMeasurement:
             cached, shape, spectrum = c.cached, c.shape, c.spectrum
             if got is not None:
                 new, keep = cell_results(got, c.todo, self.keys)
+                served = served_results(got, c.todo, self.keys)
+                new, keep = {**new, **served}, {**keep, **served}
                 if got.heads is not None:
                     head_new, head_keep = self.heads.results(got.heads, got.head_errors)
                     new, keep = {**new, **head_new}, {**keep, **head_keep}
@@ -143,6 +148,8 @@ class WeightMeasurement:
                 store.put(c.cell_id, keep, got.shape, spectrum if got.eigenvalues is not None else None)
                 cached, shape = {**cached, **new}, got.shape
             cell = cell_from(c.piece, shape, cached, self.chosen, self.keys, spectrum if self.spectra else None)
+            if self.precision == CERTIFIED:
+                cell.precision_served = served_label(cached, self.chosen, self.keys)
             if c.heads:
                 cell.heads = self.heads.cached(c.piece.component, cached)
             out[c.piece.key] = cell
