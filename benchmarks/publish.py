@@ -249,7 +249,7 @@ INDEX = [
     ("remote_7b", "reading in place: Qwen2.5-7B shapes over loopback HTTP against local disk"),
     ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
-    ("activations", "6. `activation_stats` against a bare forward of the same batches, SmolLM2"),
+    ("activations", "7. `activation_stats` against a bare forward of the same batches, SmolLM2"),
 ]
 
 
