@@ -170,7 +170,7 @@ def main(argv=None) -> int:
         print(f"float32 eigensolve of a 3584^2 float32 Gram: max |dlambda| / lambda_max {e['ssyevd_max_err_rel']:.1e} "
               f"({e['ssyevd_s']:.1f} s) against {e['dsyevd_of_float32_gram_max_err_rel']:.1e} for the float64 "
               f"eigensolve of the same Gram ({e['dsyevd_s']:.1f} s)")
-    print(f"{H.load()} at end (machine shared: figures to be rerun quietly)")
+    print(f"{H.load()} at end")
     rec.save(figures)
     return 0
 
