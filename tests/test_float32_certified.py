@@ -286,3 +286,36 @@ def test_every_default_metric_on_minilm(minilm_dir, tmp_path):
 def test_invalid_precision_names_the_certified_mode(minilm_dir):
     with pytest.raises(InvalidOptionError, match="float32-certified"):
         toolkit.weight_stats(minilm_dir, ["alpha"], progress=False, precision="float16")
+
+
+def test_float32_overflowing_product_is_served_in_float64():
+    """Finite entries whose float32 Gram overflows (|w| ~ 1e20): the certified mode recomputes the cell in
+    float64 instead of a NaN cell the float64 route would not give; precision='float32' names the way out."""
+    w = _trained_like(300, 200, 7) * 1e20
+    metrics = resolve_metrics(["spectral_norm", "stable_rank"], kind="weight")
+    got = evaluate_matrix(w, metrics, precision=CERT)
+    assert got.precision_served == FLOAT64 and "float32" in got.certificate
+    s = np.linalg.svd(w.double().numpy(), compute_uv=False)
+    assert got.values["spectral_norm"] == pytest.approx(s[0], rel=1e-12)
+    assert got.values["stable_rank"] == pytest.approx(float((s**2).sum() / s[0] ** 2), rel=1e-10)
+    plain = evaluate_matrix(w, metrics, precision="float32")
+    assert math.isnan(plain.values["spectral_norm"])
+    assert "overflows float32" in plain.reasons["spectral_norm"] and "float64" in plain.reasons["spectral_norm"]
+
+
+def test_cached_cells_never_mix_served_precisions(tmp_path, monkeypatch, minilm_dir):
+    """A wider certified run over a cache of a narrower one: a cell labelled 'float64' holds the float64 route's
+    values for every metric (not float32-served ones from the cache), and the run equals an uncached one."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0, 1], progress=False)
+    toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank"], precision=CERT, **kw)
+    wide = ["alpha", "stable_rank", "condition_number"]  # condition_number sends most cells to float64
+    cached = toolkit.weight_stats(minilm_dir, wide, precision=CERT, **kw)
+    fresh = toolkit.weight_stats(minilm_dir, wide, precision=CERT, cache=False, **kw)
+    d64 = toolkit.weight_stats(minilm_dir, wide, cache=False, **kw)
+    served = cached.precision_served.values
+    assert (served == FLOAT64).any()
+    np.testing.assert_array_equal(served, fresh.precision_served.values)
+    for name in wide:
+        np.testing.assert_array_equal(cached[name].values, fresh[name].values)
+        np.testing.assert_array_equal(cached[name].values[served == FLOAT64], d64[name].values[served == FLOAT64])
