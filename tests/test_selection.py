@@ -41,7 +41,8 @@ def moe(tmp_path_factory):
 
 def test_layers_as_python_indexes_the_list_of_layers(llama, full):
     for spec, want in ((2, [2]), (-1, [3]), (slice(0, 4, 2), [0, 2]), (range(1, 3), [1, 2]), ([3, 0, 3], [0, 3]),
-                       (np.array([1]), [1]), (slice(None, None, -3), [0, 3])):
+                       (np.array([1]), [1]), (slice(None, None, -3), [0, 3]), (np.array(2), [2]),
+                       (np.int64(-2), [2])):
         ds = toolkit.weight_stats(llama, METRICS, layers=spec, **W)
         assert ds.layer.values.tolist() == want, spec
         xr.testing.assert_equal(ds.stable_rank, full.stable_rank.sel(layer=want))
@@ -103,7 +104,8 @@ def test_a_selection_the_model_cannot_meet_names_what_it_has(llama, bad, match):
 @pytest.mark.parametrize("bad", [dict(layers="0:3"), dict(layers=1.0), dict(layers=True), dict(layers=[]),
                                  dict(layers=slice(0, 3, 0)), dict(layers=slice(0.5, 3)), dict(components=3),
                                  dict(components=[]), dict(components=["attn.q", None]), dict(experts="all"),
-                                 dict(fill="yes")])
+                                 dict(fill="yes"), dict(layers=range(0)), dict(layers=range(3, 1)),
+                                 dict(layers=np.array(1.0)), dict(experts=np.array(True))])
 def test_a_selection_of_the_wrong_type_is_refused_before_any_work(llama, bad, reads):
     with pytest.raises(InvalidOptionError):
         toolkit.weight_stats(llama, METRICS, **bad, **W)
