@@ -130,6 +130,18 @@ def test_experts_select_routed_experts_and_say_what_the_mean_is_over(moe):
         toolkit.weight_stats(moe, METRICS, layers=0, components="mlp.router", **W)  # layer 0 is dense
 
 
+@pytest.mark.parametrize("experts", [0, [1, 2], -1, slice(0, 4, 2)])
+def test_an_expert_selection_keeps_the_models_expert_count(moe, tuned, experts):
+    """attrs num_experts is the model's routed-expert count (its config's), not the largest selected index + 1."""
+    import json
+
+    want = json.loads((moe / "config.json").read_text())["num_local_experts"]
+    assert toolkit.weight_stats(moe, METRICS, cache=False, **W).attrs["num_experts"] == want
+    ds = toolkit.weight_stats(moe, METRICS, experts=experts, **W)
+    assert ds.attrs["num_experts"] == want
+    assert compare(moe, moe, ["relative_change"], experts=experts, **W).attrs["num_experts"] == want
+
+
 def test_compare_reads_only_the_selected_pairs(llama, tuned, reads):
     whole = compare(llama, tuned, cache=False, **W)
     n = len(reads)
