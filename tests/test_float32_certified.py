@@ -319,3 +319,21 @@ def test_cached_cells_never_mix_served_precisions(tmp_path, monkeypatch, minilm_
     for name in wide:
         np.testing.assert_array_equal(cached[name].values, fresh[name].values)
         np.testing.assert_array_equal(cached[name].values[served == FLOAT64], d64[name].values[served == FLOAT64])
+
+
+def test_cached_spectrum_follows_the_served_precision(tmp_path, monkeypatch, minilm_dir):
+    """keep_spectra over a narrower certified cache: a cell served in float64 keeps the float64 eigenvalues
+    (numpy's, of the matrix), not the float32 Gram's cached by the narrower run."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0], components="attn.q", progress=False, keep_spectra=True, precision=CERT)
+    first = toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank"], **kw)
+    assert str(first.precision_served.item()) == FLOAT32
+    wide = toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank", "condition_number"], **kw)
+    assert str(wide.precision_served.item()) == FLOAT64
+    w = load_file(str(minilm_dir / "model.safetensors"))
+    q = next(v for k, v in w.items() if "layer.0." in k and "query.weight" in k).double().numpy()
+    lam = np.linalg.svd(q, compute_uv=False) ** 2
+    got = wide.eigenvalues.values.ravel()[: lam.size]
+    np.testing.assert_allclose(got, lam, rtol=1e-9, atol=1e-12 * lam[0])

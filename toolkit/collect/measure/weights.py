@@ -123,7 +123,8 @@ class WeightMeasurement:
         labels = {c.cached.get(served_key(self.keys[m.name]), (0.0, ""))[1] for m in cached}
         if len(cached) == len(spectral) and len(labels) == 1:
             return c
-        return replace(c, todo=tuple(m for m in self.chosen if m in c.todo or m.needs_singular_values))
+        return replace(c, todo=tuple(m for m in self.chosen if m in c.todo or m.needs_singular_values),
+                       need_spectrum=self.spectra)  # the spectrum too: the one that served the metrics
 
     def reader(self, work: TensorWork):
         """What reads the tensor (``TensorRecord.read``)."""
