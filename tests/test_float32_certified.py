@@ -337,3 +337,20 @@ def test_cached_spectrum_follows_the_served_precision(tmp_path, monkeypatch, min
     lam = np.linalg.svd(q, compute_uv=False) ** 2
     got = wide.eigenvalues.values.ravel()[: lam.size]
     np.testing.assert_allclose(got, lam, rtol=1e-9, atol=1e-12 * lam[0])
+
+
+def test_spectrum_asked_later_is_the_one_that_served_the_cached_cell(tmp_path, monkeypatch, minilm_dir):
+    """A cell cached as served in float64 (condition_number), then asked again with keep_spectra: its eigenvalues
+    are the float64 route's (numpy's), matching its label, not a float32 Gram spectrum computed alone."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0], components="attn.q", progress=False, precision=CERT)
+    names = ["alpha", "condition_number"]
+    assert str(toolkit.weight_stats(minilm_dir, names, **kw).precision_served.item()) == FLOAT64
+    again = toolkit.weight_stats(minilm_dir, names, keep_spectra=True, **kw)
+    assert str(again.precision_served.item()) == FLOAT64
+    w = load_file(str(minilm_dir / "model.safetensors"))
+    q = next(v for k, v in w.items() if "layer.0." in k and "query.weight" in k).double().numpy()
+    lam = np.linalg.svd(q, compute_uv=False) ** 2
+    np.testing.assert_allclose(again.eigenvalues.values.ravel()[: lam.size], lam, rtol=1e-9, atol=1e-12 * lam[0])

@@ -114,14 +114,15 @@ class WeightMeasurement:
 
     def _one_precision(self, c: CellWork) -> CellWork:
         """``c`` with every spectral metric to compute when its cached ones would mix served precisions (some
-        to compute, or cached by runs that served different precisions): a cell's spectral metrics all come
-        from one spectrum, as in an uncached run, and its ``precision_served`` label is true of all of them."""
+        to compute, the spectrum to compute, or cached by runs that served different precisions): a cell's
+        spectral metrics and spectrum all come from one spectrum, as in an uncached run, and its
+        ``precision_served`` label is true of all of them."""
         spectral = [m for m in self.chosen if m.needs_singular_values]
         cached = [m for m in spectral if m not in c.todo]
         if not cached:
             return c
         labels = {c.cached.get(served_key(self.keys[m.name]), (0.0, ""))[1] for m in cached}
-        if len(cached) == len(spectral) and len(labels) == 1:
+        if len(cached) == len(spectral) and len(labels) == 1 and not c.need_spectrum:
             return c
         return replace(c, todo=tuple(m for m in self.chosen if m in c.todo or m.needs_singular_values),
                        need_spectrum=self.spectra)  # the spectrum too: the one that served the metrics
