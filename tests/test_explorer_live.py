@@ -113,6 +113,29 @@ def test_the_form_measures_another_selection(ckpt, tmp_path):
     assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
 
 
+@pytest.mark.parametrize("field,text", [("layers", "abc"), ("layers", "1.5"), ("layers", "0:2:1:3"),
+                                        ("experts", "x"), ("components", "attn.q,,mlp.up")])
+def test_form_text_that_is_no_selection_fails_the_panel(ckpt, field, text):
+    """Junk in a form field is a typed error in the panel and from .ds, never the previous cells left on
+    screen as the answer (a click handler's exception only reaches the log); a right value then works."""
+    from safetensors.torch import load_file
+
+    live = explore_model(ckpt, METRICS, background=False, layers=[0])
+    assert list(live.ds.layer.values) == [0]
+    live.form[field].value = text
+    live.form["compute"].click()
+    assert live.state == "failed" and "Could not compute" in live.progress.label.value
+    with pytest.raises(InvalidOptionError, match=field):
+        live.wait()
+    live.form[field].value = ""
+    live.form["layers"].value = "-1"
+    live.form["compute"].click()
+    w = load_file(str(ckpt / "model.safetensors"))["model.layers.2.self_attn.q_proj.weight"].double().numpy()
+    assert live.state == "done" and list(live.ds.layer.values) == [2]
+    assert float(live.ds.frobenius_norm.sel(layer=2, component="attn.q")) == pytest.approx(np.linalg.norm(w),
+                                                                                           rel=1e-6)
+
+
 def test_a_spectrum_is_computed_when_a_cell_is_opened(ckpt, reads):
     ds = toolkit.weight_stats(ckpt, METRICS, progress=False)  # no spectra kept
     ex = explore(ds)

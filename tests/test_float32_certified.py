@@ -286,3 +286,71 @@ def test_every_default_metric_on_minilm(minilm_dir, tmp_path):
 def test_invalid_precision_names_the_certified_mode(minilm_dir):
     with pytest.raises(InvalidOptionError, match="float32-certified"):
         toolkit.weight_stats(minilm_dir, ["alpha"], progress=False, precision="float16")
+
+
+def test_float32_overflowing_product_is_served_in_float64():
+    """Finite entries whose float32 Gram overflows (|w| ~ 1e20): the certified mode recomputes the cell in
+    float64 instead of a NaN cell the float64 route would not give; precision='float32' names the way out."""
+    w = _trained_like(300, 200, 7) * 1e20
+    metrics = resolve_metrics(["spectral_norm", "stable_rank"], kind="weight")
+    got = evaluate_matrix(w, metrics, precision=CERT)
+    assert got.precision_served == FLOAT64 and "float32" in got.certificate
+    s = np.linalg.svd(w.double().numpy(), compute_uv=False)
+    assert got.values["spectral_norm"] == pytest.approx(s[0], rel=1e-12)
+    assert got.values["stable_rank"] == pytest.approx(float((s**2).sum() / s[0] ** 2), rel=1e-10)
+    plain = evaluate_matrix(w, metrics, precision="float32")
+    assert math.isnan(plain.values["spectral_norm"])
+    assert "overflows float32" in plain.reasons["spectral_norm"] and "float64" in plain.reasons["spectral_norm"]
+
+
+def test_cached_cells_never_mix_served_precisions(tmp_path, monkeypatch, minilm_dir):
+    """A wider certified run over a cache of a narrower one: a cell labelled 'float64' holds the float64 route's
+    values for every metric (not float32-served ones from the cache), and the run equals an uncached one."""
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0, 1], progress=False)
+    toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank"], precision=CERT, **kw)
+    wide = ["alpha", "stable_rank", "condition_number"]  # condition_number sends most cells to float64
+    cached = toolkit.weight_stats(minilm_dir, wide, precision=CERT, **kw)
+    fresh = toolkit.weight_stats(minilm_dir, wide, precision=CERT, cache=False, **kw)
+    d64 = toolkit.weight_stats(minilm_dir, wide, cache=False, **kw)
+    served = cached.precision_served.values
+    assert (served == FLOAT64).any()
+    np.testing.assert_array_equal(served, fresh.precision_served.values)
+    for name in wide:
+        np.testing.assert_array_equal(cached[name].values, fresh[name].values)
+        np.testing.assert_array_equal(cached[name].values[served == FLOAT64], d64[name].values[served == FLOAT64])
+
+
+def test_cached_spectrum_follows_the_served_precision(tmp_path, monkeypatch, minilm_dir):
+    """keep_spectra over a narrower certified cache: a cell served in float64 keeps the float64 eigenvalues
+    (numpy's, of the matrix), not the float32 Gram's cached by the narrower run."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0], components="attn.q", progress=False, keep_spectra=True, precision=CERT)
+    first = toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank"], **kw)
+    assert str(first.precision_served.item()) == FLOAT32
+    wide = toolkit.weight_stats(minilm_dir, ["alpha", "stable_rank", "condition_number"], **kw)
+    assert str(wide.precision_served.item()) == FLOAT64
+    w = load_file(str(minilm_dir / "model.safetensors"))
+    q = next(v for k, v in w.items() if "layer.0." in k and "query.weight" in k).double().numpy()
+    lam = np.linalg.svd(q, compute_uv=False) ** 2
+    got = wide.eigenvalues.values.ravel()[: lam.size]
+    np.testing.assert_allclose(got, lam, rtol=1e-9, atol=1e-12 * lam[0])
+
+
+def test_spectrum_asked_later_is_the_one_that_served_the_cached_cell(tmp_path, monkeypatch, minilm_dir):
+    """A cell cached as served in float64 (condition_number), then asked again with keep_spectra: its eigenvalues
+    are the float64 route's (numpy's), matching its label, not a float32 Gram spectrum computed alone."""
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(layers=[0], components="attn.q", progress=False, precision=CERT)
+    names = ["alpha", "condition_number"]
+    assert str(toolkit.weight_stats(minilm_dir, names, **kw).precision_served.item()) == FLOAT64
+    again = toolkit.weight_stats(minilm_dir, names, keep_spectra=True, **kw)
+    assert str(again.precision_served.item()) == FLOAT64
+    w = load_file(str(minilm_dir / "model.safetensors"))
+    q = next(v for k, v in w.items() if "layer.0." in k and "query.weight" in k).double().numpy()
+    lam = np.linalg.svd(q, compute_uv=False) ** 2
+    np.testing.assert_allclose(again.eigenvalues.values.ravel()[: lam.size], lam, rtol=1e-9, atol=1e-12 * lam[0])

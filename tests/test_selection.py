@@ -41,7 +41,8 @@ def moe(tmp_path_factory):
 
 def test_layers_as_python_indexes_the_list_of_layers(llama, full):
     for spec, want in ((2, [2]), (-1, [3]), (slice(0, 4, 2), [0, 2]), (range(1, 3), [1, 2]), ([3, 0, 3], [0, 3]),
-                       (np.array([1]), [1]), (slice(None, None, -3), [0, 3])):
+                       (np.array([1]), [1]), (slice(None, None, -3), [0, 3]), (np.array(2), [2]),
+                       (np.int64(-2), [2])):
         ds = toolkit.weight_stats(llama, METRICS, layers=spec, **W)
         assert ds.layer.values.tolist() == want, spec
         xr.testing.assert_equal(ds.stable_rank, full.stable_rank.sel(layer=want))
@@ -103,7 +104,8 @@ def test_a_selection_the_model_cannot_meet_names_what_it_has(llama, bad, match):
 @pytest.mark.parametrize("bad", [dict(layers="0:3"), dict(layers=1.0), dict(layers=True), dict(layers=[]),
                                  dict(layers=slice(0, 3, 0)), dict(layers=slice(0.5, 3)), dict(components=3),
                                  dict(components=[]), dict(components=["attn.q", None]), dict(experts="all"),
-                                 dict(fill="yes")])
+                                 dict(fill="yes"), dict(layers=range(0)), dict(layers=range(3, 1)),
+                                 dict(layers=np.array(1.0)), dict(experts=np.array(True))])
 def test_a_selection_of_the_wrong_type_is_refused_before_any_work(llama, bad, reads):
     with pytest.raises(InvalidOptionError):
         toolkit.weight_stats(llama, METRICS, **bad, **W)
@@ -126,6 +128,18 @@ def test_experts_select_routed_experts_and_say_what_the_mean_is_over(moe):
         toolkit.weight_stats(moe, METRICS, experts=9, **W)
     with pytest.raises(SelectionError, match="no matrix of the model is in it; the selected layers hold attn.q"):
         toolkit.weight_stats(moe, METRICS, layers=0, components="mlp.router", **W)  # layer 0 is dense
+
+
+@pytest.mark.parametrize("experts", [0, [1, 2], -1, slice(0, 4, 2)])
+def test_an_expert_selection_keeps_the_models_expert_count(moe, tuned, experts):
+    """attrs num_experts is the model's routed-expert count (its config's), not the largest selected index + 1."""
+    import json
+
+    want = json.loads((moe / "config.json").read_text())["num_local_experts"]
+    assert toolkit.weight_stats(moe, METRICS, cache=False, **W).attrs["num_experts"] == want
+    ds = toolkit.weight_stats(moe, METRICS, experts=experts, **W)
+    assert ds.attrs["num_experts"] == want
+    assert compare(moe, moe, ["relative_change"], experts=experts, **W).attrs["num_experts"] == want
 
 
 def test_compare_reads_only_the_selected_pairs(llama, tuned, reads):

@@ -203,8 +203,15 @@ def load_model(source=None, *, tokenizer=None, gguf_file=None, revision=None, dt
     try:
         if model is None:
             config = _checked_config(where, shown, kw)
-            model, info = _model_class(config).from_pretrained(where, dtype=dtype, attn_implementation="eager",
+            cls = _model_class(config)
+            model, info = cls.from_pretrained(where, dtype=dtype, attn_implementation="eager",
+                                              output_loading_info=True, **kw)
+            if info.get("missing_keys") and cls is not tf.AutoModel:
+                # a head-less checkpoint (a sentence-transformers BertModel): the base model may take it whole
+                base, base_info = tf.AutoModel.from_pretrained(where, dtype=dtype, attn_implementation="eager",
                                                                output_loading_info=True, **kw)
+                if not base_info.get("missing_keys"):
+                    model, info = base, base_info
             if info.get("missing_keys"):
                 raise MissingWeightsError(shown, sorted(info["missing_keys"]), sorted(info.get("unexpected_keys", ())))
     except (OSError, ValueError) as err:

@@ -151,6 +151,7 @@ def _certified(w: torch.Tensor, metrics: list, device, result: MatrixResult) -> 
     """The singular values ``precision="float32-certified"`` serves, recording which precision in ``result``."""
     from toolkit.metrics.certificate import FLOAT32, FLOAT64, certify
     from toolkit.metrics.eigen_bound import certified_spectrum
+    from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.metrics.spectral import check_device, singular_values
 
     if check_device(device, available=False).type != "cpu":
@@ -164,7 +165,11 @@ def _certified(w: torch.Tensor, metrics: list, device, result: MatrixResult) -> 
         return not verdicts[bound]
 
     # the one-pass bound first; the tighter one (two more passes over W) only where that is not enough
-    lam, result.bound = certified_spectrum(w.contiguous(), accept=accept)
+    try:
+        lam, result.bound = certified_spectrum(w.contiguous(), accept=accept)
+    except DegenerateMatrix as e:  # finite entries whose float32 product overflows: the float64 route may not
+        result.precision_served, result.certificate = FLOAT64, e.reason
+        return singular_values(w, device=device)
     why = verdicts[result.bound] if result.bound in verdicts else certify(spectral, lam, result.bound, result.shape)
     if why:
         result.precision_served, result.certificate = FLOAT64, why

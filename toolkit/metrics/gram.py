@@ -158,9 +158,10 @@ def gram32_cpu(w: torch.Tensor) -> np.ndarray:
         x = _BUFFERS.take("whole", m * n, np.float32).reshape(m, n)
         torch.from_numpy(x).copy_(w)
     g = _BUFFERS.take("gram", k * k, np.float32).reshape(k, k)
-    np.matmul(x, x.T, out=g) if wide else np.matmul(x.T, x, out=g)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below
+        np.matmul(x, x.T, out=g) if wide else np.matmul(x.T, x, out=g)
     if not np.isfinite(g).all():
-        _raise_nonfinite(w)
+        _raise_nonfinite(w, "float32 (precision='float64' computes it)")
     g64 = _BUFFERS.take("product", k * k).reshape(k, k)
     g64[...] = g
     return g64
@@ -179,8 +180,8 @@ def _gram_eigenvalues_cpu32(w: torch.Tensor) -> torch.Tensor:
     return _eigvalsh(gram32_cpu(w))
 
 
-def _raise_nonfinite(w: torch.Tensor):
+def _raise_nonfinite(w: torch.Tensor, product: str = "float64"):
     bad = int((~torch.isfinite(w)).sum())
     if bad:
         raise DegenerateMatrix(f"matrix contains NaN/Inf ({bad} entries)")
-    raise DegenerateMatrix("entries too large: W^T W overflows float64")
+    raise DegenerateMatrix(f"entries too large: W^T W overflows {product}")

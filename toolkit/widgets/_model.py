@@ -144,8 +144,8 @@ class ModelExplorer:
             "stop": C.button("Stop", "stop", "stop after the tensor being measured; the finished cells stay, and "
                                              "Resume continues from them"),
         }
-        c["compute"].on_click(lambda _: self.start(**self._form()))
-        c["stop"].on_click(lambda _: self.stop() if self.state == "running" else self.start(**self._form()))
+        c["compute"].on_click(lambda _: self._start_from_form())
+        c["stop"].on_click(lambda _: self.stop() if self.state == "running" else self._start_from_form())
         self.body = W.VBox()
         self.widget = W.VBox([W.HBox([c["source"], c["layers"], c["components"], c["experts"], c["compute"],
                                       c["stop"]], layout=W.Layout(flex_flow="row wrap", align_items="center")),
@@ -157,14 +157,46 @@ class ModelExplorer:
         return str(self.source) if self.source is not None else "the embedded default model"
 
     def _form(self) -> dict:
+        """The form's source and selection.
+
+        Raises
+        ------
+        InvalidOptionError
+            Text that is no selection (``layers`` "abc", "1.5", an empty component name).
+        """
         from toolkit.collect.plan.selection import parse_index, parse_names
+        from toolkit.errors import InvalidOptionError
 
         c = self.form
         got = {"source": c["source"].value.strip() or None}
         for key, parse in (("layers", parse_index), ("components", parse_names), ("experts", parse_index)):
             text = c[key].value.strip()
-            got[key] = parse(text) if text else None
+            try:
+                got[key] = parse(text) if text else None
+            except ValueError:
+                expected = ("names separated by commas (attn.q,mlp.up; patterns such as attn.*)" if key == "components"
+                            else "an index (3, -1), a list (0,4,8) or a slice (0:28:4)")
+                raise InvalidOptionError(key, text, expected, "toolkit.explore_model form") from None
         return got
+
+    def _start_from_form(self):
+        """Compute / Resume: :meth:`start` with the form's values; text that is no selection fails the
+        panel with the reason (a click handler's exception would only reach the log, the old cells
+        staying on screen as if they were the answer)."""
+        from toolkit.errors import InvalidOptionError
+
+        try:
+            form = self._form()
+        except InvalidOptionError as err:
+            if self._thread is not None and self._thread.is_alive():
+                self._stop.set()
+                self._thread.join()
+            self.state, self.error, self._result, self._partial = "failed", err, None, None
+            self.progress.fail(err)
+            self.form["stop"].disabled = True
+            self._done.set()
+            return self
+        return self.start(**form)
 
     def start(self, *, source=..., layers=..., components=..., experts=..., background: bool | None = None):
         """(Re)start the pass: another ``source`` or selection, or the same one (Resume: the finished cells

@@ -117,7 +117,7 @@ def build_grid_dataset(
         for m in metrics:
             ds[m.name].attrs["expert_reduction"] = mean_note(m.name, experts[2]["moe_layers"],
                                                              ds.expert.values if selected_experts else None)
-        attrs = {**attrs, **experts[2]}
+        attrs = {**attrs, **experts[2], **({"num_experts": attrs["num_experts"]} if "num_experts" in attrs else {})}
     ds.attrs.update(attrs)
     ds.attrs["toolkit_version"] = __version__
     ds.attrs["created"] = datetime.now(UTC).isoformat(timespec="seconds")

@@ -74,6 +74,7 @@ def pair_dataset(bplan, tplan, cells, rows, chosen, skipped, tolerance, k, *, sp
         **side_attrs(bplan, "base"), **side_attrs(tplan, "target"),
         "model_type": str(cfg.get("model_type", "")), "num_hidden_layers": int(bplan.num_layers),
         "tolerance": float(tolerance), "subspace_k": int(k), "skipped_tensors": ", ".join(skipped),
+        **({"num_experts": int(bplan.experts_in_model)} if bplan.experts_in_model else {}),
     }
     ds = build_grid_dataset(bplan.num_layers, cells, chosen, attrs, spectra=spectra, **bplan.grid(fill))
     ds = with_unselected(ds, bplan.selected)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from toolkit.collect.cache import ResultCache, cache_kind, metric_key
-from toolkit.collect.cells import Cell, cell_from, cell_results, served_label, served_results
+from toolkit.collect.cells import Cell, cell_from, cell_results, served_key, served_label, served_results
 from toolkit.collect.measure.heads import HeadSpec
 from toolkit.collect.measure.work import CellWork, TensorWork, lookup_cells
 from toolkit.collect.plan.cell_ids import record_id
@@ -108,7 +108,24 @@ class WeightMeasurement:
         already holds for them."""
         cells = lookup_cells(store, self.tensor_id(planned.record), planned.pieces, self.chosen, self.keys,
                              self.spectra, self.heads)
+        if self.precision == CERTIFIED:
+            cells = tuple(self._one_precision(c) for c in cells)
         return TensorWork(planned.record.name, (planned.record,), (planned.record.name,), cells)
+
+    def _one_precision(self, c: CellWork) -> CellWork:
+        """``c`` with every spectral metric to compute when its cached ones would mix served precisions (some
+        to compute, the spectrum to compute, or cached by runs that served different precisions): a cell's
+        spectral metrics and spectrum all come from one spectrum, as in an uncached run, and its
+        ``precision_served`` label is true of all of them."""
+        spectral = [m for m in self.chosen if m.needs_singular_values]
+        cached = [m for m in spectral if m not in c.todo]
+        if not cached:
+            return c
+        labels = {c.cached.get(served_key(self.keys[m.name]), (0.0, ""))[1] for m in cached}
+        if len(cached) == len(spectral) and len(labels) == 1 and not c.need_spectrum:
+            return c
+        return replace(c, todo=tuple(m for m in self.chosen if m in c.todo or m.needs_singular_values),
+                       need_spectrum=self.spectra)  # the spectrum too: the one that served the metrics
 
     def reader(self, work: TensorWork):
         """What reads the tensor (``TensorRecord.read``)."""

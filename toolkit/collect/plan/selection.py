@@ -41,9 +41,13 @@ def _index_spec(value, option: str, where: str):
         if isinstance(value, slice) and value.step == 0:
             raise InvalidOptionError(option, value, "a slice whose step is not 0", where)
         return value
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):  # a 0-d array: its one value
+        value = value.item()
     if _is_int(value):
         return (int(value),)
     if isinstance(value, range):
+        if not value:
+            raise InvalidOptionError(option, value, "an int, a slice, a non-empty range or a list of ints", where)
         return tuple(value)
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise InvalidOptionError(option, value, "an int, a slice, a range or a list of ints", where)

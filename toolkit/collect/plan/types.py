@@ -58,6 +58,8 @@ class Plan:
     selected: Selected = field(default_factory=Selected)
     model_components: tuple = ()
     missing: tuple = ()
+    #: The whole model's routed experts per layer, kept by :meth:`select` (None: count them in ``tensors``).
+    model_experts: int | None = None
 
     def __post_init__(self):
         if not self.model_components:
@@ -71,6 +73,11 @@ class Plan:
         """Routed experts per MoE layer (the largest expert index + 1; 0 for a dense model)."""
         found = [p.expert for t in self.tensors for p in t.pieces if p.expert is not None]
         return 1 + max(found) if found else 0
+
+    @property
+    def experts_in_model(self) -> int:
+        """The whole model's routed experts per MoE layer (:attr:`num_experts` counts those selected)."""
+        return self.num_experts if self.model_experts is None else self.model_experts
 
     def select(self, selection: Selection) -> Plan:
         """The plan of the selected cells only (tensors holding none are left out, so never read).
@@ -96,7 +103,7 @@ class Plan:
                           key=self.model_components.index)
             raise SelectionError("selection", chosen.describe(), "no matrix of the model is in it; the selected "
                                  f"layers hold {', '.join(held) or 'nothing'}")
-        return replace(self, tensors=tensors, selected=chosen)
+        return replace(self, tensors=tensors, selected=chosen, model_experts=self.experts_in_model)
 
     def grid(self, fill: bool = False) -> dict:
         """The coordinates of this plan's Dataset (:func:`~toolkit.collect.assemble.grid.build_grid_dataset`'s
@@ -137,4 +144,5 @@ class Plan:
             "model_type": str(cfg.get("model_type", "")),
             "num_hidden_layers": int(self.num_layers),
             "storage_dtype": ",".join(dtypes),
+            **({"num_experts": int(self.experts_in_model)} if self.experts_in_model else {}),
         }
