@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from toolkit.metrics.gram import _BUFFERS, _GRAM_BLOCK, _eigvalsh, gram32_cpu
+from toolkit.metrics.gram import _eigvalsh, float64_blocks, gram32_cpu, gram_side
 from toolkit.metrics.registry import DegenerateMatrix
 
 U64 = 2.0**-53
@@ -200,19 +200,11 @@ def _bound(gram: float, top: float, big: int, k: int, mn: int, fro2: float) -> E
 
 def _exact_products(w: torch.Tensor, omega: np.ndarray) -> tuple[np.ndarray, float, int]:
     r""":math:`A^\top(A\Omega)` and :math:`\|W\|_F^2` in float64, by blocks of rows of :math:`A`."""
-    m, n = w.shape
-    wide = m <= n  # G = W Wᵀ: A = Wᵀ, blocks of columns of W
-    k = m if wide else n
-    step = max(1, _GRAM_BLOCK // k)
+    wide, _ = gram_side(w)  # wide: G = W Wᵀ, A = Wᵀ, blocks of columns of W
     out = np.zeros_like(omega)
     fro2 = 0.0
     count = 0
-    block = _BUFFERS.take("probe_block", k * min(step, n if wide else m))
-    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
-        rows, cols = blk.shape
-        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
-        b.copy_(blk)
-        x = b.numpy()
+    for x in float64_blocks(w, "probe_block"):
         if wide:
             out += x @ (x.T @ omega)
         else:

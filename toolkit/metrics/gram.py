@@ -97,19 +97,11 @@ def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
     ``dsyrk``/``dsyevd`` would save the product buffer, but its BLAS ran two
     threads' calls 1.3-2x slower than NumPy's on this machine.)
     """
-    m, n = w.shape
-    wide = m <= n
-    k = m if wide else n
-    step = max(1, _GRAM_BLOCK // k)
+    wide, k = gram_side(w)
     g = _BUFFERS.take("gram", k * k).reshape(k, k)
     g.fill(0.0)
     product = _BUFFERS.take("product", k * k).reshape(k, k)
-    block = _BUFFERS.take("block", k * min(step, n if wide else m))
-    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
-        rows, cols = blk.shape
-        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
-        b.copy_(blk)
-        x = b.numpy()
+    for x in float64_blocks(w, "block"):
         if wide:
             np.matmul(x, x.T, out=product)
         else:
@@ -118,6 +110,28 @@ def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
     if not np.isfinite(g).all():
         _raise_nonfinite(w)
     return _eigvalsh(g)
+
+
+def gram_side(w: torch.Tensor) -> tuple[bool, int]:
+    """``(wide, k)``: whether the smaller Gram matrix of ``w`` (m, n) is :math:`WW^\\top` (m <= n), and its size
+    k = min(m, n)."""
+    m, n = w.shape
+    return m <= n, min(m, n)
+
+
+def float64_blocks(w: torch.Tensor, buffer: str):
+    """Yield ``w`` (m, n) in float64 NumPy blocks of about ``_GRAM_BLOCK`` entries: blocks of columns when the
+    smaller Gram matrix is :math:`WW^\\top` (m <= n), of rows otherwise, so that the Gram matrix is the sum
+    of the blocks' own. Every block is a view of one reused buffer (named ``buffer``): use it before the next."""
+    m, n = w.shape
+    wide, k = gram_side(w)
+    step = max(1, _GRAM_BLOCK // k)
+    block = _BUFFERS.take(buffer, k * min(step, n if wide else m))
+    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
+        rows, cols = blk.shape
+        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
+        b.copy_(blk)
+        yield b.numpy()
 
 
 def _eigvalsh(g: np.ndarray) -> torch.Tensor:
