@@ -124,3 +124,21 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
     return path
+
+
+def centre(locator, attempts: int = 10) -> tuple[float, float]:
+    """The page coordinates of the centre of ``locator``'s element, scrolled into view; located again when a
+    redraw replaced the element meanwhile (one change can draw a figure twice: the figure, then its scale)."""
+    from playwright.sync_api import Error
+
+    for attempt in range(attempts):
+        try:
+            locator.scroll_into_view_if_needed()
+            bb = locator.bounding_box()
+            if bb is not None:
+                return bb["x"] + bb["width"] / 2, bb["y"] + bb["height"] / 2
+        except Error as err:
+            if "not attached" not in str(err) or attempt == attempts - 1:
+                raise
+        locator.page.wait_for_timeout(200)
+    raise AssertionError(f"{locator} has no box on the page")

@@ -30,6 +30,7 @@ from _browser import (
     MARKS,
     PAGE_TIMEOUT_MS,
     ROOT,
+    centre,
     chromium,
     jupyterlab,
     run_all_in_jupyterlab,
@@ -88,12 +89,6 @@ def _wait_rendered(page, k: int, after: int = 0) -> int:
 def _cell(page, k: int, panel: int, row: int, col: int):
     return _explorer(page, k).locator(f'svg.toolkit-heatmap-panel[data-panel="{panel}"] '
                                       f'rect.cell[data-r="{row}"][data-c="{col}"]')
-
-
-def _centre(locator):
-    locator.scroll_into_view_if_needed()
-    bb = locator.bounding_box()
-    return bb["x"] + bb["width"] / 2, bb["y"] + bb["height"] / 2
 
 
 def _window(page, k: int, panel: int = 0) -> list:
@@ -186,7 +181,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.locator(".toolkit-lab-chart svg.toolkit-chart-panel").nth(11).wait_for(state="attached", timeout=120_000)
 
     # a click: the cell is outlined and its drill-down opens beside the heatmap, not below it
-    x, y = _centre(_cell(page, 0, 0, 3, 5))
+    x, y = centre(_cell(page, 0, 0, 3, 5))
     page.mouse.click(x, y)
     page.wait_for_function("() => document.querySelector('.toolkit-explorer-side svg.toolkit-chart-panel')",
                            timeout=60_000)
@@ -215,8 +210,8 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     assert _selected(page, 0) == (4, 5)
 
     # box zoom: drag from (layer 20, attn. k) to (layer 10, mlp. up): those cells fill the panel
-    x1, y1 = _centre(_cell(page, 0, 0, 20, 1))
-    x2, y2 = _centre(_cell(page, 0, 0, 10, 4))
+    x1, y1 = centre(_cell(page, 0, 0, 20, 1))
+    x2, y2 = centre(_cell(page, 0, 0, 10, 4))
     page.mouse.move(x1, y1)
     page.mouse.down()
     page.mouse.move((x1 + x2) / 2, (y1 + y2) / 2, steps=4)
@@ -227,7 +222,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     ticks = _explorer(page, 0).locator("text.toolkit-ytick").evaluate_all("ts => ts.map(t => t.textContent)")
     assert ticks == [str(r) for r in range(10, 21)]  # every layer labelled once zoomed in
     # pan: shift-drag down by three rows shows three layers higher
-    x, y = _centre(_cell(page, 0, 0, 15, 2))
+    x, y = centre(_cell(page, 0, 0, 15, 2))
     row_px = _cell(page, 0, 0, 15, 2).bounding_box()["height"]
     page.keyboard.down("Shift")
     page.mouse.move(x, y)
@@ -237,7 +232,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.keyboard.up("Shift")
     assert _window(page, 0) == [13, 24, 1, 5]
     # wheel: zooms in around the pointer once the heatmap has focus
-    x, y = _centre(_cell(page, 0, 0, 18, 3))
+    x, y = centre(_cell(page, 0, 0, 18, 3))
     page.mouse.move(x, y)
     page.mouse.wheel(0, -200)
     page.wait_for_function("([sel]) => JSON.parse(document.querySelector(sel).dataset.windows)[0][1] - "
