@@ -133,3 +133,20 @@ def test_records_are_lazy(tiny_qwen2, monkeypatch):
     assert calls == []
     records[0].read()
     assert calls == [records[0].name]
+
+
+def test_a_sharded_bin_read_from_many_threads_gives_every_stored_tensor(tiny_qwen2):
+    """A pass reads ahead on threads: reads of a sharded .bin interleaved across shards from 8 threads each give
+    the tensor torch.load gives (one thread swapping the open shard once left another reading None)."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    state, folders = tiny_qwen2
+    src = open_source(folders["bin_sharded"])
+    records = [r for r in src.tensors() if r.name in state] * 6
+    random.Random(0).shuffle(records)  # consecutive reads hop between the two shards
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda r: (r.name, r.read()), records))
+    assert len(got) == len(records) > 12
+    for name, tensor in got:
+        torch.testing.assert_close(tensor, state[name].to(tensor.dtype), rtol=0, atol=0)

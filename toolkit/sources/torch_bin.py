@@ -9,6 +9,7 @@ loaded whole, one shard at a time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,9 @@ from toolkit.sources._common import (
 )
 from toolkit.sources.base import TensorRecord
 from toolkit.sources.saved_layout import SavedFormat
+
+#: Held while a ``.bin`` source swaps or reads its open shard (module-level: a source stays picklable).
+_SHARD_LOCK = threading.Lock()
 
 
 def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -123,10 +127,14 @@ class TorchBinSource(FileSource):
         return cls(entries, config=config, location=location, files=shards, revision=revision)
 
     def _read(self, file: str, name: str) -> torch.Tensor:
-        if self._open is None or self._open[0] != file:
-            self._open = None  # drop the previous shard's mapping first
-            self._open = (file, load_state_dict(Path(file)))
-        return self._open[1][name].clone()
+        # a pass reads ahead on threads: the shard held open is shared state, changed under one lock (without
+        # it, one thread dropping the previous shard's mapping left another reading None)
+        with _SHARD_LOCK:
+            opened = self._open
+            if opened is None or opened[0] != file:
+                self._open = None  # drop the previous shard's mapping first
+                opened = self._open = (file, load_state_dict(Path(file)))
+            return opened[1][name].clone()
 
     def tensors(self) -> Iterator[TensorRecord]:
         """Yield one record per stored tensor, shard by shard.
