@@ -94,8 +94,9 @@ class GGUFSource(FileSource):
 
     def _read(self, name: str) -> torch.Tensor:
         group, _ = self._plan.outputs[name]
-        if self._cache is not None and self._cache[0] == group:
-            tensors = self._cache[1]
+        cached = self._cache  # one read: a pass's reader threads share this source (another may reset it)
+        if cached is not None and cached[0] == group:
+            tensors = cached[1]
         else:
             self._cache = None
             tensors = self._plan.materialise(group)
