@@ -143,7 +143,7 @@ def test_a_device_this_process_lacks_fails_before_any_work(tmp_path):
             toolkit.weight_stats(path, ["stable_rank"], device="cuda", progress=False)
         with pytest.raises(toolkit.errors.ToolkitError, match="not available"):
             toolkit.compare(path, path, ["relative_change"], device="cuda", progress=False)
-    with pytest.raises(toolkit.errors.ToolkitError, match="invalid device 'tpu9'"):
+    with pytest.raises(toolkit.errors.ToolkitError, match="device='tpu9' is not valid: device must be a device name"):
         toolkit.weight_stats(path, ["stable_rank"], device="tpu9", progress=False)
     with pytest.raises(toolkit.errors.ToolkitError, match="'cpu' or 'cuda'"):
         toolkit.weight_stats(path, ["stable_rank"], device="meta", progress=False)

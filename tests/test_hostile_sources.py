@@ -577,9 +577,12 @@ def test_weight_stats_of_the_wrong_source(source, hf_cache):
 
 
 def test_open_source_options_of_the_wrong_type(tiny_gguf_dir):
-    with pytest.raises(SourceTypeError, match=r"gguf_file must be a str or None, not a int"):
+    """An option of the wrong type is an InvalidOptionError naming the option, not a 'cannot open checkpoint'."""
+    from toolkit.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match=r"gguf_file=3 is not valid: gguf_file must be None or a str"):
         open_source(tiny_gguf_dir, gguf_file=3)
-    with pytest.raises(SourceTypeError, match=r"revision must be a str or None, not a list"):
+    with pytest.raises(InvalidOptionError, match=r"revision=\['main'\] is not valid: revision must be None or a str"):
         open_source("org/name", revision=["main"])
 
 

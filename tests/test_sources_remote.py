@@ -24,7 +24,6 @@ from toolkit.errors import (
     RemoteAccessError,
     RemoteReadError,
     SourceNotFoundError,
-    SourceTypeError,
 )
 from toolkit.sources.remote import http as remote_http
 from toolkit.sources.safetensors_ import read_header
@@ -211,7 +210,8 @@ def test_download_true_downloads_into_the_hub_cache(tmp_path, local):
 def test_download_is_refused_for_a_url_and_checked_for_type(server):
     with pytest.raises(SourceNotFoundError, match="download=True downloads hub repos"):
         toolkit.open_source(f"{server.url}/plain/single/model.safetensors", download=True)
-    with pytest.raises(SourceTypeError, match="download must be True or False"):
+    with pytest.raises(toolkit.errors.InvalidOptionError, match="download='yes' is not valid: download must be True or "
+                       "False"):
         toolkit.open_source("tt/single", download="yes")
 
 

@@ -20,21 +20,23 @@ from toolkit.architectures import Mapping, register_architecture
 from toolkit.architectures.vocabulary import COMPONENTS
 from toolkit.collect.cache_folders import cache_info, clear_cache
 from toolkit.collect.compare import compare, compare_series
-from toolkit.collect.weights import weight_stats
+from toolkit.collect.weights import cell_spectrum, weight_stats
 from toolkit.errors import ToolkitError
 from toolkit.io import load, save
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.registry import get_metric, list_metrics, register_metric
-from toolkit.sources import open_source
+from toolkit.sources import SourceRequest, open_source
 
 __all__ = [
     "COMPONENTS",
     "FitOptions",
     "Mapping",
+    "SourceRequest",
     "ToolkitError",
     "__version__",
     "activation_stats",
     "cache_info",
+    "cell_spectrum",
     "clear_cache",
     "compare",
     "compare_series",

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 import xarray as xr
 
-from toolkit import options
 from toolkit.activations import definitions as D
 from toolkit.activations.attention import AttentionRecorder, eager_attention
 from toolkit.activations.dataset import add_head_variables
@@ -23,10 +22,17 @@ from toolkit.activations.routing import RouterRecorder, router_variables
 from toolkit.architectures import resolve_adapter
 from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
 from toolkit.collect.cells import Cell
+from toolkit.collect.pass_options import ADDRESS, PASS, SELECTION
 from toolkit.collect.plan.selection import Selection
-from toolkit.errors import InvalidOptionError, SelectionError, UnmappedParametersError
+from toolkit.constraints import Flag, Function, Optional, Whole, checks_options
+from toolkit.errors import SelectionError, UnmappedParametersError
 
 
+@checks_options(tokenizer=Optional(Function("(a transformers tokenizer)")), gguf_file=ADDRESS["gguf_file"],
+                revision=ADDRESS["revision"],
+                max_tokens=Whole(minimum=2, meaning="texts are cut to this many tokens; each needs at least 2"),
+                batch_size=Whole(minimum=1, meaning="texts per forward pass"), attention=Flag(), gradients=Flag(),
+                mapping=PASS["mapping"], progress=PASS["progress"], **SELECTION)
 def activation_stats(
     source=None,
     texts=None,
@@ -153,18 +159,7 @@ def activation_stats(
     >>> m = load_model("Qwen/Qwen2.5-0.5B")            # load once, run several text sets
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
-    where = "toolkit.activation_stats"
-    selection = Selection.of(layers, components, experts, where)
-    fill = options.flag(fill, "fill", where)
-    max_tokens = options.whole_number(max_tokens, "max_tokens", where, minimum=2,
-                                      meaning="texts are cut to this many tokens; each needs at least 2")
-    batch_size = options.whole_number(batch_size, "batch_size", where, minimum=1, meaning="texts per forward pass")
-    attention = options.flag(attention, "attention", where)
-    gradients = options.flag(gradients, "gradients", where)
-    progress = options.progress_option(progress, where)
-    mapping = options.mapping_option(mapping, where)
-    if tokenizer is not None and not callable(tokenizer):
-        raise InvalidOptionError("tokenizer", tokenizer, "None or a transformers tokenizer (a callable)", where)
+    selection = Selection.of(layers, components, experts)
     if texts is None:
         texts_origin = "default (data/prompts.txt of the toolkit)"
     else:

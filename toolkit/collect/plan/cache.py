@@ -56,8 +56,10 @@ class PlanRequest:
     revision: str | None
 
     @classmethod
-    def of(cls, source, gguf_file, revision) -> PlanRequest | None:
-        """The request for a local path (None: the bundled model), else None (not cacheable)."""
+    def of(cls, request) -> PlanRequest | None:
+        """The plan-cache request for a :class:`~toolkit.sources.SourceRequest` of a local path (None: the
+        bundled model), else None (not cacheable)."""
+        source, gguf_file, revision = request.source, request.gguf_file, request.revision
         if isinstance(source, Source):
             return None
         if source is None:

@@ -18,7 +18,7 @@ from toolkit.collect.plan import cache as plan_cache
 from toolkit.collect.plan.experts import check_dropped_experts, check_experts, planned_units
 from toolkit.collect.plan.types import Plan
 from toolkit.errors import UnmappedParametersError, UnsupportedArchitectureError
-from toolkit.sources import check_source_arguments, open_source
+from toolkit.sources import SourceRequest, open_source
 from toolkit.sources.base import Source
 
 
@@ -73,14 +73,14 @@ def plan_source(src: Source, mapping=None) -> Plan:
     return Plan(src, tensors, int(adapter.num_layers), adapter)
 
 
-def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: bool = True,
-                download: bool = False) -> Plan:
-    """Open ``source`` (or find its plan in the cache) and map its tensors to (layer, component) pieces.
+def plan_pieces(request, *, mapping=None, cache: bool = True) -> Plan:
+    """Open the checkpoint ``request`` addresses (or find its plan in the cache) and map its tensors to
+    (layer, component) pieces.
 
     Parameters
     ----------
-    source, gguf_file, revision, download
-        As :func:`toolkit.open_source` takes them.
+    request : toolkit.sources.SourceRequest, or what :func:`toolkit.open_source` takes as ``source``
+        The checkpoint's address and options (a bare source: with the default options).
     mapping : toolkit.Mapping, optional
         A user mapping (such plans are not cached).
     cache : bool, default True
@@ -92,19 +92,19 @@ def plan_pieces(source, *, gguf_file=None, revision=None, mapping=None, cache: b
     ------
     As :func:`plan_source`, and whatever :func:`toolkit.open_source` raises.
     """
-    check_source_arguments(source, gguf_file=gguf_file, revision=revision, download=download)  # before the cache
-    request = plan_cache.PlanRequest.of(source, gguf_file, revision) if cache and mapping is None else None
+    request = SourceRequest.of(request)  # its types checked before the cache
+    cached_as = plan_cache.PlanRequest.of(request) if cache and mapping is None else None
     before = {}
-    if request is not None:
-        cached = plan_cache.load(request)
+    if cached_as is not None:
+        cached = plan_cache.load(cached_as)
         if cached is not None:
             return with_missing(cached)
-        before = request.snapshot()
-    src = open_source(source, gguf_file=gguf_file, revision=revision, download=download)
+        before = cached_as.snapshot()
+    src = open_source(request)
     with naming(src.location):  # a config that contradicts the weights: which checkpoint
         plan = plan_source(src, mapping)
-    if request is not None:
-        plan_cache.store(request, plan, before)
+    if cached_as is not None:
+        plan_cache.store(cached_as, plan, before)
     return with_missing(plan)
 
 

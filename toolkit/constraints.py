@@ -1,0 +1,315 @@
+"""Option constraints declared as data on each public function, checked at the front door.
+
+A public function says what each of its options takes with :func:`checks_options`
+(scikit-learn's ``validate_params`` in spirit)::
+
+    @checks_options(keep_spectra=Flag(), precision=OneOf(("float64", "float32")))
+    def weight_stats(source=None, *, keep_spectra=False, precision="float64"): ...
+
+Before the body runs, every option the caller passed is checked by its
+constraint and replaced by the value the function uses (``numpy.int64(3)``
+becomes ``3``); a bad value raises one
+:class:`~toolkit.errors.InvalidOptionError` naming the function, the option,
+the value and what it takes: the one message shape of every front door. The
+constraints stay on the function (:func:`declared_options`), so one contract
+test feeds every declared option of every public function a value it refuses
+(:meth:`Constraint.invalid`) and expects that error before any work.
+
+Each constraint is a small frozen record with ``check(value, option, where)``
+(the value to use, or the error) and ``invalid()`` (a value it refuses); the
+checks themselves are the plain functions of :mod:`toolkit.options`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from toolkit import options
+from toolkit.errors import InvalidOptionError
+
+__all__ = [
+    "Check", "Constraint", "DeviceName", "Flag", "Forwarded", "Function", "MetricNames", "OneOf", "Optional",
+    "PathName", "Progress", "Real", "Text", "Whole", "checks_options", "declared_options",
+]
+
+_ATTRIBUTE = "__toolkit_options__"
+
+
+class Constraint:
+    """What one option takes: :meth:`check` returns the value to use or raises
+    :class:`~toolkit.errors.InvalidOptionError`; :meth:`invalid` is a value it refuses."""
+
+    def check(self, value, option: str, where: str):  # pragma: no cover - the protocol
+        raise NotImplementedError
+
+    def invalid(self):  # pragma: no cover - the protocol
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Flag(Constraint):
+    """``True`` or ``False`` (a NumPy bool too); ``"no"`` or ``0`` are refused, not read as truth values."""
+
+    def check(self, value, option, where):
+        return options.flag(value, option, where)
+
+    def invalid(self):
+        return "no"
+
+
+@dataclass(frozen=True)
+class OneOf(Constraint):
+    """One of the strings ``choices``."""
+
+    choices: tuple[str, ...]
+
+    def check(self, value, option, where):
+        return options.choice(value, option, where, self.choices)
+
+    def invalid(self):
+        return "bogus"
+
+
+@dataclass(frozen=True)
+class Whole(Constraint):
+    """A whole number (not a bool, not a float) in ``[minimum, maximum]``; ``meaning`` ends the message."""
+
+    minimum: int | None = None
+    maximum: int | None = None
+    meaning: str = ""
+
+    def check(self, value, option, where):
+        return options.whole_number(value, option, where, minimum=self.minimum, maximum=self.maximum,
+                                    meaning=self.meaning)
+
+    def invalid(self):
+        return self.minimum - 1 if self.minimum is not None else 2.5
+
+
+@dataclass(frozen=True)
+class Real(Constraint):
+    """A finite real number ``>= minimum`` (or ``> above``) and ``<= maximum``."""
+
+    minimum: float | None = None
+    above: float | None = None
+    maximum: float | None = None
+    meaning: str = ""
+
+    def check(self, value, option, where):
+        return options.real_number(value, option, where, minimum=self.minimum, above=self.above,
+                                   maximum=self.maximum, meaning=self.meaning)
+
+    def invalid(self):
+        return float("nan")
+
+
+@dataclass(frozen=True)
+class Text(Constraint):
+    """A non-empty str; ``meaning`` says what it names (``"a branch, tag or commit"``)."""
+
+    meaning: str = ""
+
+    def check(self, value, option, where):
+        if not isinstance(value, str) or not value:
+            raise InvalidOptionError(option, value, "a non-empty str" + (f" ({self.meaning})" if self.meaning else ""),
+                                     where)
+        return value
+
+    def invalid(self):
+        return 42
+
+
+@dataclass(frozen=True)
+class PathName(Constraint):
+    """A path: a str or an ``os.PathLike`` (whether it exists is the function's to say)."""
+
+    def check(self, value, option, where):
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if not isinstance(value, str) or not value:
+            raise InvalidOptionError(option, value, "a path (a non-empty str or a pathlib.Path)", where)
+        return value
+
+    def invalid(self):
+        return 42
+
+
+@dataclass(frozen=True)
+class Function(Constraint):
+    """A callable; ``signature`` says how it is called (for the message)."""
+
+    signature: str = ""
+
+    def check(self, value, option, where):
+        if not callable(value):
+            raise InvalidOptionError(option, value, "a callable" + (f" {self.signature}" if self.signature else ""),
+                                     where)
+        return value
+
+    def invalid(self):
+        return 42
+
+
+@dataclass(frozen=True)
+class Optional(Constraint):
+    """None, or what ``inner`` takes."""
+
+    inner: Constraint
+
+    def check(self, value, option, where):
+        if value is None:
+            return None
+        try:
+            return self.inner.check(value, option, where)
+        except InvalidOptionError as e:
+            raise InvalidOptionError(option, value, f"None or {e.expected}", where) from None
+
+    def invalid(self):
+        return self.inner.invalid()
+
+
+@dataclass(frozen=True)
+class Progress(Constraint):
+    """``progress``: a bool (None: False) or a callable ``progress(done, total, name)``."""
+
+    def check(self, value, option, where):
+        return options.progress_option(value, where)
+
+    def invalid(self):
+        return "yes"
+
+
+@dataclass(frozen=True)
+class MetricNames(Constraint):
+    """``metrics``: None (every metric of ``kind``), a name or a non-empty list of names (unknown names are the
+    registry's to refuse, with close matches)."""
+
+    kind: str
+
+    def check(self, value, option, where):
+        return options.metric_names(value, where, self.kind)
+
+    def invalid(self):
+        return []
+
+
+@dataclass(frozen=True)
+class DeviceName(Constraint):
+    """A device name torch knows, of a type the work runs on (``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"``;
+    a ``torch.device``); whether this process has it is checked where the work starts."""
+
+    def check(self, value, option, where):
+        from toolkit.metrics.spectral import check_device
+
+        check_device(value, available=False, option=option, where=where)
+        return value
+
+    def invalid(self):
+        return 42
+
+
+@dataclass(frozen=True)
+class Check(Constraint):
+    """A checker of :mod:`toolkit.options` (or an object's own), ``check(value, where)``, and a value it refuses.
+
+    For options whose rule belongs to a record of their own (``fit`` to :class:`~toolkit.FitOptions`, the
+    selection to :class:`~toolkit.collect.plan.selection.Selection`).
+    """
+
+    checker: Callable
+    refused: object
+
+    def check(self, value, option, where):
+        return self.checker(value, where)
+
+    def invalid(self):
+        return self.refused
+
+
+@dataclass(frozen=True)
+class Forwarded(Constraint):
+    """``**kwargs`` passed on to ``to`` (a function with declared options): each must be one of its parameters
+    (not one the forwarding function sets itself, ``taken``) and is checked by its constraint there."""
+
+    to: Callable
+    taken: tuple[str, ...] = ()
+
+    def check(self, value, option, where):
+        target = inspect.signature(self.to).parameters
+        declared = declared_options(self.to)
+        out = {}
+        for name, given in value.items():
+            if name not in target or name in self.taken:
+                takes = ", ".join(n for n, p in target.items() if p.kind is p.KEYWORD_ONLY and n not in self.taken)
+                raise InvalidOptionError(name, given, f"left out: it is no option of {self.to.__name__}, which "
+                                         f"takes {takes}", where)
+            out[name] = declared[name].check(given, name, where) if name in declared else given
+        return out
+
+    def invalid(self):
+        declared = declared_options(self.to)
+        name = next(n for n in declared if n not in self.taken)
+        return {name: declared[name].invalid()}
+
+
+def checks_options(**constraints: Constraint):
+    """Declare the constraints of a public function's options and check them before its body runs.
+
+    Parameters
+    ----------
+    **constraints : Constraint
+        One per option name of the decorated function.
+
+    Returns
+    -------
+    callable
+        The decorator. The wrapped function checks each option the caller passed (defaults are not
+        checked: they are valid by construction), replaces it by the checked value and calls the
+        function; ``declared_options(fn)`` returns the constraints.
+
+    Raises
+    ------
+    TypeError
+        At decoration, a constraint for a name the function has no parameter of.
+    InvalidOptionError
+        At a call, the first option (in signature order) whose value its constraint refuses.
+    """
+    def decorate(fn):
+        signature = inspect.signature(fn)
+        unknown = set(constraints) - set(signature.parameters)
+        if unknown:
+            raise TypeError(f"{fn.__qualname__} has no parameter {sorted(unknown)}")
+        order = [name for name in signature.parameters if name in constraints]
+        where = f"{_public_module(fn)}.{fn.__name__}"
+
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            given = bound.arguments
+            for name in order:
+                if name in given:
+                    given[name] = constraints[name].check(given[name], name, where)
+            return fn(*bound.args, **bound.kwargs)
+
+        setattr(checked, _ATTRIBUTE, MappingProxyType(dict(constraints)))
+        return checked
+
+    return decorate
+
+
+def declared_options(fn) -> Mapping[str, Constraint]:
+    """The constraints :func:`checks_options` declared on ``fn`` (empty if none)."""
+    return getattr(fn, _ATTRIBUTE, MappingProxyType({}))
+
+
+def _public_module(fn) -> str:
+    """``toolkit`` for the top-level front doors, else the public subpackage (``toolkit.plot``)."""
+    parts = fn.__module__.split(".")
+    if len(parts) > 1 and parts[1] in ("plot", "widgets", "activations"):
+        return "toolkit" if parts[1] == "activations" else f"toolkit.{parts[1]}"
+    return "toolkit"
