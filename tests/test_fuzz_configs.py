@@ -263,7 +263,6 @@ def _peft_reference(adapter: Path, cfg: dict):
 @given(changes=edits(ADAPTER_KEYS))
 @_settings(100)
 def test_mutated_adapter_config(worker, originals, folders, changes):
-    pytest.importorskip("peft")
     folder, cfg = folders.copy(originals["adapter"], "adapter_config.json", lambda c: _apply(c, changes))
     _check(worker.run({"path": str(folder)}), folder, changes, _peft_reference(folder, cfg))
 
@@ -375,8 +374,6 @@ QUANTIZED = {"fp8": (FP8_KEYS, _fp8_reference), "gptq": (GPTQ_KEYS, _gptq_refere
 @given(data=st.data())
 @_settings(60)
 def test_mutated_quantization_config(worker, originals, folders, kind, data):
-    if kind == "compressed":
-        pytest.importorskip("compressed_tensors")
     keys, reference = QUANTIZED[kind]
     changes = data.draw(edits(keys))
     folder, cfg = folders.copy(originals[kind], "config.json", lambda c: _apply(c, changes))

@@ -11,6 +11,7 @@ import shutil
 import warnings
 
 import numpy as np
+import peft
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -21,8 +22,6 @@ from toolkit.errors import CheckpointFileError, CheckpointMismatchError
 from toolkit.sources import open_source
 from toolkit.sources.lora import open_adapter
 from toolkit.testing import write_tiny_adapter
-
-peft = pytest.importorskip("peft")
 
 _Q0 = "model.layers.0.self_attn.q_proj"
 

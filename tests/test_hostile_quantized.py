@@ -42,7 +42,6 @@ def gptq(original, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def packed(original, tmp_path_factory):
-    pytest.importorskip("compressed_tensors")
     return write_compressed(tmp_path_factory.mktemp("ct") / "ct", original,
                             dict(num_bits=4, type="int", strategy="group", group_size=16, symmetric=True),
                             "pack-quantized")[0]
@@ -94,7 +93,6 @@ def test_fp8_weights_without_a_usable_quantization_config_are_refused(fp8, tmp_p
 
 
 def test_compressed_float8_without_its_config_is_refused(original, tmp_path):
-    pytest.importorskip("compressed_tensors")
     path, _ = write_compressed(tmp_path / "ct8", original, dict(num_bits=8, type="float", strategy="channel",
                                                                   symmetric=True), "float-quantized")
     refused(variant(path, tmp_path / "v", qc=None), r"beside '.*\.weight_scale'")
@@ -215,7 +213,6 @@ def test_compressed_scales_of_the_wrong_shape_for_the_strategy(packed, original,
 def test_compressed_group_size_larger_than_the_matrix(original, tmp_path):
     """A group of 2^30 columns over 32 or 64 is one group per row (the scales of a per-channel export):
     the library's own decompression of that export, read within 512 MB (a 256 GB allocation before)."""
-    pytest.importorskip("compressed_tensors")
     path, expected = write_compressed(tmp_path / "ct", original, dict(num_bits=8, type="int", strategy="channel",
                                                                        symmetric=True), "int-quantized")
     hostile = variant(path, tmp_path / "v", qc=lambda qc: {**qc, "config_groups": {"group_0": {

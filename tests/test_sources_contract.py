@@ -14,8 +14,6 @@ from toolkit.sources import Source, TensorRecord, open_source
 from toolkit.sources.lora import AdapterSource, MergedRecord, MergedSource
 from toolkit.testing import write_tiny_adapter
 
-peft = pytest.importorskip("peft")
-
 
 @pytest.fixture(scope="module")
 def adapter_pair(tmp_path_factory):

@@ -386,7 +386,8 @@ def test_a_header_longer_than_the_file_says_is_a_checkpoint_file_error(server, t
 @pytest.fixture(scope="module")
 def cluster_client(proxy, tmp_path_factory):
     """A LocalCluster of 2 worker processes whose hub is the loopback server and whose HF cache is empty."""
-    distributed = pytest.importorskip("distributed")
+    import distributed
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_ENDPOINT", proxy.url)
         mp.setenv("HF_HUB_CACHE", str(tmp_path_factory.mktemp("worker-hf")))

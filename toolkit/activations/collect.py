@@ -1,31 +1,26 @@
-"""``activation_stats``: texts through a model -> (layer, component) and (layer, head) Dataset."""
+"""``activation_stats``: texts through a model -> (layer, component) and (layer, head) Dataset.
+
+The front door of the activations pass, shaped as the weights pass: options checked
+(:mod:`toolkit.constraints`), texts tokenised, then a hook plan (:mod:`.hook_plan`: which
+modules, made without running the model) -> the batches through the model with the hooks on
+(:mod:`.runner`) -> the Dataset (:mod:`.assemble`).
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from contextlib import ExitStack
 
-import numpy as np
-import torch
 import xarray as xr
 
-from toolkit.activations import definitions as D
-from toolkit.activations.attention import AttentionRecorder, eager_attention
-from toolkit.activations.dataset import add_head_variables
-from toolkit.activations.gradients import gradient_norms, next_token_loss_sum, only_grad_for
-from toolkit.activations.hooks import Batch, ComponentRecorder, Target
-from toolkit.activations.inputs import as_texts, batches, check_token_ids, tokenize
+from toolkit.activations.assemble import activation_dataset, run_attrs
+from toolkit.activations.hook_plan import plan_hooks
+from toolkit.activations.inputs import as_texts, check_token_ids, tokenize
 from toolkit.activations.model import load_model
-from toolkit.activations.progress import layer_progress
-from toolkit.activations.routing import RouterRecorder, router_variables
-from toolkit.architectures import resolve_adapter
-from toolkit.collect.assemble.grid import build_grid_dataset, with_unselected
-from toolkit.collect.cells import Cell
+from toolkit.activations.runner import run_batches
 from toolkit.collect.pass_options import ADDRESS, PASS, SELECTION
 from toolkit.collect.plan.selection import Selection
 from toolkit.constraints import Flag, Function, Optional, Whole, checks_options
-from toolkit.errors import SelectionError, UnmappedParametersError
 
 
 @checks_options(tokenizer=Optional(Function("(a transformers tokenizer)")), gguf_file=ADDRESS["gguf_file"],
@@ -159,7 +154,6 @@ def activation_stats(
     >>> m = load_model("Qwen/Qwen2.5-0.5B")            # load once, run several text sets
     >>> code = activation_stats(m, ["def f(x):\n    return x + 1"], gradients=False)
     """
-    selection = Selection.of(layers, components, experts)
     if texts is None:
         texts_origin = "default (data/prompts.txt of the toolkit)"
     else:
@@ -173,159 +167,12 @@ def activation_stats(
     embedding = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
     if embedding is not None and hasattr(embedding, "num_embeddings"):
         check_token_ids(ids, int(embedding.num_embeddings), tokenized=isinstance(texts[0], str))
-    config = model.config.to_dict()
-    params = dict(model.named_parameters())
-    adapter = resolve_adapter(config, list(params), mapping=mapping)
-    pieces = _map_pieces(adapter, params)
-    chosen = selection.resolve(int(adapter.num_layers), {c for _, c in pieces},
-                               int(getattr(adapter, "num_experts", 0) or 0))
-    model_pieces, pieces = pieces, {k: p for k, p in pieces.items() if chosen.keeps_cell(*k)}
-    if not pieces:
-        raise SelectionError("selection", chosen.describe(), "no component module of the model is in it")
-    dims = adapter.dims
-    device = next(model.parameters()).device
-
-    targets: dict = {}
-    weights = {}
-    layer_modules: dict = {}  # {layer: [module]}: what the progress bar counts
-    for key, piece in pieces.items():
-        module = adapter.find_module(model, piece)
-        idx = piece.out_index.to(device) if torch.is_tensor(piece.out_index) else piece.out_index
-        targets.setdefault(module, []).append(Target(key, idx))
-        weights[key] = module.weight
-        layer_modules.setdefault(key[0], []).append(module)
-    attn_modules = {layer: adapter.find_module(model, p.module_name.rsplit(".", 1)[0])
-                    for (layer, comp), p in model_pieces.items()
-                    if comp == "attn.q" and _records(chosen, layer, "attn.")}
-    routers = {layer: adapter.find_module(model, p) for (layer, comp), p in model_pieces.items()
-               if comp == "mlp.router" and _records(chosen, layer, "mlp.router")}
-    causal = all(getattr(m, "is_causal", True) for m in attn_modules.values())
-    has_loss = causal and callable(getattr(model, "get_output_embeddings", None)) \
-        and model.get_output_embeddings() is not None
-    do_grad = gradients and has_loss
-
-    plan = batches(ids, batch_size=batch_size, pad_id=_pad_id(loaded.tokenizer, config))
-    current: dict = {}
-    comp = ComponentRecorder(targets, lambda: current["batch"])
-    routing = RouterRecorder(routers, lambda: current["batch"], adapter.num_experts) \
-        if routers and hasattr(adapter, "num_experts") else None
-    att = AttentionRecorder(attn_modules, lambda: current["batch"], num_texts=len(ids),
-                            num_heads=dims.num_attention_heads, causal=causal,
-                            model_type=adapter.family) if attention else None
-    loss_sum, count, grads = 0.0, 0, {}
-    was_training = model.training
-    model.eval()
-    try:
-        with ExitStack() as stack:
-            if attention:
-                stack.enter_context(eager_attention(model))
-            if do_grad:
-                stack.enter_context(only_grad_for(model, list(weights.values())))
-            stack.enter_context(comp)
-            if routing is not None:
-                stack.enter_context(routing)
-            if att is not None:
-                stack.enter_context(att)
-            # after only_grad_for: the bar's gradient hooks need weights that require grad
-            report = stack.enter_context(layer_progress(progress, layer_modules, num_batches=len(plan),
-                                                        backward=do_grad))
-            for done, b in enumerate(plan, start=1):
-                report.start_batch(done, len(b.lengths))
-                input_ids, mask = b.input_ids.to(device), b.attention_mask.to(device)
-                current["batch"] = Batch(mask.bool(), b.lengths, b.text_index)
-                if att is not None:
-                    att.start_batch()
-                with torch.set_grad_enabled(do_grad):
-                    out = model(input_ids=input_ids, attention_mask=mask, use_cache=False)
-                if att is not None:
-                    att.check_batch()
-                if has_loss:
-                    loss, n = next_token_loss_sum(out.logits, input_ids, mask)
-                    if do_grad:
-                        loss.backward()
-                    loss_sum, count = loss_sum + float(loss.detach()), count + n
-                del out
-                report.end_batch()
-            if do_grad:
-                grads = gradient_norms(pieces, weights, count)
-    finally:
-        model.train(was_training)
-
-    cells = {}
-    for key, piece in pieces.items():
-        acc = comp.acc[key]
-        cell = Cell(piece.parameter_name, tuple(piece.extract(weights[key].detach()).shape))
-        if comp.calls[key]:
-            cell.values.update(output_rms=acc.output.rms, input_rms=comp.input_rms(key),
-                               activation_kurtosis=acc.output.kurtosis, max_abs_activation=acc.output.max_abs)
-        else:
-            cell.reasons["activations"] = "the module never ran"
-        cell.values["gradient_norm"] = grads.get(key, float("nan"))
-        if key not in grads:
-            cell.reasons["gradient_norm"] = "no next-token loss (encoder or headless model)" if not has_loss \
-                else "gradients=False"
-        cells[key] = cell
-    attrs = {
-        **loaded.attrs, "kind": "activations", "model_type": adapter.family,
-        "num_hidden_layers": int(adapter.num_layers), "num_attention_heads": int(dims.num_attention_heads),
-        "num_key_value_heads": int(dims.num_key_value_heads), "head_dim": int(dims.head_dim),
-        "attention": "causal" if causal else "bidirectional",
-        "attn_implementation": "eager" if attention else str(getattr(model.config, "_attn_implementation", "")),
-        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "texts": texts_origin, "num_texts": len(ids),
-        "num_tokens": int(sum(map(len, ids))), "max_tokens": int(max_tokens), "batch_size": int(batch_size),
-        "mean_next_token_loss": loss_sum / count if count else float("nan"),
-    }
-    ds = build_grid_dataset(int(adapter.num_layers), cells, list(D.GRID_STATS), attrs)
-    if routing is not None:
-        ds = ds.assign(router_variables(routing, int(adapter.num_layers))).assign_coords(
-            expert=("expert", np.arange(routing.num_experts), {"long_name": "routed expert"}))
-    ds = add_head_variables(ds, comp, att, dims, texts, ids)
-    return _selected(ds, chosen, fill)
-
-
-def _records(chosen, layer: int, prefix: str) -> bool:
-    """Whether a per-layer recorder (attention maps: ``"attn."``; router: ``"mlp.router"``) runs on ``layer``."""
-    return (chosen.layers is None or layer in chosen.layers) and (
-        chosen.components is None or any(c.startswith(prefix) for c in chosen.components))
-
-
-def _selected(ds: xr.Dataset, chosen, fill: bool) -> xr.Dataset:
-    """``ds`` cut to the selection (``fill``: the whole grid, the cells left out marked)."""
-    if chosen.everything:
-        return ds
-    ds.attrs["selection"] = chosen.describe()
-    if chosen.experts is not None and "expert" in ds.dims:
-        ds = ds.sel(expert=list(chosen.experts))
-    if fill:
-        return with_unselected(ds, chosen)
-    if chosen.layers is not None:
-        ds = ds.sel(layer=list(chosen.layers))
-    if chosen.components is not None:
-        ds = ds.sel(component=[c for c in ds.component.values if c in chosen.components])
-    return ds
-
-
-def _map_pieces(adapter, params) -> dict:
-    """``{(layer, component): Piece}`` of the model's parameters, checked like the weight plan (routed
-    experts left out: see :mod:`toolkit.activations.routing` for what the routers do with them)."""
-    pieces, seen = {}, {}
-    for name in params:
-        for p in adapter.pieces(name):
-            if p.expert is not None:
-                continue  # a routed expert has no module of its own (its 3-D stack is one module)
-            key = (p.layer, p.component)
-            if key in seen:
-                raise UnmappedParametersError(
-                    f"two parameters map to layer {p.layer} {p.component}: {seen[key]!r} and {name!r}; "
-                    "fix the mapping so each component has one matrix per layer")
-            seen[key], pieces[key] = name, p
-    if not pieces:
-        raise UnmappedParametersError(
-            f"no parameter of the model maps to an attention or MLP component (model_type "
-            f"{adapter.family!r}); pass mapping=toolkit.Mapping({{...}})", list(params))
-    adapter.check_layers(layer for layer, _ in pieces)
-    return pieces
+    plan = plan_hooks(model, Selection.of(layers, components, experts), mapping=mapping)
+    recorded = run_batches(model, plan, ids, batch_size=batch_size, attention=attention, gradients=gradients,
+                           pad_id=_pad_id(loaded.tokenizer, model.config.to_dict()), progress=progress)
+    attrs = run_attrs(plan, model, loaded.attrs, recorded, texts_origin=texts_origin, ids=ids,
+                      max_tokens=max_tokens, batch_size=batch_size, attention=attention)
+    return activation_dataset(plan, recorded, attrs, texts, ids, fill=fill)
 
 
 def _pad_id(tokenizer, config) -> int:
