@@ -25,7 +25,7 @@ from toolkit.errors import ToolkitError
 from toolkit.io import load, save
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.registry import get_metric, list_metrics, register_metric
-from toolkit.sources import SourceRequest, open_source
+from toolkit.sources import SourceRequest, open_source, register_format
 
 __all__ = [
     "COMPONENTS",
@@ -46,6 +46,7 @@ __all__ = [
     "open_source",
     "plot",
     "register_architecture",
+    "register_format",
     "register_metric",
     "save",
     "summary",

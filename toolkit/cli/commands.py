@@ -256,8 +256,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_source_args(w, help_default=" (default: the embedded SmolLM2-135M-Instruct GGUF)")
     w.add_argument("--metrics", nargs="+", default=None, help="metric names (default: all registered)")
     w.add_argument("--precision", choices=["float64", "float32", "float32-certified"], default="float64",
-                   help="precision of the singular values (default float64; float32 is ~1.7x faster on 7B shapes, see "
-                        "docs/scaling.md; float32-certified: float32 where a per-cell certificate shows every "
+                   help="precision of the singular values (default float64; float32 is faster on large shapes, see "
+                        "benchmarks/README.md; float32-certified: float32 where a per-cell certificate shows every "
                         "spectral metric within tolerance of float64, float64 elsewhere)")
     _add_fit_args(w)
     _add_selection_args(w)

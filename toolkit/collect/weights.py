@@ -109,7 +109,7 @@ def weight_stats(
     precision : {"float64", "float32", "float32-certified"}, default "float64"
         Of the singular values (:func:`toolkit.metrics.singular_values`).
         ``"float32"`` forms the Gram matrix in float32 (its eigensolve stays
-        float64): 1.7x faster on 7B-sized matrices, 1.2x on SmolLM2, and agrees with
+        float64): faster on large matrices (figures: ``benchmarks/README.md``), and agrees with
         float64 on the spectral norm, stable and effective rank and the
         power-law fit (measured: ``docs/scaling.md``); the condition number,
         matrix rank, rank loss and spectral entropy, which read the smallest

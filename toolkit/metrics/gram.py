@@ -92,10 +92,10 @@ def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
     buffer, once transposed) makes NumPy call BLAS ``dsyrk``, the symmetric
     product in half the flops of a general one; torch's ``eigvalsh``
     (:func:`_eigvalsh`) then diagonalises the sum. Both release the GIL, so two passes run side
-    by side. On one core this is 1.5-2x faster than ``addmm_`` +
-    ``torch.linalg.eigvalsh`` for 576-1536 wide matrices. (SciPy's in-place
-    ``dsyrk``/``dsyevd`` would save the product buffer, but its BLAS ran two
-    threads' calls 1.3-2x slower than NumPy's on this machine.)
+    by side. On one core this beats ``addmm_`` + ``torch.linalg.eigvalsh``
+    for 576-1536 wide matrices. (SciPy's in-place ``dsyrk``/``dsyevd`` would
+    save the product buffer, but its BLAS ran two threads' calls slower than
+    NumPy's here.)
     """
     wide, k = gram_side(w)
     g = _BUFFERS.take("gram", k * k).reshape(k, k)
@@ -137,10 +137,9 @@ def float64_blocks(w: torch.Tensor, buffer: str):
 def _eigvalsh(g: np.ndarray) -> torch.Tensor:
     """Eigenvalues (ascending, float64) of the symmetric matrix ``g`` (not modified), by torch's LAPACK.
 
-    torch's (MKL's ``syevd``) rather than NumPy's (OpenBLAS's): on one core of
-    this machine 2x faster in float64 (2048: 1.9 s against 3.9 s) and 3x in
-    float32 (1.1-1.2 s against 3.3-4.0 s), load ~9; NumPy's ``dsyrk`` stays the
-    faster Gram product (torch has no ``syrk``; its ``mm`` took 1.6-2x longer).
+    torch's (MKL's ``syevd``) rather than NumPy's (OpenBLAS's): the faster of the
+    two on one core, in float64 and float32 (``benchmarks/bench_precision.py``);
+    NumPy's ``dsyrk`` stays the faster Gram product (torch has no ``syrk``).
     """
     return torch.linalg.eigvalsh(torch.from_numpy(g)).to(torch.float64)
 

@@ -173,8 +173,8 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
         is worse conditioned than 1e4 is redone by float64 SVD.
     precision : {"float64", "float32"}, default "float64"
         Of the Gram route's product. ``"float32"`` forms the Gram matrix in
-        float32 and diagonalises it in float64 (1.7x faster on 7B
-        shapes, see Notes for what it resolves); no SVD fallback, no zeroing
+        float32 and diagonalises it in float64 (faster on large
+        shapes: ``benchmarks/README.md``; see Notes for what it resolves); no SVD fallback, no zeroing
         below the floor (negative eigenvalues are clipped to 0).
 
     Returns
@@ -194,14 +194,12 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
     the fastest kernel there is) plus a :math:`k \times k` symmetric
     eigensolve, :math:`k = \min(m, n)`; the SVD route bidiagonalises the
     whole :math:`m \times n` matrix (:math:`\approx 4mnk` flops, largely
-    memory bound). Measured on 2 shared CPU cores: 2048 x 2048, 2-4 s
-    against ~10 s (float32 ``svdvals``); 2048 x 8192, ~10 s against 30-60 s;
-    about equal for small or very tall float32 matrices (3072 x 768).
-    On the CPU :math:`G` is formed with BLAS ``dsyrk`` (NumPy's ``b.T @ b``,
+    memory bound), so the Gram route is the faster one except for small or
+    very tall matrices, where the two are about equal (measured figures:
+    ``benchmarks/README.md``). On the CPU :math:`G` is formed with BLAS ``dsyrk`` (NumPy's ``b.T @ b``,
     :math:`mnk/2` multiply-adds, only the symmetric half) and diagonalised
-    with ``numpy.linalg.eigvalsh``, both releasing the GIL (one core:
-    1536 x 576, 26 ms against 44 ms for ``addmm_`` + ``torch.linalg.eigvalsh``;
-    8960 x 1536, 0.7 s against 1.1 s).
+    with ``numpy.linalg.eigvalsh``, both releasing the GIL (and faster than
+    ``addmm_`` + ``torch.linalg.eigvalsh`` on one core).
 
     *Accuracy.* Forming :math:`G` squares the condition number. The
     eigenvalues carry an absolute error
@@ -223,9 +221,9 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
 
     *precision="float32".* :math:`G` formed in float32 (``ssyrk``), then
     widened and diagonalised in float64 (``dsyevd``): the product is most of
-    the work for tall matrices (18944 x 3584: ``dsyrk`` 3.4 s, ``ssyrk`` 1.4 s,
-    the 3584 x 3584 eigensolve 2.2 s), so 7B shapes run 1.7x faster
-    (``benchmarks/bench_scale.py --shapes 7b``). The eigenvalues then carry an
+    the work for tall matrices, where ``ssyrk`` is about twice as fast as
+    ``dsyrk`` (figures: ``benchmarks/bench_scale.py --shapes 7b``, published
+    in ``benchmarks/README.md``). The eigenvalues then carry an
     absolute error of about :math:`\sqrt{\max(m,n)}\,\epsilon_{32}\,\sigma_{max}^2`
     (measured: 2e-7 to 3e-7 relative on the tail of random 7B-shape
     matrices), so the large singular values, and with them the spectral

@@ -22,18 +22,21 @@ from dataclasses import dataclass
 
 from toolkit.collect.cache import ResultCache, cache_run, open_cache
 from toolkit.collect.execute.executors import executor_for
+from toolkit.collect.execute.measurement import Measurement
 from toolkit.collect.progress import Progress, opening_progress
 
 
-def run_pass(measurement, units: Sequence, *, executor, cache: ResultCache, progress: Callable[[str], None],
-             sources: Sequence, on_cells: Callable[[object], None] | None = None) -> list:
+def run_pass(measurement: Measurement, units: Sequence, *, executor, cache: ResultCache,
+             progress: Callable[[str], None], sources: Sequence,
+             on_cells: Callable[[object], None] | None = None) -> list:
     """``measurement.finish(...)`` of every unit, in the order of ``units``.
 
     Parameters
     ----------
-    measurement : WeightMeasurement, LowRankMeasurement or PairMeasurement
-        ``lookup(store, unit)``, ``reader(work)``, ``measure(work, tensors, memo)``,
-        ``finish(store, work, fresh)``, ``float32``, ``kind``.
+    measurement : Measurement
+        :class:`~toolkit.collect.execute.measurement.Measurement`: ``lookup(store, unit)``,
+        ``reader(work)``, ``measure(work, tensors, memo)``, ``finish(store, work, fresh)``,
+        ``float32``, ``kind`` (``WeightMeasurement``, ``LowRankMeasurement``, ``PairMeasurement``).
     units : sequence
         :class:`~toolkit.collect.plan.types.PlannedTensor` or
         :class:`~toolkit.collect.plan.pairs.TensorPair`.
@@ -92,7 +95,7 @@ class Pass:
     progress: Progress
     cache: bool = True
 
-    def run(self, measurement, units: Sequence, *, identity: str, sources: Sequence,
+    def run(self, measurement: Measurement, units: Sequence, *, identity: str, sources: Sequence,
             on_cells: Callable[[object], None] | None = None) -> list:
         """:func:`run_pass` of ``measurement`` over ``units`` with the cache of ``identity``
         (what was measured: the checkpoints' identities); ``on_cells`` hears each unit's result."""
