@@ -98,14 +98,21 @@ def test_attrs_survive_netcdf(ckpt, tmp_path):
     back.close()
 
 
-def test_esd_figure_refits_with_the_runs_options(ckpt):
+def test_a_kept_spectrum_carries_its_fit_with_the_runs_options(ckpt):
+    """keep_spectra measures alpha and alpha_xmin with the spectrum (with the run's fit options), so the ESD
+    figure draws the fit the run made and computes nothing."""
     from toolkit.plot.esd_figure import prepare_esd
 
     fit = FitOptions(fix_fingers="clip_xmax")
     ds = toolkit.weight_stats(ckpt, ["stable_rank"], progress=False, keep_spectra=True, fit=fit)
-    p = prepare_esd(ds, layer=1, component="mlp.gate")  # no alpha stored: fitted from the spectrum
+    assert {"alpha", "alpha_xmin", "stable_rank"} <= set(ds.data_vars)
+    p = prepare_esd(ds, layer=1, component="mlp.gate")
     lam = eigenvalues(ckpt, "model.layers.1.mlp.gate_proj.weight")
     assert p.alpha == pytest.approx(reference_fit(lam, fix_fingers="clip_xmax")[0], rel=1e-9)
+    assert p.alpha == float(ds.alpha.sel(layer=1, component="mlp.gate"))
+    bare = ds.drop_vars(["alpha", "alpha_xmin"])  # a Dataset without the fit: drawn without one, not refitted
+    q = prepare_esd(bare, layer=1, component="mlp.gate")
+    assert np.isnan(q.alpha) and "no fit stored" in q.quality
 
 
 def _heavy_tailed_spectra():

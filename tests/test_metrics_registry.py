@@ -162,7 +162,7 @@ def test_unknown_metric_lists_its_kind_and_suggests_close_names():
     with pytest.raises(UnknownMetricError) as exc:
         resolve_metrics(["rms", "zzzz"], kind="diff")
     assert "Did you mean" not in str(exc.value) and "Known diff metrics: " in str(exc.value)
-    assert exc.value.known == sorted(diff)
+    assert exc.value.known == sorted(list_metrics("diff", opt_in=True))  # delta_alpha_xmin is opt-in
 
 
 def test_metric_of_the_other_kind_says_which_function_computes_it():

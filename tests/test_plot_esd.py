@@ -48,7 +48,12 @@ def test_esd_draws_the_stored_spectrum_and_its_fit(ckpt):
 
 
 def test_esd_of_a_checkpoint_computes_only_that_matrix(ckpt, reads):
-    ax = toolkit.plot.esd(ckpt, layer=0, component="attn.k")
+    """One cell of a checkpoint: toolkit.cell_spectrum measures it, plot.esd draws it (plot computes nothing)."""
+    with pytest.raises(toolkit.errors.InvalidOptionError, match="toolkit.cell_spectrum"):
+        toolkit.plot.esd(ckpt, layer=0, component="attn.k")
+    assert reads == []
+    cell = toolkit.cell_spectrum(ckpt, layer=0, component="attn.k")
+    ax = toolkit.plot.esd(cell, layer=0, component="attn.k")
     assert reads == ["model.layers.0.self_attn.k_proj.weight"]
     assert "layer 0 attn.k" in ax.get_title()
     ds = toolkit.weight_stats(ckpt, ["alpha", "alpha_xmin"], progress=False, keep_spectra=True)
@@ -64,7 +69,7 @@ def test_esd_errors_say_what_to_do(ckpt):
     with pytest.raises(toolkit.ToolkitError, match="kind must be one of"):
         toolkit.plot.esd(with_spectra, layer=0, component="attn.q", kind="pie")
     with pytest.raises(toolkit.ToolkitError, match="layers=7 selects nothing in this model: the model has 2 layers"):
-        toolkit.plot.esd(ckpt, layer=7, component="attn.q")
+        toolkit.cell_spectrum(ckpt, layer=7, component="attn.q")
 
 
 @pytest.fixture(autouse=True)

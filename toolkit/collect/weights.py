@@ -293,4 +293,4 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
         cells, attrs = {key[:2]: cell for key, cell in cells.items()}, {**attrs, "expert": int(expert)}
     ds = build_grid_dataset(plan.num_layers, cells, list(measurement.chosen), attrs, spectra=True,
                             **plan.grid(fill=True))
-    return with_fit_options(ds, fit, measurement.chosen)
+    return with_quality(with_fit_options(ds, fit, measurement.chosen))

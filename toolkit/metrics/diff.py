@@ -260,6 +260,14 @@ def delta_alpha(base, target, ctx: DiffContext) -> float:
     return _delta_spectral(ctx, alpha, "delta_alpha")
 
 
+def delta_alpha_xmin(base, target, ctx: DiffContext) -> float:
+    r""":math:`x_{min}` of ``delta_alpha``'s fit (the same fit, memoised on the update's spectrum): where the
+    power law of :math:`\Delta W`'s ESD starts, which a kept update spectrum carries to its figure."""
+    from toolkit.metrics.esd_fit import alpha_xmin
+
+    return _delta_spectral(ctx, alpha_xmin, "delta_alpha_xmin")
+
+
 def delta_matrix_rank(base, target, ctx: DiffContext) -> float:
     r"""Numerical rank of :math:`\Delta W` (``matrix_rank``'s tolerance,
     :func:`toolkit.metrics.esd_fit.matrix_rank`)."""
@@ -330,6 +338,9 @@ _METRICS = (  # name, function, long_name, description, reference, options, read
 for _name, _func, _long, _desc, _ref, _opts, _matrices in _METRICS:
     register_metric(_name, _func, long_name=_long, units="1", description=_desc, reference=_ref, kind="diff",
                     options=_opts, needs_matrices=_matrices)
+register_metric("delta_alpha_xmin", delta_alpha_xmin, long_name="power-law xmin of the update's ESD", units="1",
+                description="xmin of delta_alpha's fit of the eigenvalues of dW^T dW, dW = W_t - W_b (minimum KS "
+                "distance)", reference="Clauset et al. (2009), SIAM Rev. 51(4)", kind="diff", opt_in=True)
 
 
 def metric_options(metric, overrides: dict) -> dict:

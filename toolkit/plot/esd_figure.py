@@ -7,14 +7,14 @@ p(λ) ∝ λ^(−α) drawn from ``xmin`` to the largest eigenvalue, scaled to th
 fraction of eigenvalues in the tail, and ``xmin`` / ``xmax`` marked.
 
 Drawn from a Dataset's stored ``eigenvalues`` (``weight_stats(...,
-keep_spectra=True)``); the fit's numbers come from the Dataset when it holds
-them (``alpha``, ``alpha_xmin``) and are otherwise fitted here from the stored
-spectrum with :func:`toolkit.metrics.powerlaw.fit_power_law`, the same fit.
+keep_spectra=True)``) and the fit it carries (``alpha``, ``alpha_xmin``, which
+``keep_spectra`` measures with the spectrum); nothing is computed here. One
+cell of a checkpoint is ``toolkit.cell_spectrum(checkpoint, layer=...,
+component=...)`` followed by :func:`esd`.
 
 A comparison Dataset (``compare(..., keep_spectra=True)``, its ``eigenvalues``
 with attr ``matrix = "update W_target - W_base"``) gives the ESD of the
-update ΔW, fitted here as ``delta_alpha`` is (the default fit of the same
-eigenvalues); the title says "update".
+update ΔW with its fit ``delta_alpha``, ``delta_alpha_xmin``; the title says "update".
 """
 
 from __future__ import annotations
@@ -25,6 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 KINDS = ("loglog", "linear", "logx", "singular_values")
+#: The variables holding a kept spectrum's fit ``(alpha, xmin)``: a weight matrix's, an update's (``keep_spectra``
+#: measures them with the spectrum).
+FIT_VARIABLES = {"weight": ("alpha", "alpha_xmin"), "update": ("delta_alpha", "delta_alpha_xmin")}
 #: Colours of the figure (the browser's drill-down uses the same).
 BAR_COLOR, BAR_EDGE, FIT_COLOR, XMAX_COLOR = "#9ec3e6", "#1f5fa8", "#c45a00", "#555555"
 
@@ -158,18 +161,14 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
         unchanged matrix of a comparison).
     """
     from toolkit.errors import ToolkitError
-    from toolkit.metrics.esd_fit import esd_quality
-    from toolkit.metrics.fit_options import FitOptions
-    from toolkit.metrics.powerlaw import fit_power_law
-    from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.plot._select import model_name
 
     if kind not in KINDS:
         raise ToolkitError(f"kind must be one of {KINDS}, got {kind!r}")
     if "eigenvalues" not in ds:
         raise ToolkitError("the Dataset holds no spectra: compute it with toolkit.weight_stats(..., "
-                           "keep_spectra=True) (or compare(..., keep_spectra=True)), or pass the checkpoint "
-                           "itself to toolkit.plot.esd")
+                           "keep_spectra=True) (or compare(..., keep_spectra=True)), or one cell's with "
+                           "toolkit.cell_spectrum(checkpoint, layer=..., component=...)")
     ds = _one_checkpoint(ds, checkpoint)
     update = str(ds.eigenvalues.attrs.get("matrix", "")).startswith("update")
     lam = np.asarray(ds.eigenvalues.sel(layer=layer, component=component).values, dtype=np.float64)
@@ -181,25 +180,30 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
         raise ToolkitError(f"layer {layer} {component}: every eigenvalue is 0 ("
                            f"{'the matrix did not change: dW = 0' if update else 'an all-zero matrix'}), "
                            "nothing to draw")
-    if update:  # the update's fit is delta_alpha's: the default fit of these eigenvalues
-        alpha = xmin = math.nan
-    else:
-        alpha, xmin = _stored(ds, "alpha", layer, component), _stored(ds, "alpha_xmin", layer, component)
-    reason = ""
+    fit = FIT_VARIABLES["update" if update else "weight"]
+    alpha, xmin = (_stored(ds, name, layer, component) for name in fit)
+    quality = _stored_text(ds, "quality", layer, component)
     if not (math.isfinite(alpha) and math.isfinite(xmin)):
-        try:  # the run's fit options (attrs fit_*); an update's fit is the default one, as delta_alpha's
-            options = {} if update else FitOptions.from_attrs(ds.attrs).fit_keywords()
-            fit = fit_power_law(lam, **options)
-            alpha, xmin = float(fit.alpha), float(fit.xmin)
-        except DegenerateMatrix as e:
-            alpha, xmin, reason = math.nan, math.nan, e.reason
-    quality = esd_quality(alpha, reason=reason)
+        quality = ("no fit: " + _reason(ds, fit[0], layer, component)) if all(n in ds for n in fit) else \
+            f"no fit stored (measure {fit[0]} and {fit[1]} with the spectrum)"
     head = model_name(ds.attrs)
     if update:
         title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {number(alpha)}"
     else:
-        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {number(alpha)} ({quality})"
+        title = f"{head + ': ' if head else ''}layer {layer} {component}, α = {number(alpha)}" + (
+            f" ({quality})" if quality else "")
     return ESDData(lam, alpha, xmin, float(lam.max()), quality, title, kind, update)
+
+
+def _stored_text(ds, name: str, layer, component) -> str:
+    return str(ds[name].sel(layer=layer, component=component).values) if name in ds.variables else ""
+
+
+def _reason(ds, metric: str, layer, component) -> str:
+    """The part of the cell's ``nan_reason`` that names ``metric`` (else the whole reason)."""
+    text = _stored_text(ds, "nan_reason", layer, component)
+    parts = [p.split(":", 1)[1].strip() for p in text.split(";") if ":" in p and metric in p.split(":", 1)[0]]
+    return parts[0] if parts else (text or "undefined")
 
 
 def _one_checkpoint(ds, checkpoint):
@@ -263,15 +267,15 @@ def _set_title(ax, title: str) -> None:
 
 
 def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100,
-        checkpoint: int | None = None, **source_options):
+        checkpoint: int | None = None):
     """WeightWatcher's ESD figure of one cell: log-log histogram of λ with the fitted power law.
 
     Parameters
     ----------
-    data : xarray.Dataset, or a checkpoint (anything ``toolkit.weight_stats`` takes)
-        A Dataset with stored spectra (``weight_stats(..., keep_spectra=True)``);
-        a checkpoint computes only this matrix
-        (:func:`toolkit.collect.weights.cell_spectrum`).
+    data : xarray.Dataset
+        A Dataset with stored spectra (``weight_stats(..., keep_spectra=True)``,
+        ``compare(..., keep_spectra=True)``, or one cell's:
+        ``toolkit.cell_spectrum(checkpoint, layer=..., component=...)``).
     layer : int
     component : str
     ax : matplotlib.axes.Axes, optional
@@ -282,8 +286,6 @@ def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins
     bins : int, default 100
     checkpoint : int, optional
         The row of a ``compare_series`` Dataset (its ``checkpoint`` dim).
-    **source_options
-        With a checkpoint: ``gguf_file``, ``revision``, ``mapping``, ``cache``, ``fit``.
 
     Returns
     -------
@@ -291,6 +293,8 @@ def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins
 
     Raises
     ------
+    InvalidOptionError
+        ``data`` is not a Dataset (a checkpoint: measure the cell first with ``toolkit.cell_spectrum``).
     ToolkitError
         No stored spectrum, an unknown ``kind`` or a cell the model lacks.
 
@@ -303,12 +307,16 @@ def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins
     --------
     >>> ds = toolkit.weight_stats(keep_spectra=True)                   # doctest: +SKIP
     >>> toolkit.plot.esd(ds, layer=3, component="mlp.down")            # doctest: +SKIP
+    >>> cell = toolkit.cell_spectrum("Qwen/Qwen2.5-7B", layer=3, component="mlp.down")  # doctest: +SKIP
+    >>> toolkit.plot.esd(cell, layer=3, component="mlp.down")          # doctest: +SKIP
     """
     import xarray as xr
 
     if not isinstance(data, xr.Dataset):
-        from toolkit.collect.weights import cell_spectrum
+        from toolkit.errors import InvalidOptionError
 
-        data = cell_spectrum(data, layer=layer, component=component, **source_options)
+        raise InvalidOptionError("data", data, "an xarray.Dataset with stored spectra; for one cell of a "
+                                 "checkpoint: cell = toolkit.cell_spectrum(checkpoint, layer=..., component=...), "
+                                 "then toolkit.plot.esd(cell, layer=..., component=...)", "toolkit.plot.esd")
     prepared = prepare_esd(data, layer=layer, component=component, kind=kind, checkpoint=checkpoint)
     return draw_esd(prepared, ax=ax, bins=bins)

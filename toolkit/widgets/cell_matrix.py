@@ -66,7 +66,7 @@ def _read(source: str, layer: int, component: str) -> np.ndarray:
 
     if not os.path.exists(source):
         raise ToolkitError(f"the source {source!r} is not a local file or folder here; the entries are read "
-                           "only from local checkpoints (toolkit.plot.esd(source, ...) fetches one matrix)")
+                           "only from local checkpoints (toolkit.cell_spectrum(source, ...) measures one matrix)")
     plan = plan_pieces(source)
     for t in plan.tensors:
         for piece in t.pieces:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from toolkit._version import __version__
 from toolkit.collect.cache import ResultCache, cache_kind, digest, metric_key
 from toolkit.collect.cells import cell_from
-from toolkit.collect.measure.work import CellWork, lookup_cells
+from toolkit.collect.measure.work import CellWork, lookup_cells, with_spectrum_fit
 from toolkit.collect.plan.cell_ids import cut_id, record_id
 from toolkit.collect.plan.pairs import TensorPair
 from toolkit.metrics import diff as _diff
@@ -107,7 +107,7 @@ class PairMeasurement:
     @classmethod
     def make(cls, metrics, tolerance: float, k: int, device: str, spectra: bool = False) -> PairMeasurement:
         """Resolve ``metrics`` (raises ``UnknownMetricError``) and derive the options and cache keys."""
-        chosen = tuple(resolve_metrics(metrics, kind="diff"))
+        chosen = with_spectrum_fit(resolve_metrics(metrics, kind="diff"), "diff", spectra)
         overrides = {"tolerance": float(tolerance), "k": int(k)}
         options = {m.name: _diff.metric_options(m, overrides) for m in chosen}
         # tolerance and k in every key (a metric may read ctx.sums, counted with the tolerance), and

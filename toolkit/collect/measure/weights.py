@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from toolkit.collect.cache import ResultCache, cache_kind, metric_key
 from toolkit.collect.cells import Cell, cell_from, cell_results, served_key, served_label, served_results
 from toolkit.collect.measure.heads import HeadSpec
-from toolkit.collect.measure.work import CellWork, TensorWork, lookup_cells
+from toolkit.collect.measure.work import CellWork, TensorWork, lookup_cells, with_spectrum_fit
 from toolkit.collect.plan.cell_ids import record_id
 from toolkit.metrics.evaluate import evaluate_matrix
 from toolkit.metrics.per_head import HEAD_STATS
@@ -72,7 +72,7 @@ class WeightMeasurement:
              precision: str = "float64") -> WeightMeasurement:
         """Resolve ``metrics`` (raises ``UnknownMetricError``), set the options ``fit``
         (:class:`~toolkit.metrics.fit_options.FitOptions`) gives them, and derive their cache keys."""
-        chosen = tuple(resolve_metrics(metrics, kind="weight"))
+        chosen = with_spectrum_fit(resolve_metrics(metrics, kind="weight"), "weight", spectra)
         if fit is not None:
             chosen = fit.apply(chosen)
         return cls(chosen, metric_keys(chosen, device, precision), device, bool(spectra), precision, fit)

@@ -112,3 +112,21 @@ class TensorWork:
 
     def attached(self, records: tuple) -> TensorWork:
         return replace(self, records=tuple(records))
+
+
+#: The metrics a kept spectrum carries (its power-law fit, which ``toolkit.plot.esd`` draws), by kind of pass:
+#: ``keep_spectra=True`` measures them with the spectrum, from the same eigenvalues.
+SPECTRUM_FIT = {"weight": ("alpha", "alpha_xmin"), "diff": ("delta_alpha", "delta_alpha_xmin")}
+
+
+def with_spectrum_fit(chosen, kind: str, spectra: bool) -> tuple:
+    """The resolved metrics ``chosen``, and with a kept spectrum (``spectra``) the fit it carries
+    (:data:`SPECTRUM_FIT`), appended where missing."""
+    chosen = tuple(chosen)
+    if not spectra:
+        return chosen
+    from toolkit.metrics.registry import resolve_metrics
+
+    have = {m.name for m in chosen}
+    missing = [n for n in SPECTRUM_FIT[kind] if n not in have]
+    return chosen + tuple(resolve_metrics(missing, kind=kind)) if missing else chosen
