@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: setup demo test lint browser-deps server-deps clean
+.PHONY: setup demo test test-fast lint browser-deps server-deps clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +24,10 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q -ra
+
+# the maintainer's loop: no real-model, notebook, fuzz or browser test (those are marked slow / browser)
+test-fast: setup
+	$(BIN)/python -m pytest -q -ra -m "not slow and not browser"
 
 lint: setup
 	$(BIN)/ruff check .

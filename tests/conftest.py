@@ -240,3 +240,23 @@ def reads(monkeypatch):
 
     monkeypatch.setattr(TensorRecord, "read", counting)
     return names
+
+
+# ------------------------------------------------------------- fast loop --
+
+#: Modules whose tests run a real model end to end, a notebook, a wheel build or a fuzz campaign: marked
+#: ``slow``, so ``make test-fast`` (``-m "not slow and not browser"``) leaves them out; ``make test`` runs all.
+SLOW_MODULES = {
+    "test_notebook_01", "test_notebook_02", "test_notebook_03", "test_lab_notebook", "test_weightwatcher_golden",
+    "test_fuzz_configs", "test_fuzz_sources", "test_properties", "test_activations_smollm2", "test_sources_gguf",
+    "test_packaged_data", "test_float32_certified", "test_probe_headless_encoder", "test_distributed",
+}
+#: Fixtures of the bundled real models: a test that takes one is slow too.
+REAL_MODEL_FIXTURES = {"smollm2_path", "gemma3_path", "minilm_dir"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+        if module in SLOW_MODULES or REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
