@@ -250,13 +250,13 @@ def test_top_cells_table_lists_the_extremes_of_the_shown_metric():
         i, j = np.unravel_index(flat, v.shape)
         assert f"<td>{i}</td>" in html
     first = np.unravel_index(order[0], v.shape)
-    from toolkit.plot.numbers import digits_for, format_value
+    from toolkit.plot.numbers import distinct_digits, format_value
 
-    d = max(ex.prepared[0].digits, digits_for(v.ravel()[order]))  # the rows' digits tell them apart
+    d = distinct_digits(v.ravel()[order], ex.prepared[0].digits)  # the rows' digits tell them apart
     assert html.index(format_value(v[first], d)) < html.index(format_value(v[np.unravel_index(order[1], v.shape)], d))
     ex.controls["rank"].value = "lowest"
     low = np.sort(v, axis=None)[:5]
-    d = max(ex.prepared[0].digits, digits_for(low))
+    d = distinct_digits(low, ex.prepared[0].digits)
     assert format_value(v.min(), d) in ex.top.value and format_value(v.max(), d) not in ex.top.value
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests._node import needs_node, run_js
-from toolkit.plot.numbers import digits_for, format_ticks, format_value, near_constant_note
+from toolkit.plot.numbers import digits_for, distinct_digits, format_ticks, format_value, near_constant_note
 
 VALUES = [0.0, -0.0, 1.0, -1.0, 0.0912, 35.5, 9710.0, 9996.0, 9999.5, 19000.0, 8.54e-4, 0.001, 0.00099999,
           0.125, 0.0125, -0.0125, 2.5, 0.35, 1.005, 0.020012345, 0.0200022, 27.094123, 27.0985, 0.99951,
@@ -64,3 +64,10 @@ def test_near_constant_panel_says_so():
     assert near_constant_note(np.linspace(5.2, 7.2, 10)) == ""  # 30 % spread: real contrast
     assert near_constant_note([3.0, 3.0, np.nan]) == ""  # constant: the "constant: 3" caption says it
     assert near_constant_note([-1e-9, 1e-9]) == ""  # median 0: no relative spread
+
+
+def test_distinct_digits_tells_a_short_list_apart():
+    values = [0.02000994, 0.020009902, 0.020009898, 0.02000964]
+    d = distinct_digits(values)
+    assert len({format_value(x, d) for x in values}) == 4 and d == 8
+    assert distinct_digits([1.0, 2.0]) == 3 and distinct_digits([5.0, 5.0]) == 3

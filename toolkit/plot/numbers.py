@@ -124,6 +124,17 @@ def digits_for(values, lo: float | None = None, hi: float | None = None) -> int:
     return int(min(max(digits, MIN_DIGITS), MAX_DIGITS))
 
 
+def distinct_digits(values, start: int = MIN_DIGITS) -> int:
+    """The fewest significant digits, ``start`` or more, that give distinct values distinct labels (for a
+    short list such as the top-cells table; at most :data:`MAX_DIGITS`)."""
+    v = [float(x) for x in np.asarray(values, dtype=float).ravel() if math.isfinite(x)]
+    wanted = len(set(v))
+    digits = max(int(start), 1)
+    while digits < MAX_DIGITS and len({format_value(x, digits) for x in v}) < wanted:
+        digits += 1
+    return digits
+
+
 def near_constant_note(values) -> str:
     """What a panel whose spread is tiny next to its values says on the figure, else ``""``.
 

@@ -17,7 +17,7 @@ import os
 import threading
 
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.plot.numbers import digits_for, format_value
+from toolkit.plot.numbers import distinct_digits, format_value
 from toolkit.widgets.cells import Panel, top_cells
 
 
@@ -43,7 +43,7 @@ class CellSide:
         rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
         multi = len(self.prepared) > 1
         # the digits that tell the panels' values apart, and the rows of the table from one another
-        digits = max(max(q.digits for q in self.prepared), digits_for([r[3] for r in rows]))
+        digits = distinct_digits([r[3] for r in rows], max(q.digits for q in self.prepared))
         head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
                                         ([lab] if multi else []) + [layer, col, format_value(v, digits)]) + "</tr>"
