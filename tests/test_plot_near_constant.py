@@ -68,7 +68,11 @@ def test_rank_loss_all_zero_is_not_painted_mid_orange():
     assert p.tick_labels() == ["0"]
 
 
-def test_dimensionless_units_print_no_brackets():
+@pytest.mark.parametrize("units", ["1", "1 ", "[1]", "dimensionless"])
+def test_dimensionless_units_print_no_brackets(units):
     ds = make_stats(4)
+    ds["stable_rank"].attrs["units"] = units
     p = prepare_heatmap(ds, "stable_rank")
     assert "[1]" not in p.cbar_label and "(dimensionless)" in p.cbar_label
+    ds["stable_rank"].attrs["units"] = "nat"
+    assert "[nat]" in prepare_heatmap(ds, "stable_rank").cbar_label

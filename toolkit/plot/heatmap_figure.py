@@ -15,7 +15,15 @@ import numpy as np
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _style
-from toolkit.plot._layout import MIN_VALUE_FONT, auto_figsize, cell_reasons, most_common, value_font_size, wrap_title
+from toolkit.plot._layout import (
+    MIN_VALUE_FONT,
+    auto_figsize,
+    cell_reasons,
+    most_common,
+    unit_text,
+    value_font_size,
+    wrap_title,
+)
 from toolkit.plot._select import (
     COL_DIMS,
     REDUCIBLE_DIMS,
@@ -335,7 +343,7 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     below, above = bool((known < lo).any()), bool((known > hi).any())
     extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
     units = str(da.attrs.get("units", ""))
-    unit_text = " (dimensionless)" if units == "1" else (f" [{units}]" if units else "")
+    units_label = unit_text(units)
     rows = tuple(int(x) for x in da[ROW_DIM].values)
     cols = tuple(x.item() if hasattr(x, "item") else x for x in da[col_dim].values)
     labels = tuple(COMPONENT_LABELS.get(str(c), str(c)) for c in cols)
@@ -350,7 +358,7 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
         units=units, scale=scale, vmin=lo, vmax=hi, center=c, cbar_ticks=ticks,
-        cbar_label=_cbar_label(long_name, unit_text, "" if undefined else
+        cbar_label=_cbar_label(long_name, units_label, "" if undefined else
                                describe_scale(scale, c, median=at_median, log=log, digits=digits)),
         title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
         constant=constant, log=log, digits=digits)
