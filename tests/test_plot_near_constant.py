@@ -76,3 +76,13 @@ def test_dimensionless_units_print_no_brackets(units):
     assert "[1]" not in p.cbar_label and "(dimensionless)" in p.cbar_label
     ds["stable_rank"].attrs["units"] = "nat"
     assert "[nat]" in prepare_heatmap(ds, "stable_rank").cbar_label
+
+
+def test_panels_on_one_scale_print_one_value_alike():
+    ds = make_stats(6, checkpoints=3)
+    from toolkit.plot.scales import shared_scale
+
+    one = shared_scale([ds["stable_rank"].sel(checkpoint=c).values for c in ds.checkpoint.values])
+    prepared = [prepare_heatmap(ds, "stable_rank", checkpoint=c, **one.keywords()) for c in ds.checkpoint.values]
+    assert {p.digits for p in prepared} == {one.digits}
+    assert len({p.cbar_label for p in prepared}) == 1 and len({tuple(p.tick_labels()) for p in prepared}) == 1

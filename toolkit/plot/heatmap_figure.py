@@ -201,7 +201,7 @@ class HeatmapData:
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
-                    **selection) -> HeatmapData:
+                    digits: int | None = None, **selection) -> HeatmapData:
     """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
 
     Parameters
@@ -245,6 +245,10 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         Whether a diverging scale works in decades; default: when every value
         is positive and they span more than two decades
         (:func:`toolkit.plot.scales.diverging_log`).
+    digits : int, optional
+        Significant digits of the panel's labels; default
+        :func:`toolkit.plot.numbers.digits_for` of its values and limits
+        (panels on one scale get their pooled one).
     **selection
         One label per extra dimension, e.g. ``checkpoint="step-1000"``,
         ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
@@ -353,7 +357,8 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         title = (f"{name}: " if name else "") + long_name + (f" ({sel})" if sel else "")
     ticks = (constant,) if constant is not None else () if undefined else \
         _style.colorbar_ticks(scale, lo, hi, c, log=log)
-    digits = digits_for(finite, None if constant is not None else lo, None if constant is not None else hi)
+    if digits is None:
+        digits = digits_for(finite, None if constant is not None else lo, None if constant is not None else hi)
     return HeatmapData(
         values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,

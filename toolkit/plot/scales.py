@@ -136,6 +136,9 @@ class SharedScale:
         The centre is the variable's own (0 of a difference), not a median.
     log : bool
         A diverging scale in decades (:func:`diverging_log` of the pooled values).
+    digits : int
+        Significant digits of every panel's labels (:func:`toolkit.plot.numbers.digits_for` of the
+        pooled values and limits), so one value reads alike in every panel.
     """
 
     scale: str
@@ -144,11 +147,12 @@ class SharedScale:
     center: float | None
     natural: bool = False
     log: bool = False
+    digits: int = 3
 
     def keywords(self) -> dict:
         """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale."""
         return {"scale": self.scale, "vmin": self.vmin, "vmax": self.vmax,
-                "center": self.center if self.center is not None else None, "log": self.log}
+                "center": self.center if self.center is not None else None, "log": self.log, "digits": self.digits}
 
 
 def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None) -> SharedScale:
@@ -167,7 +171,10 @@ def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool 
     log = scale == "diverging" and diverging_log(pooled, centre)
     lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None,
                              log=log)
-    return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural, log)
+    from toolkit.plot.numbers import digits_for
+
+    return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural, log,
+                       digits_for(pooled, lo, hi))
 
 
 def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=None, vmax=None,
