@@ -106,7 +106,7 @@ def direct(model, family, texts):
 
 def _kurtosis(x):
     d = x - x.mean()
-    return (d**4).mean() / (d**2).mean() ** 2
+    return (d**4).mean() / (d**2).mean() ** 2 - 3  # excess kurtosis, as the weight metric ``kurtosis``
 
 
 def _rms(x):
@@ -129,7 +129,7 @@ def test_component_statistics_match_direct_computation(case):
         cell = ds.sel(layer=layer, component=comp)
         assert float(cell.output_rms) == pytest.approx(_rms(x_out), rel=1e-5), (family, layer, comp)
         assert float(cell.input_rms) == pytest.approx(_rms(x_in), rel=1e-5), (family, layer, comp)
-        assert float(cell.activation_kurtosis) == pytest.approx(_kurtosis(x_out), rel=1e-4)
+        assert float(cell.activation_kurtosis) == pytest.approx(_kurtosis(x_out), rel=1e-4, abs=1e-4)
         assert float(cell.max_abs_activation) == pytest.approx(np.abs(x_out).max(), rel=1e-5)
     present = {c for _, c in pooled}
     absent = [c for c in ds.component.values if c not in present]
@@ -207,7 +207,8 @@ def test_batching_does_not_change_the_statistics(case):
     one = activation_stats(model, _texts(), batch_size=1, progress=False)
     for name in ("output_rms", "input_rms", "activation_kurtosis", "max_abs_activation", "gradient_norm",
                  "attention_entropy_per_text", "query_head_rms", "key_head_rms"):
-        np.testing.assert_allclose(one[name].values, ds[name].values, rtol=1e-4, err_msg=f"{family} {name}")
+        atol = 1e-4 if name == "activation_kurtosis" else 0  # excess kurtosis: near 0 for a near-Gaussian output
+        np.testing.assert_allclose(one[name].values, ds[name].values, rtol=1e-4, atol=atol, err_msg=f"{family} {name}")
 
 
 def test_model_is_left_as_found():

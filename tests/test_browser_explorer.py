@@ -281,6 +281,11 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
                           "r.getAttribute('fill')]))")
 
     same = [f"{r},{c}" for r in range(14) for c in range(7)]  # the lower half: equal values in both models
+    default = fills(0), fills(1)  # panels of one metric share one scale by default (issue 36, item 3)
+    assert all(default[0][k] == default[1][k] for k in same)
+    n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    _explorer(page, 1).get_by_role("button", name="separate", exact=True).click()
+    _wait_rendered(page, 1, after=n)
     before_fills = fills(0), fills(1)
     assert any(before_fills[0][k] != before_fills[1][k] for k in same)  # issue 27's defect, separate scales
     n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))

@@ -113,6 +113,21 @@ def test_the_form_measures_another_selection(ckpt, tmp_path):
     assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
 
 
+def test_a_typo_in_the_model_box_keeps_the_heatmap_on_screen(ckpt, tmp_path):
+    """Issue 36, item 5: a model that cannot be opened used to wipe the heatmap before the pass failed."""
+    live = explore_model(ckpt, METRICS, background=False, layers=[0])
+    shown, children = live.explorer, live.body.children
+    assert shown is not None and children
+    live.form["source"].value = str(tmp_path / "no-such-modle")
+    live.form["compute"].click()
+    assert live.state == "failed"
+    assert live.explorer is shown and live.body.children == children  # the old heatmap stays
+    assert "Could not compute" in live.progress.label.value and "still" in live.progress.detail.value
+    live.form["source"].value = str(ckpt)  # the right name again: its cells replace the view
+    live.form["compute"].click()
+    assert live.state == "done" and live.explorer is not shown
+
+
 @pytest.mark.parametrize("field,text", [("layers", "abc"), ("layers", "1.5"), ("layers", "0:2:1:3"),
                                         ("experts", "x"), ("components", "attn.q,,mlp.up")])
 def test_form_text_that_is_no_selection_fails_the_panel(ckpt, field, text):

@@ -140,16 +140,18 @@ def test_entry_histogram_reads_the_one_matrix_from_a_local_checkpoint(tmp_path, 
     assert f"{stored.numel():,} entries" in dd.titles[-1]
 
 
-def test_models_side_by_side_keep_their_own_layer_axes_and_ranges():
+def test_models_side_by_side_keep_their_own_layer_axes_and_share_one_scale():
     models = [make_stats(n, seed=n) for n in (28, 36, 48)]
     ex = explore(models, labels=["small", "medium", "large"])
     c = ex.controls
     assert c["view"].value == "side" and [v for _, v in c["view"].options] == ["side", "difference", "ratio"]
     assert [p.rows[-1] for p in ex.prepared] == [27, 35, 47]
-    assert len({p.vmin for p in ex.prepared}) == 3  # separate colour ranges
+    assert c["range"].value == "shared"  # panels of one metric share one scale by default (issue 36, item 3)
     assert [len(p["rows"]) for p in ex.view.spec["panels"]] == [28, 36, 48]
-    assert all(p["cbar"] for p in ex.view.spec["panels"]) and ex.view.spec["shared_cbar"] is None
     assert ex.hover_text(40, "attn.v", panel=2).startswith("layer 40, attn. v")
+    c["range"].value = "separate"
+    assert len({p.vmin for p in ex.prepared}) == 3  # separate colour ranges
+    assert all(p["cbar"] for p in ex.view.spec["panels"]) and ex.view.spec["shared_cbar"] is None
     c["range"].value = "shared"
     pooled = np.concatenate([m["stable_rank"].values.ravel() for m in models])
     lo, hi, _ = color_limits(pooled, scale="sequential")
@@ -248,11 +250,14 @@ def test_top_cells_table_lists_the_extremes_of_the_shown_metric():
         i, j = np.unravel_index(flat, v.shape)
         assert f"<td>{i}</td>" in html
     first = np.unravel_index(order[0], v.shape)
-    from toolkit.plot._style import format_value
+    from toolkit.plot.numbers import distinct_digits, format_value
 
-    assert html.index(format_value(v[first])) < html.index(format_value(v[np.unravel_index(order[1], v.shape)]))
+    d = distinct_digits(v.ravel()[order], ex.prepared[0].digits)  # the rows' digits tell them apart
+    assert html.index(format_value(v[first], d)) < html.index(format_value(v[np.unravel_index(order[1], v.shape)], d))
     ex.controls["rank"].value = "lowest"
-    assert format_value(v.min()) in ex.top.value and format_value(v.max()) not in ex.top.value
+    low = np.sort(v, axis=None)[:5]
+    d = distinct_digits(low, ex.prepared[0].digits)
+    assert format_value(v.min(), d) in ex.top.value and format_value(v.max(), d) not in ex.top.value
 
 
 def _moe(n_layers=6, n_experts=4):
@@ -389,3 +394,51 @@ def test_the_ratio_view_of_a_series_opens_on_a_base_that_is_not_all_zero():
     ex.controls["view"].value = "ratio"
     assert np.isfinite(ex.current.values).all()  # not empty, as it was with base = step 0
     np.testing.assert_allclose(ex.current.values, change[2] / change[1])
+
+
+def test_moe_metric_menu_has_no_two_labels_alike():
+    """Issue 36, item 5: ``stable_rank`` (mean over experts) and ``stable_rank_per_expert`` had one label."""
+    import xarray as xr
+
+    from toolkit.widgets._controls import metric_options
+
+    ds = make_stats(4)
+    for name in ("stable_rank", "spectral_norm"):
+        per = np.stack([ds[name].values * (1 + 0.1 * e) for e in range(3)], axis=-1)
+        ds[f"{name}_per_expert"] = xr.DataArray(per, dims=("layer", "component", "expert"), attrs=ds[name].attrs)
+    ds["twin"] = ds["stable_rank"].copy()  # a long_name shared for another reason: the name tells them apart
+    ex = explore(ds)
+    labels = [label for label, _ in ex.controls["metric"].options]
+    assert len(set(labels)) == len(labels)
+    options = dict((name, label) for label, name in metric_options(ds, list(ds.data_vars)))
+    long_name = ds["stable_rank"].attrs["long_name"]
+    assert options["stable_rank_per_expert"] == f"{long_name} (per expert)"
+    assert options["twin"] == f"{long_name} (twin)" and options["stable_rank"] == f"{long_name} (stable_rank)"
+    assert options["spectral_norm"] == ds["spectral_norm"].attrs["long_name"]
+
+
+def test_the_drill_down_hint_is_said_once():
+    """Issue 36, item 5: the hint was printed under the heatmap and again in the side panel."""
+    ex = explore(make_stats(6))
+    hint = ex.view.spec["hint"]
+    assert hint.startswith("Click a cell")
+    assert hint not in ex.cell_text.value and "Click a cell" not in ex.cell_text.value
+    ex.show_cell(2, "attn.q")
+    ex._clear_cell()
+    assert "Click a cell" not in ex.cell_text.value
+
+
+def test_hover_and_top_cells_of_a_near_constant_panel_tell_values_apart():
+    """Issue 36, item 1: RMS all 0.0200 within 0.1 %: top cells were all "0.02"."""
+    ds = make_stats(6)
+    ds["stable_rank"] = 0.02 * (1 + 1e-3 * ds["stable_rank"] / 0.105)
+    ex = explore(ds, "stable_rank")
+    p = ex.prepared[0]
+    assert p.digits >= 5 and p.caption.startswith("all within")
+    import re
+
+    top = re.findall(r"<td>(0\.0200[0-9]*)</td>", ex.top.value)
+    assert len(top) == 5 and len(set(top)) == 5
+    i, j = np.unravel_index(np.nanargmax(p.values), p.values.shape)
+    assert p.format(p.values[i, j]) in ex.hover_text(p.rows[i], p.cols[j])
+    assert p.caption in ex.view.spec["panels"][0]["xlabel"]  # said on the page too

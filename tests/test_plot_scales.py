@@ -35,12 +35,49 @@ def test_a_metric_spanning_decades_defaults_to_log():
     p = prepare_heatmap(ds, "condition_number")
     assert p.scale == "log" and p.center is None
     assert p.cbar_label.endswith("log scale")
-    # the old default hid the structure: the median white, the upper half of the bar over three decades
-    old = prepare_heatmap(ds, "condition_number", center="median", robust=False)
-    norm = old.norm()
-    assert norm(166.0) < 0.55 and norm(2000.0) < 0.6  # 166 and 2000 both look like the median
     new = p.norm()
     assert new(2000.0) - new(166.0) > 0.2  # on the log scale they are far apart
+
+
+def test_diverging_is_one_scale_both_sides_of_its_centre_in_decades_for_a_log_metric():
+    """Issue 36, item 2: white = 21.8 with 4.3-21.8 below and 21.8-84,700 above was a two-slope linear
+    scale (cells at 100-1000 white, 5-13 deep blue). Now one slope in decades, symmetric about the centre."""
+    ds = heavy_tailed()
+    ds["condition_number"][2, 2] = 4.3
+    p = prepare_heatmap(ds, "condition_number", scale="diverging", robust=False)
+    median = float(np.median(ds["condition_number"].values))
+    assert p.log and p.center == pytest.approx(median)
+    assert p.vmin * p.vmax == pytest.approx(median ** 2)  # symmetric in decades about the median
+    assert p.vmax == pytest.approx(84_700.0) and p.vmin == pytest.approx(median ** 2 / 84_700)
+    norm = p.norm()
+    assert norm(median) == pytest.approx(0.5)
+    for k in (2.0, 10.0, 100.0):  # k times the centre is as orange as the centre / k is blue
+        assert norm(median * k) - 0.5 == pytest.approx(0.5 - norm(median / k))
+    assert norm(500.0) > 0.6  # cells at 100-1000 are no longer drawn white
+    assert "log scale" in p.cbar_label and "white = median" in p.cbar_label
+    rgba = p.face_colors()
+    assert tuple(rgba[0, 0, :3]) == pytest.approx(matplotlib.colors.to_rgb("#b34d00"))  # 84,700: the darkest orange
+
+
+def test_linear_diverging_spans_the_same_distance_below_and_above():
+    """The published look (centre = median) of a skewed metric: one shade of blue is as far from the
+    centre as the same shade of orange, so the short side does not use every blue."""
+    ds = make_stats(12)
+    values = ds["stable_rank"].values.copy()
+    values[0, 0] = 0.5  # one high outlier: far above, little below
+    ds["stable_rank"].values = values
+    p = prepare_heatmap(ds, "stable_rank", center="median", robust=False)
+    assert not p.log and p.center == pytest.approx(float(np.median(values)))
+    assert p.vmax - p.center == pytest.approx(p.center - p.vmin)
+    assert p.vmax == pytest.approx(0.5)
+    norm = p.norm()
+    assert norm(p.center + 0.01) - 0.5 == pytest.approx(0.5 - norm(p.center - 0.01))
+    assert p.cbar_ticks[2] == pytest.approx(p.center)
+    # a typed limit keeps the centre white: the range is widened to the same distance on the other side
+    q = prepare_heatmap(ds, "stable_rank", center=0.09, vmin=0.08, vmax=0.095)
+    assert (q.vmin, q.vmax, q.center) == pytest.approx((0.08, 0.10, 0.09))
+    shared = shared_scale([values, values * 2], scale="diverging", robust=False)
+    assert shared.vmax - shared.center == pytest.approx(shared.center - shared.vmin)
 
 
 def test_narrow_or_signed_ranges_stay_linear_and_sequential():
@@ -98,5 +135,5 @@ def test_a_shared_scale_is_one_norm_with_one_centre():
     assert pa.norm()(value) == pb.norm()(value) == pytest.approx(0.5)  # one value, one colour in both
     fig = heatmaps([a, b], "stable_rank", share_scale=True, center="median")
     norms = [ax.collections[0].norm for ax in fig.axes[:2]]
-    assert norms[0].vcenter == norms[1].vcenter == pytest.approx(np.median(pooled))
+    assert norms[0](value) == norms[1](value) == pytest.approx(0.5)
     assert (norms[0].vmin, norms[0].vmax) == (norms[1].vmin, norms[1].vmax)

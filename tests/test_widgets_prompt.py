@@ -72,3 +72,18 @@ def test_a_refused_text_is_reported_not_raised(model):
 def test_preview_is_one_cut_line():
     assert preview("a\n  b\tc") == "a b c"
     assert preview("x" * 100, width=10) == "x" * 9 + "\u2026"
+
+
+def test_the_prompt_figure_does_not_clip_the_largest_activation(model, monkeypatch):
+    """Issue 36, item 5: notebook 03's prompt figure clipped the massive activation its section 3 explains
+    is not clipped (robust limits at the 98th percentile)."""
+    import toolkit.plot
+
+    calls = []
+    real = toolkit.plot.heatmap
+    monkeypatch.setattr(toolkit.plot, "heatmap", lambda *a, **k: calls.append(k) or real(*a, **k))
+    box = prompt_box(model, "abc abc", tokenizer=char_tokenizer, max_tokens=16)
+    assert box.result is not None
+    assert len(calls) == 2
+    assert calls[0]["robust"] is False and calls[0]["scale"] == "log"  # max |activation|: the true max on top
+    assert calls[1]["robust"] is True

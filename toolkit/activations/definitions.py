@@ -58,9 +58,10 @@ GRID_STATS: tuple[Stat, ...] = (
     _s("input_rms", "input RMS", "1",
        "sqrt(mean(x^2)) of the module's input (the same normed hidden state for q, k and v; the "
        "concatenated head outputs for attn.o; the activated hidden units for mlp.down)." + PAD, CONVENTION),
-    _s("activation_kurtosis", "activation kurtosis", "1",
-       "Pearson kurtosis m4 / m2^2 of the component's output, m_k = mean((x - mean(x))^k); 3 for a "
-       "Gaussian, large when a few outlier features dominate." + POOL, BONDARENKO),
+    _s("activation_kurtosis", "activation excess kurtosis", "1",
+       "Excess (Fisher) kurtosis m4 / m2^2 - 3 of the component's output, m_k = mean((x - mean(x))^k); 0 "
+       "for a Gaussian, large when a few outlier features dominate (the definition of the weight metric "
+       "kurtosis, scipy.stats.kurtosis's default)." + POOL, BONDARENKO),
     _s("max_abs_activation", "max |activation|", "1",
        "max |x| over the component's output (massive activations are values ~10^3-10^4 times the median "
        "magnitude)." + POOL, SUN),

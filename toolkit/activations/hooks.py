@@ -67,7 +67,7 @@ class Moments:
     -----
     With ``r_k = sum_f S_k[f] / n``: ``mean = c + r1``,
     ``m2 = r2 - r1^2``, ``m4 = r4 - 4 r1 r3 + 6 r1^2 r2 - 3 r1^4`` (central
-    moments per value), kurtosis ``m4 / m2^2``. Element-wise work and the sum
+    moments per value), excess kurtosis ``m4 / m2^2 - 3``. Element-wise work and the sum
     over one batch's tokens run in the batch's dtype (float32; bf16/fp16 are
     converted to float32), every other sum in float64.
     """
@@ -117,13 +117,14 @@ class Moments:
 
     @property
     def kurtosis(self) -> float:
-        """Pearson kurtosis ``m4 / m2^2``; NaN if empty or constant."""
+        """Excess (Fisher) kurtosis ``m4 / m2^2 - 3`` (0 for a Gaussian, as the weight metric ``kurtosis``);
+        NaN if empty or constant."""
         if not self.n:
             return math.nan
         r1, r2, r3, r4 = self._raw()
         m2 = r2 - r1 * r1
         m4 = r4 - 4 * r1 * r3 + 6 * r1 * r1 * r2 - 3 * r1**4
-        return m4 / (m2 * m2) if m2 > 0 else math.nan
+        return m4 / (m2 * m2) - 3.0 if m2 > 0 else math.nan
 
     def feature_sumsq(self) -> torch.Tensor | None:
         """``sum_t x[t, f]^2`` per feature (float64), or None before any value."""

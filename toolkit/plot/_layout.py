@@ -12,6 +12,24 @@ ANNOTATED_CELL = (0.74, 0.26)
 MIN_VALUE_FONT = 5.5  # points
 
 
+#: How a dimensionless variable's ``units`` attr may read (CF's "1", and what other tools write).
+DIMENSIONLESS = ("1", "1.0", "[1]", "dimensionless", "-")
+
+
+def is_dimensionless(units) -> bool:
+    """Whether a ``units`` attr means "no unit" (``"1"``, ``"[1]"``, ``"dimensionless"`` ...)."""
+    return str(units).strip().lower() in DIMENSIONLESS
+
+
+def unit_text(units) -> str:
+    """What a colour-bar label adds for ``units``: ``" (dimensionless)"``, ``" [V]"``, or nothing; never
+    ``"[1]"``."""
+    units = str(units or "").strip()
+    if not units:
+        return ""
+    return " (dimensionless)" if is_dimensionless(units) else f" [{units}]"
+
+
 def auto_figsize(n_rows: int, n_cols: int, *, annotate: bool = False) -> tuple[float, float]:
     """A figure size (inches) that keeps cells readable: about 0.17 in per layer.
 

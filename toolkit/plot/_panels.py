@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from toolkit.plot import _style
 from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
 from toolkit.plot.scales import shared_scale
 
@@ -38,7 +37,7 @@ def _panels(data, metric, over):
     return [(data, metric, {over: lab}) for lab in labels]
 
 
-def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = False,
+def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool | None = None,
              titles=None, ncols: int | None = None, figsize=None, annotate: bool = False,
              center=None, scale: str = "auto", robust: bool = True, **kwargs):
     """Several layer x component heatmaps side by side, sharing the component axis.
@@ -53,11 +52,14 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         With one Dataset and one metric: the extra dimension to split into
         panels. Default: the first of ``checkpoint``, ``step``, ``epoch`` the
         metric has; none gives a single panel.
-    share_scale : bool, default False
+    share_scale : bool, optional
         One norm for every panel (:func:`toolkit.plot.scales.shared_scale`:
         the same scale, limits *and* centre, from all panels' values pooled)
-        and one colorbar, so a colour means one value in every panel. By
-        default each panel keeps its own range and colorbar.
+        and one colorbar, so a colour means one value in every panel. Default:
+        shared when every panel shows one metric (the steps of a series, several
+        models), so step 2 (max 9e-4) never looks as changed as step 4 (max
+        1.5e-3); separate for panels of several metrics. False gives each panel
+        its own range and colorbar.
     titles : list of str, optional
         Panel titles; default from each panel's model, metric and selection.
     ncols : int, optional
@@ -81,6 +83,8 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
     import matplotlib.pyplot as plt
 
     specs = _panels(data, metric, over)
+    if share_scale is None:
+        share_scale = len({m for _, m, _ in specs}) == 1
     opts = dict(center=center, scale=scale, robust=robust, **kwargs)
     prepared = [prepare_heatmap(d, m, **opts, **sel) for d, m, sel in specs]
     if share_scale:
@@ -108,7 +112,7 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool = 
         label = "\n".join(dict.fromkeys(q.cbar_label for q in prepared))  # unique, in panel order
         cb = fig.colorbar(flat[0].collections[0], ax=list(flat[:n]), extend=_merge_extend(prepared),
                           label=label, fraction=0.05 / ncols + 0.02, pad=0.02)
-        cb.set_ticks(list(p.cbar_ticks), labels=_style.format_ticks(p.cbar_ticks, p.scale))
+        cb.set_ticks(list(p.cbar_ticks), labels=p.tick_labels())
         cb.minorticks_off()
     return fig
 

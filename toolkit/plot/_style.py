@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from toolkit.plot.numbers import format_tick, format_ticks, format_value  # noqa: F401 (their home before)
+
 SCALES = ("diverging", "sequential", "log")
 
 #: Blue (low) - white (middle) - orange (high), as in the published figures.
@@ -49,20 +51,22 @@ def metric_bounds(name: str, attrs=None) -> tuple[float, float]:
 
 
 def constant_limits(value: float, bounds=(-math.inf, math.inf), scale: str = "diverging") -> tuple[float, float]:
-    """Colour limits for a panel whose every value is ``value``: a small band around it, inside ``bounds``.
+    """Colour limits for a panel whose every value is ``value``.
 
-    The band is 5 % of the value (0.5 for 0) on each side, in decades on the
-    log scale; an end that would cross a bound is moved onto it, so update
-    sparsity 1 gets 0.95 .. 1, never 0.95 .. 1.05.
+    On the sequential and log scales the band starts at the value and runs 10 %
+    of it (1 for 0; a tenth of a decade on the log scale) upwards, so the panel
+    is painted the palest colour of the map: one value, no contrast (rank loss 0
+    everywhere is not mid-orange). On the diverging scale it is 5 % of the value
+    (0.5 for 0) on each side, inside ``bounds``: an end that would cross a bound
+    is moved onto it.
     """
     if scale == "log":
         k = math.log10(value)
-        pad = abs(k) * 0.05 or 0.5
-        lo, hi = 10.0 ** (k - pad), 10.0 ** (k + pad)
-    else:
-        pad = abs(value) * 0.05 or 0.5
-        lo, hi = value - pad, value + pad
-    lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+        return float(value), float(10.0 ** (k + (abs(k) * 0.1 or 1.0)))
+    pad = abs(value) * 0.05 or 0.5
+    if scale != "diverging":
+        return float(value), float(value + 2 * pad)
+    lo, hi = max(value - pad, bounds[0]), min(value + pad, bounds[1])
     if hi <= lo:  # value on a bound with no room on one side: the band lies on the other side
         lo, hi = (value, value + 2 * pad) if value <= bounds[0] else (value - 2 * pad, value)
     return float(lo), float(hi)
@@ -100,14 +104,14 @@ def cmap(scale: str = "diverging"):
 
 
 def color_limits(values, *, scale: str = "diverging", robust: bool = True,
-                 center: str | float | None = "median") -> tuple[float, float, float | None]:
+                 center: str | float | None = "median", log: bool = False) -> tuple[float, float, float | None]:
     """Colour limits adapted to the data's range.
 
     Parameters
     ----------
     values : array_like
-        Any shape; NaN and +-inf are ignored. For ``scale="log"`` only
-        positive values count.
+        Any shape; NaN and +-inf are ignored. For ``scale="log"`` (or ``log``)
+        only positive values count.
     scale : {"diverging", "sequential", "log"}
     robust : bool
         Use the 2nd and 98th percentiles instead of min and max, so a few
@@ -115,15 +119,20 @@ def color_limits(values, *, scale: str = "diverging", robust: bool = True,
     center : "median", float or None
         Colour of the middle (white) of the diverging map. Ignored (returned
         as None) for the sequential and log scales.
+    log : bool
+        A diverging scale in log space (a positive metric spanning decades,
+        such as a condition number): the symmetry below is in decades.
 
     Returns
     -------
     vmin, vmax : float
         ``vmin < vmax`` always (a constant array gets a small band around it).
+        A diverging scale spans the *same distance on both sides* of its
+        centre (in decades with ``log``), as seaborn's ``center=`` does: the
+        wider side of the data sets it, so one shade of blue is as far below
+        the centre as the same shade of orange is above.
     center : float or None
-        Strictly between ``vmin`` and ``vmax`` for the diverging scale: a
-        centre given outside the data's range widens the limits
-        symmetrically around it.
+        The middle of ``[vmin, vmax]`` (geometric with ``log``) for the diverging scale.
 
     Raises
     ------
@@ -135,10 +144,10 @@ def color_limits(values, *, scale: str = "diverging", robust: bool = True,
     check_scale(scale)
     v = np.asarray(values, dtype=float).ravel()
     v = v[np.isfinite(v)]
-    if scale == "log":
+    if scale == "log" or log:
         v = v[v > 0]
     if v.size == 0:
-        what = "positive finite" if scale == "log" else "finite"
+        what = "positive finite" if scale == "log" or log else "finite"
         raise EmptyInputError(f"no {what} value to colour (scale={scale!r}); pick another metric, "
                               "selection or scale")
     if robust:
@@ -151,29 +160,46 @@ def color_limits(values, *, scale: str = "diverging", robust: bool = True,
             pad = abs(k) * 0.05 or 0.5
             lo, hi = 10.0 ** (k - pad), 10.0 ** (k + pad)
         return lo, hi, None
-    if hi <= lo:  # constant data: a small band around the value
-        pad = abs(lo) * 0.05 or 0.5
-        lo, hi = lo - pad, hi + pad
     if scale == "sequential" or center is None:
+        if hi <= lo:  # constant data: a small band around the value
+            pad = abs(lo) * 0.05 or 0.5
+            lo, hi = lo - pad, hi + pad
         return lo, hi, None
     c = float(np.median(v)) if center == "median" else float(center)
-    if not lo < c < hi:
-        if center == "median":  # robust limits squeezed onto the median: widen a little
-            c = min(max(c, lo), hi)
-        half = max(abs(hi - c), abs(c - lo)) or (abs(c) * 0.05 or 0.5)
-        lo, hi = c - half, c + half
+    lo, hi = symmetric_limits(lo, hi, c, log=log and c > 0)
     return lo, hi, c
 
 
-def colorbar_ticks(scale: str, vmin: float, vmax: float, center: float | None) -> tuple[float, ...]:
+def symmetric_limits(lo: float, hi: float, center: float, *, log: bool = False) -> tuple[float, float]:
+    """The smallest range around ``center`` that holds ``[lo, hi]`` and spans the same distance on both
+    sides (in decades with ``log``); the end that sets the distance stays exactly as given; a small band
+    when ``lo == hi == center``."""
+    if log:
+        up, down = math.log10(hi) - math.log10(center), math.log10(center) - math.log10(lo)
+        if max(up, down) <= 0:
+            half = abs(math.log10(center)) * 0.05 or 0.05
+            return float(center / 10.0 ** half), float(center * 10.0 ** half)
+        return (float(center * center / hi), float(hi)) if up >= down else (float(lo), float(center * center / lo))
+    up, down = hi - center, center - lo
+    if max(up, down) <= 0:
+        half = abs(center) * 0.05 or 0.5
+        return float(center - half), float(center + half)
+    return (float(2 * center - hi), float(hi)) if up >= down else (float(lo), float(2 * center - lo))
+
+
+def colorbar_ticks(scale: str, vmin: float, vmax: float, center: float | None,
+                   log: bool = False) -> tuple[float, ...]:
     """Three to five colorbar ticks inside ``[vmin, vmax]``.
 
     The diverging scale ticks the two limits, the centre and the two
-    midpoints (five ticks), so the white of the map is labelled with the
-    median. The sequential and log scales use "nice" numbers, falling back to
-    evenly spaced ticks when fewer than three nice ones fit.
+    midpoints (geometric ones with ``log``), five ticks, so the white of the
+    map is labelled with its value. The sequential and log scales use "nice"
+    numbers, falling back to evenly spaced ticks when fewer than three nice
+    ones fit.
     """
     if scale == "diverging" and center is not None:
+        if log:
+            return (vmin, math.sqrt(vmin * center), center, math.sqrt(center * vmax), vmax)
         return (vmin, (vmin + center) / 2, center, (center + vmax) / 2, vmax)
     if scale == "log":
         lo, hi = math.log10(vmin), math.log10(vmax)
@@ -193,72 +219,22 @@ def colorbar_ticks(scale: str, vmin: float, vmax: float, center: float | None) -
     return tuple(float(t) for t in ticks)
 
 
-def make_norm(scale: str, vmin: float, vmax: float, center: float | None = None):
+def make_norm(scale: str, vmin: float, vmax: float, center: float | None = None, log: bool = False):
     """The matplotlib norm for a scale.
 
     Returns
     -------
     matplotlib.colors.Normalize
-        ``TwoSlopeNorm`` (diverging; each half of the colour map spans one
-        side of the centre, so a skewed range still uses every colour),
-        ``Normalize`` (sequential) or ``LogNorm`` (log).
+        ``LogNorm`` (log, or diverging with ``log``) or ``Normalize``: one slope
+        over ``[vmin, vmax]``. A diverging scale's limits are symmetric about
+        its centre (:func:`symmetric_limits`), so the centre is drawn white and
+        equal distances on both sides get equally strong colours (never
+        matplotlib's two-slope norm, which stretches each side separately).
+        ``center`` is accepted for the callers' symmetry and not needed.
     """
-    from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
+    from matplotlib.colors import LogNorm, Normalize
 
     check_scale(scale)
-    if scale == "log":
+    if scale == "log" or (log and scale == "diverging"):
         return LogNorm(vmin=vmin, vmax=vmax)
-    if scale == "diverging" and center is not None:
-        return TwoSlopeNorm(vcenter=center, vmin=vmin, vmax=vmax)
     return Normalize(vmin=vmin, vmax=vmax)
-
-
-def format_value(x: float) -> str:
-    """A number as every view of the toolkit prints it: three significant digits, one notation.
-
-    Plain from 0.001 to 9999 (``0.0912``, ``35.5``, ``9710``; trailing zeros dropped), scientific outside
-    (``1.90e+04``, ``8.54e-04``, always three digits). So a colorbar,
-    a hover text and a table never show one value as ``9.7e+03`` and its
-    neighbour as ``1.90e+04``.
-    """
-    x = float(x)
-    if math.isnan(x):
-        return ""
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    rounded = float(f"{x:.3g}")  # 9996 -> 1e4: the notation follows the rounded value
-    if 1e-3 <= abs(rounded) < 1e4:
-        decimals = max(0, 2 - math.floor(math.log10(abs(rounded))))
-        text = f"{rounded:.{decimals}f}"
-        return text.rstrip("0").rstrip(".") if "." in text else text
-    return _scientific(x)
-
-
-def _scientific(x: float) -> str:
-    """``1.90e+04``: three significant digits, always shown in scientific notation."""
-    return f"{x:.2e}"
-
-
-def format_ticks(ticks, scale: str) -> list[str]:
-    """Labels for one colorbar's ticks in one notation: when any of them needs scientific
-    notation (see :func:`format_value`) all get it, so 8.54e-04 never sits next to 0.00177."""
-    ticks = [float(t) for t in ticks]
-    sci = any(t != 0 and math.isfinite(t) and not 1e-3 <= abs(float(f"{t:.3g}")) < 1e4 for t in ticks)
-    labels = []
-    for t in ticks:
-        label = format_tick(t, scale)
-        if sci and not label.startswith("$") and math.isfinite(t) and t != 0:
-            label = _scientific(t)
-        labels.append(label)
-    return labels
-
-
-def format_tick(x: float, scale: str) -> str:
-    """Colorbar tick label: powers of ten as ``10^k`` on the log scale, else :func:`format_value`."""
-    if scale == "log" and x > 0:
-        k = math.log10(x)
-        if abs(k - round(k)) < 1e-9:
-            return f"$10^{{{round(k)}}}$"
-    return format_value(x)

@@ -8,14 +8,20 @@ both. Tests, widgets and the CLI all go through these three functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _style
-from toolkit.plot._layout import MIN_VALUE_FONT, auto_figsize, cell_reasons, most_common, value_font_size, wrap_title
+from toolkit.plot._layout import (
+    MIN_VALUE_FONT,
+    auto_figsize,
+    cell_reasons,
+    most_common,
+    unit_text,
+    value_font_size,
+    wrap_title,
+)
 from toolkit.plot._select import (
     COL_DIMS,
     REDUCIBLE_DIMS,
@@ -27,154 +33,15 @@ from toolkit.plot._select import (
     select,
     tick_rows,
 )
-from toolkit.plot.scales import SCALE_CHOICES, describe_scale, resolve_scale
-
-
-@dataclass(frozen=True)
-class HeatmapData:
-    """Everything needed to draw one heatmap panel, without matplotlib.
-
-    Attributes
-    ----------
-    values : numpy.ndarray, shape (n_layers, n_cols), float64
-        The metric. Row ``i`` is layer ``rows[i]``; rows ascend, so row 0 is
-        the first layer shown and is drawn at the *bottom*, the last row at
-        the top. NaN where the model lacks the matrix.
-    rows : tuple of int
-        Layer numbers of the rows (ascending).
-    cols : tuple
-        Coordinate values of the columns (components in canonical order,
-        query heads or key/value heads).
-    col_dim : {"component", "head", "kv_head"}
-        The dimension along the columns (see :attr:`col_axis_label`).
-    col_labels : tuple of str
-        Column labels as printed (``attn. q`` ...).
-    yticks, ytick_labels : tuple
-        Row positions that carry a label (every 4th layer and the last) and
-        those labels.
-    metric, long_name, units : str
-        The variable's name and its ``long_name`` / ``units`` attrs.
-    scale : {"diverging", "sequential", "log"}
-        The scale drawn (``"auto"`` resolved: :func:`toolkit.plot.scales.resolve_scale`).
-    vmin, vmax : float
-        Colour limits (values outside are drawn with the end colours);
-        robust percentiles, or the data's min and max with ``robust=False``.
-    center : float or None
-        Value drawn white (diverging scale only).
-    cbar_ticks : tuple of float
-        Three to five colorbar ticks.
-    cbar_label, title : str
-        The colorbar's label says what the colours are: the variable, its units and the
-        scale (``log scale``, ``linear scale``, ``white = median 0.0912``, ``white = 0``).
-    extend : {"neither", "min", "max", "both"}
-        Whether values fall outside ``[vmin, vmax]`` (the colorbar then
-        gets an arrow at that end: the limits clip).
-    selection : dict
-        Labels chosen for the extra dimensions (``{"checkpoint": ...}``).
-    reasons : numpy.ndarray of str or None
-        Like ``values``: why a cell is NaN, this metric's part of the
-        ``nan_reason`` coordinate ("" where none is stored).
-    caption : str
-        A note drawn under the panel: ``"constant: 0"`` when every value is
-        the same, or why the metric is undefined when no cell has a value
-        (the cells are then all hatched).
-    constant : float or None
-        The value of a constant panel (its colour range is a small band
-        around it, inside the metric's bounds; one colorbar tick).
-    """
-
-    values: np.ndarray
-    rows: tuple
-    cols: tuple
-    col_dim: str
-    col_labels: tuple
-    yticks: tuple
-    ytick_labels: tuple
-    metric: str
-    long_name: str
-    units: str
-    scale: str
-    vmin: float
-    vmax: float
-    center: float | None
-    cbar_ticks: tuple
-    cbar_label: str
-    title: str
-    extend: str = "neither"
-    selection: dict = field(default_factory=dict)
-    reasons: np.ndarray | None = None
-    caption: str = ""
-    constant: float | None = None
-
-    @property
-    def nan_mask(self) -> np.ndarray:
-        """Boolean array like ``values``, True where there is no value (NaN).
-
-        +-inf (e.g. the condition number of a rank-deficient matrix) is a
-        value: it is drawn with the colour beyond ``vmax`` (``vmin``).
-        """
-        return np.isnan(self.values)
-
-    @property
-    def col_axis_label(self) -> str:
-        """The x axis label: the column dimension's name (``head``, ``kv_head``).
-
-        Empty for components, whose tick labels (``attn. q`` ...) say it all.
-        """
-        return "" if self.col_dim == "component" else str(self.col_dim)
-
-    @property
-    def notes(self) -> list[str]:
-        """What the x axis label says under the panel: the column dimension (``head``), that hatched
-        cells have no value, and the ``caption``."""
-        mask = self.nan_mask
-        notes = [self.col_axis_label] if self.col_axis_label else []
-        if mask.any() and not mask.all():
-            notes.append("hatched: no value (NaN)")
-        if self.caption:
-            notes.append(self.caption)
-        return notes
-
-    @property
-    def clipped(self) -> bool:
-        """True when some values lie outside the colour limits (see ``extend``)."""
-        return self.extend != "neither"
-
-    def norm(self):
-        """The matplotlib norm of this panel (see :func:`toolkit.plot._style.make_norm`)."""
-        return _style.make_norm(self.scale, self.vmin, self.vmax, self.center)
-
-    def drawn_values(self) -> np.ndarray:
-        """``values`` as the colour map receives them: masked where NaN; +-inf as huge finite
-        numbers (the colours beyond the limits); on the log scale values <= 0 below ``vmin``."""
-        big = np.finfo(np.float64).max / 1e6
-        shown = np.nan_to_num(self.values, nan=np.nan, posinf=big, neginf=-big)
-        if self.scale == "log":  # values <= 0 have no logarithm: the "under" colour
-            shown = np.where(shown <= 0, self.vmin * 1e-3, shown)
-        return np.ma.masked_invalid(shown)
-
-    def face_colors(self) -> np.ndarray:
-        """RGBA of every cell, shape (n_rows, n_cols, 4), in [0, 1]: the colours
-        :func:`draw_heatmap` paints (alpha 0 where there is no value: drawn hatched)."""
-        return np.asarray(_style.cmap(self.scale)(self.norm()(self.drawn_values())), dtype=float)
-
-    def colorbar(self, n: int = 33) -> dict:
-        """The colorbar as plain numbers: ``colors`` (``n`` RGBA samples from its bottom to its top,
-        evenly spaced along the bar), ``ticks`` (``(position in [0, 1], label)``: where
-        matplotlib's colorbar puts each tick, the norm of its value), ``label``, ``extend``."""
-        cm, norm = _style.cmap(self.scale), self.norm()
-        labels = _style.format_ticks(self.cbar_ticks, self.scale)
-        if self.constant is not None:
-            labels = [f"constant: {label}" for label in labels]
-        positions = [float(np.clip(norm(t), 0.0, 1.0)) for t in self.cbar_ticks]
-        return {"colors": [list(map(float, cm(x))) for x in np.linspace(0.0, 1.0, n)],
-                "ticks": list(zip(positions, labels, strict=True)), "label": self.cbar_label,
-                "extend": self.extend}
+from toolkit.plot.heatmap_data import HeatmapData
+from toolkit.plot.numbers import digits_for, format_value, near_constant_note
+from toolkit.plot.scales import SCALE_CHOICES, describe_scale, diverging_log, panel_limits, resolve_scale
 
 
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
-                    vmin: float | None = None, vmax: float | None = None, **selection) -> HeatmapData:
+                    vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
+                    digits: int | None = None, **selection) -> HeatmapData:
     """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
 
     Parameters
@@ -211,7 +78,17 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     title : str, optional
         Default: ``"<model>: <long_name> (<selection>)"``.
     vmin, vmax : float, optional
-        Fixed colour limits (used by ``heatmaps(..., share_scale=True)``).
+        Fixed colour limits (used by ``heatmaps(..., share_scale=True)``). A
+        diverging scale widens them to the same distance on both sides of its
+        centre (the white stays the centre).
+    log : bool, optional
+        Whether a diverging scale works in decades; default: when every value
+        is positive and they span more than two decades
+        (:func:`toolkit.plot.scales.diverging_log`).
+    digits : int, optional
+        Significant digits of the panel's labels; default
+        :func:`toolkit.plot.numbers.digits_for` of its values and limits
+        (panels on one scale get their pooled one).
     **selection
         One label per extra dimension, e.g. ``checkpoint="step-1000"``,
         ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
@@ -290,8 +167,9 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
     finite = values[np.isfinite(values)]
     scale, center = resolve_scale(values, scale=scale, center=center, attrs=da.attrs)
-    caption, constant = "", None
-    if np.isnan(values).all():  # nothing defined (delta ranks at step 0): hatched, with the reason
+    log = bool(scale == "diverging" and (diverging_log(values, center) if log is None else log))
+    caption, constant, undefined = "", None, bool(np.isnan(values).all())
+    if undefined:  # nothing defined (delta ranks at step 0): hatched, with the reason
         lo, hi, c = 0.0, 1.0, None
         why = most_common(reasons[reasons != ""]) if reasons.size else ""
         caption = f"{long_name} is undefined in every cell" + (f": {why}" if why else "")
@@ -300,22 +178,16 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         lo, hi = _style.constant_limits(constant, _style.metric_bounds(metric, da.attrs), scale) \
             if scale != "log" or constant > 0 else _style.color_limits(values, scale=scale)[:2]
         c = constant if scale == "diverging" and center is not None and lo < constant < hi else None
-        caption = f"constant: {_style.format_value(constant)}"
+        caption = f"constant: {format_value(constant)}"
     else:
-        lo, hi, c = (None, None, None) if vmin is not None and vmax is not None else \
-            _style.color_limits(values, scale=scale, robust=robust, center=center)
-        lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
-        if hi <= lo:
-            raise ValueError(f"colour limits need vmin < vmax; got vmin={lo:g}, vmax={hi:g}")
-        if scale == "diverging" and center is not None and (c is None or not lo < c < hi):
-            c = float(center) if center != "median" else float(np.median(finite)) if finite.size else None
-            c = c if c is not None and lo < c < hi else (lo + hi) / 2
+        lo, hi, c = panel_limits(values, scale=scale, center=center, robust=robust, vmin=vmin, vmax=vmax, log=log)
+        caption = near_constant_note(finite)
     at_median = bool(center == "median" and c is not None and finite.size and c == float(np.median(finite)))
     known = values[~np.isnan(values)]
     below, above = bool((known < lo).any()), bool((known > hi).any())
     extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
     units = str(da.attrs.get("units", ""))
-    unit_text = " (dimensionless)" if units == "1" else (f" [{units}]" if units else "")
+    units_label = unit_text(units)
     rows = tuple(int(x) for x in da[ROW_DIM].values)
     cols = tuple(x.item() if hasattr(x, "item") else x for x in da[col_dim].values)
     labels = tuple(COMPONENT_LABELS.get(str(c), str(c)) for c in cols)
@@ -323,15 +195,18 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     if title is None:
         name, sel = model_name(attrs), describe(selection, source)
         title = (f"{name}: " if name else "") + long_name + (f" ({sel})" if sel else "")
-    ticks = (constant,) if constant is not None else () if caption else _style.colorbar_ticks(scale, lo, hi, c)
+    ticks = (constant,) if constant is not None else () if undefined else \
+        _style.colorbar_ticks(scale, lo, hi, c, log=log)
+    if digits is None:
+        digits = digits_for(finite, None if constant is not None else lo, None if constant is not None else hi)
     return HeatmapData(
         values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
         units=units, scale=scale, vmin=lo, vmax=hi, center=c, cbar_ticks=ticks,
-        cbar_label=_cbar_label(long_name, unit_text, "" if caption and constant is None else
-                               describe_scale(scale, c, median=at_median)),
+        cbar_label=_cbar_label(long_name, units_label, "" if undefined else
+                               describe_scale(scale, c, median=at_median, log=log, digits=digits)),
         title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
-        constant=constant)
+        constant=constant, log=log, digits=digits)
 
 
 def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
@@ -394,12 +269,12 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
             v = p.values[i, j]
             r, g, b, _ = cm(norm(np.clip(v, p.vmin, p.vmax)))
             dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.45
-            ax.text(j + 0.5, i + 0.5, _style.format_value(v), ha="center", va="center",
+            ax.text(j + 0.5, i + 0.5, p.format(v), ha="center", va="center",
                     fontsize=size, color="white" if dark else "black")
     if cbar:
         kws = {"extend": p.extend, "label": p.cbar_label, "fraction": 0.07, "pad": 0.03, **(cbar_kws or {})}
         cb = ax.figure.colorbar(mesh, ax=ax, **kws)
-        labels = _style.format_ticks(p.cbar_ticks, p.scale)
+        labels = p.tick_labels()
         if p.constant is not None:
             labels = [f"constant: {label}" for label in labels]
         cb.set_ticks(list(p.cbar_ticks), labels=labels)
@@ -410,7 +285,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
-            vmax: float | None = None, **selection):
+            vmax: float | None = None, log: bool | None = None, **selection):
     """Layer x component (or layer x head / kv_head) heatmap of one metric.
 
     Parameters are those of :func:`prepare_heatmap` plus:
@@ -437,5 +312,5 @@ def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str
     >>> toolkit.plot.heatmap(act, "key_head_rms")       # columns: kv_head  # doctest: +SKIP
     """
     p = prepare_heatmap(data, metric, center=center, scale=scale, robust=robust, layers=layers,
-                        components=components, title=title, vmin=vmin, vmax=vmax, **selection)
+                        components=components, title=title, vmin=vmin, vmax=vmax, log=log, **selection)
     return draw_heatmap(p, ax=ax, annotate=annotate, cbar=cbar, cbar_kws=cbar_kws)

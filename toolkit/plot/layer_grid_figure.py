@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.plot._layout import is_dimensionless
 
 #: Fixed colours of the paper's five activations: Okabe-Ito black, orange, sky blue and blue,
 #: and Tol's wine. Warm for the unscaled polynomials, cool for the scaled ones. Chosen by the
@@ -226,7 +227,8 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
         series=tuple(series), colors=series_colors(series, known), nrows=math.ceil(len(panels) / ncols),
         ncols=ncols, log=log, ylim=_ylim(values, log, line, var), bound=line, bound_label=line_label, metric=var,
         long_name=long_name, units=units,
-        ylabel=long_name + (f" ({units})" if units not in ("", "1") else ""), selection=selection, note=note)
+        ylabel=long_name + (f" ({units})" if units and not is_dimensionless(units) else ""), selection=selection,
+        note=note)
 
 
 def _draw_panel(ax, data: LayerGridData, i: int, *, title: str | None = None):

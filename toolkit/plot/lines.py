@@ -16,6 +16,7 @@ import numpy as np
 
 from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENT_LABELS, COMPONENTS
 from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.plot._layout import is_dimensionless
 
 #: One fixed colour per component (seaborn "colorblind"), the same in every figure; the components
 #: some architectures add take the colour of the canonical one they sit beside (``attn.q_a`` that
@@ -136,7 +137,7 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
         linestyles=tuple(COMPONENT_LINESTYLES.get(c, "--") for c in keep),
         layers=rows, metric=metric, long_name=long_name, units=units, reduce=reduce,
         xlabel="training step" if "step" in ds.coords else "checkpoint",
-        ylabel=f"{reduce} {long_name}" + (f" ({units})" if units not in ("", "1") else ""),
+        ylabel=f"{reduce} {long_name}" + (f" ({units})" if units and not is_dimensionless(units) else ""),
         title=title if title is not None else f"{model + ': ' if model else ''}{long_name}, {reduce} over {span}",
         logy=bool(logy), selection={"reference": ds.attrs.get("reference", "")})
 

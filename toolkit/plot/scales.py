@@ -12,7 +12,9 @@ metric and its numbers:
 - everything else a sequential (white to orange) linear scale.
 
 The blue-white-orange look around the median of the published figures is one
-argument away: ``center="median"``. A figure of several panels on a shared
+argument away: ``center="median"``. A diverging scale spans the same distance on
+both sides of its centre, in decades when the values span more than
+:data:`LOG_DECADES` (:func:`diverging_log`). A figure of several panels on a shared
 scale gets one :class:`SharedScale`: the same limits *and* the same centre in
 every panel, so one colour is one value everywhere.
 """
@@ -90,15 +92,32 @@ def resolve_scale(values, *, scale: str = "auto", center=None, attrs=None) -> tu
     return scale, None
 
 
-def describe_scale(scale: str, center: float | None, *, median: bool = False) -> str:
+def diverging_log(values, center=None) -> bool:
+    """Whether a diverging scale around ``center`` works in decades: every finite value (and the centre)
+    positive and spanning more than :data:`LOG_DECADES` decades (a condition number from 4.3 to 84,700
+    around its median 21.8: 84,700 is 3.6 decades above it, 4.3 is 0.7 below)."""
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0 or v.min() <= 0:
+        return False
+    if center is not None and center != "median" and not float(center) > 0:
+        return False
+    return decades(v) > LOG_DECADES
+
+
+def describe_scale(scale: str, center: float | None, *, median: bool = False, log: bool = False,
+                   digits: int = 3) -> str:
     """What the colorbar says about its scale: ``log scale``, ``linear scale``, ``white = 0`` or,
-    when the centre is the panel's median, ``white = median 0.0912``."""
-    from toolkit.plot._style import format_value
+    when the centre is the panel's median, ``white = median 0.0912`` (``, log scale`` added for a
+    diverging scale in decades)."""
+    from toolkit.plot.numbers import format_value
 
     if scale == "log":
         return "log scale"
     if scale == "diverging" and center is not None:
-        return f"white = median {format_value(center)}" if median else f"white = {format_value(center)}"
+        text = f"white = median {format_value(center, digits)}" if median else \
+            f"white = {format_value(center, digits)}"
+        return text + (", log scale" if log else "")
     return "linear scale"
 
 
@@ -115,6 +134,11 @@ class SharedScale:
         the natural / given centre.
     natural : bool
         The centre is the variable's own (0 of a difference), not a median.
+    log : bool
+        A diverging scale in decades (:func:`diverging_log` of the pooled values).
+    digits : int
+        Significant digits of every panel's labels (:func:`toolkit.plot.numbers.digits_for` of the
+        pooled values and limits), so one value reads alike in every panel.
     """
 
     scale: str
@@ -122,11 +146,13 @@ class SharedScale:
     vmax: float
     center: float | None
     natural: bool = False
+    log: bool = False
+    digits: int = 3
 
     def keywords(self) -> dict:
         """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale."""
         return {"scale": self.scale, "vmin": self.vmin, "vmax": self.vmax,
-                "center": self.center if self.center is not None else None}
+                "center": self.center if self.center is not None else None, "log": self.log, "digits": self.digits}
 
 
 def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None) -> SharedScale:
@@ -142,5 +168,40 @@ def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool 
     pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values_list])
     scale, centre = resolve_scale(pooled, scale=scale, center=center, attrs=attrs)
     natural = centre is not None and centre != "median"
-    lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None)
-    return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural)
+    log = scale == "diverging" and diverging_log(pooled, centre)
+    lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None,
+                             log=log)
+    from toolkit.plot.numbers import digits_for
+
+    return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural, log,
+                       digits_for(pooled, lo, hi))
+
+
+def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=None, vmax=None,
+                 log: bool = False) -> tuple[float, float, float | None]:
+    """``(vmin, vmax, center)`` of one panel that is not constant: from the data, or typed.
+
+    A typed limit replaces the data's; a diverging scale is then widened to the
+    same distance on both sides of its centre (the given one, or the median),
+    in decades with ``log``, so the white stays the centre.
+
+    Raises
+    ------
+    ValueError
+        ``vmin >= vmax``.
+    toolkit.errors.EmptyInputError
+        No finite value to colour.
+    """
+    from toolkit.plot._style import color_limits, symmetric_limits
+
+    centre = center if scale == "diverging" else None
+    if vmin is None or vmax is None or scale == "diverging":
+        lo, hi, c = color_limits(values, scale=scale, robust=robust, center=centre, log=log)
+    else:
+        lo, hi, c = vmin, vmax, None
+    lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
+    if hi <= lo:
+        raise ValueError(f"colour limits need vmin < vmax; got vmin={lo:g}, vmax={hi:g}")
+    if c is not None and (vmin is not None or vmax is not None):
+        lo, hi = symmetric_limits(lo, hi, c, log=log and c > 0)
+    return lo, hi, c

@@ -17,7 +17,7 @@ import os
 import threading
 
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.plot._style import format_value
+from toolkit.plot.numbers import distinct_digits, format_value
 from toolkit.widgets.cells import Panel, top_cells
 
 
@@ -42,9 +42,11 @@ class CellSide:
                 for r in top_cells(q, k, lowest=lowest, label=p.label)]
         rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
         multi = len(self.prepared) > 1
+        # the digits that tell the panels' values apart, and the rows of the table from one another
+        digits = distinct_digits([r[3] for r in rows], max(q.digits for q in self.prepared))
         head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
-                                        ([lab] if multi else []) + [layer, col, format_value(v)]) + "</tr>"
+                                        ([lab] if multi else []) + [layer, col, format_value(v, digits)]) + "</tr>"
                        for lab, layer, col, v in rows)
         self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
 
@@ -228,8 +230,7 @@ class CellSide:
     def _clear_cell(self) -> None:
         self._opened_key, self.cell = None, None
         self.view.selected = []
-        self.cell_text.value = f"<div class='toolkit-cell'><i>{html.escape(self._hint(self.panels))}</i></div>" \
-            if self.prepared else ""
+        self.cell_text.value = ""  # what opening a cell gives is said once, under the heatmap (spec "hint")
         self.drill.show({})
 
     def _matrix(self, panel: Panel, layer, component):

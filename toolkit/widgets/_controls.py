@@ -22,6 +22,23 @@ VIEW_OPTIONS = (("one", "one"), ("side by side", "side"), ("difference (target â
 WIDE = {"description_width": "initial"}
 
 
+def metric_options(ds, names) -> list[tuple[str, str]]:
+    """``(label, name)`` of the metric menu: each variable's ``long_name``, never two alike.
+
+    A mixture-of-experts Dataset holds ``stable_rank`` (the mean over a layer's experts) and
+    ``stable_rank_per_expert`` with one ``long_name``: the second is labelled ``... (per expert)``. A
+    label still shared by two variables gets the variable's name in brackets.
+    """
+    labels = []
+    for n in names:
+        label = str(ds[n].attrs.get("long_name") or n)
+        if n.endswith("_per_expert") and "expert" not in label.lower():
+            label += " (per expert)"
+        labels.append(label)
+    counts = {lab: labels.count(lab) for lab in labels}
+    return [(f"{lab} ({n})" if counts[lab] > 1 else lab, n) for lab, n in zip(labels, names, strict=True)]
+
+
 def selector_dims(ds, names) -> list[str]:
     """Dimensions that need a selector: those of a metric that are neither its rows nor its columns.
 

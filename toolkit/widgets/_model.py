@@ -130,6 +130,7 @@ class ModelExplorer:
         self._latest = None  # the newest partial() of the pass
         self._plan = None
         self._handle, self._static_shown = None, 0
+        self._fresh, self._shown = False, ""  # a new source whose cells are not shown yet; what is shown
         self.progress = WidgetProgress(self._what())
         c = self.form = {
             "source": W.Text(value="" if source is None else str(source), placeholder="the embedded SmolLM2-135M",
@@ -208,8 +209,8 @@ class ModelExplorer:
             self._stop.set()
             self._thread.join()
         if source is not ...:
-            if source != self.source:
-                self.explorer, self.body.children = None, ()
+            if source != self.source:  # the heatmap shown stays until the new model's first cells replace it:
+                self._fresh = True     # a typo in the model box must not wipe it
             self.source = source
         for key, value in (("layers", layers), ("components", components), ("experts", experts)):
             if value is not ...:
@@ -257,6 +258,8 @@ class ModelExplorer:
         except Exception as err:  # noqa: BLE001 - shown in the panel, raised again by .ds / wait()
             self.state, self.error = "failed", err
             self.progress.fail(err)
+            if self._fresh and self.explorer is not None:
+                self.progress.detail.value += f"; the heatmap below is still {html.escape(self._shown)}"
             self.form["stop"].disabled = True
         else:
             self.state, self._result = "done", ds
@@ -314,8 +317,9 @@ class ModelExplorer:
 
     def _show(self, ds, *, final: bool = False) -> None:
         t0 = time.monotonic()
-        if self.explorer is not None and not _same_grid(self.explorer.ds, ds):
-            self.explorer = None  # another selection: controls made for its grid
+        if self.explorer is not None and (self._fresh or not _same_grid(self.explorer.ds, ds)):
+            self.explorer = None  # another model, or another selection: controls made for its grid
+        self._fresh, self._shown = False, self._what()
         if self.explorer is None:
             absent = None
             if self._plan is not None:  # the cells still to come are empty: what the model lacks is in its plan

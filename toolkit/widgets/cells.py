@@ -12,7 +12,7 @@ import numpy as np
 
 from toolkit.errors import CheckpointMismatchError
 from toolkit.plot._select import is_reduction, select
-from toolkit.plot._style import format_value
+from toolkit.plot.numbers import digits_for, format_value
 
 #: Views of two panels' numbers: name -> (symbol, long-name template, units, centre).
 COMBINATIONS = {
@@ -69,6 +69,7 @@ class PanelFacts:
         if panel.combine:
             b_label, b_ds, b_sel = panel.base
             self.sides = ((b_label, self._values(b_ds, b_sel)), (panel.label, self._values(panel.ds, panel.selection)))
+            self.side_digits = digits_for(np.concatenate([v.ravel() for _, v in self.sides]))
 
     def _aligned(self, da, selection):
         """``da`` after ``selection``, on the panel's rows and columns, as a (layer, col) array or None."""
@@ -104,9 +105,10 @@ class PanelFacts:
         p = self.p
         value = float(p.values[i, j])
         column = p.col_labels[j] if p.col_dim == "component" else f"{p.col_dim} {p.col_labels[j]}"
-        lines = [f"layer {p.rows[i]}, {column}", f"{p.long_name}: {_value_text(value)}"]
+        lines = [f"layer {p.rows[i]}, {column}", f"{p.long_name}: {_value_text(value, p.digits)}"]
         if self.sides is not None:
-            lines.append("; ".join(f"{label}: {_value_text(float(v[i, j]))}" for label, v in self.sides))
+            lines.append("; ".join(f"{label}: {_value_text(float(v[i, j]), self.side_digits)}"
+                                   for label, v in self.sides))
         if self.names is not None and str(self.names[i, j]):
             lines.append(f"tensor: {self.names[i, j]}")
         if self.n_rows is not None and self.n_cols is not None and int(self.n_rows[i, j]) > 0:
@@ -135,8 +137,8 @@ class PanelFacts:
         return [["\n".join(self.lines(i, j)) for j in range(n_cols)] for i in range(n_rows)]
 
 
-def _value_text(v: float) -> str:
-    return "NaN" if v is None or np.isnan(v) else format_value(v)
+def _value_text(v: float, digits: int = 3) -> str:
+    return "NaN" if v is None or np.isnan(v) else format_value(v, digits)
 
 
 def combined(target_da, base_da, how: str, *, col_dim: str, target: str = "target", base: str = "base"):

@@ -107,7 +107,7 @@ class Explorer(CellSide, Saving, Views):
         self._init_cells()
         self.entries = self._entries()
         c = self.controls = {}
-        c["metric"] = W.Dropdown(options=[(str(ds[n].attrs.get("long_name") or n), n) for n in names],
+        c["metric"] = W.Dropdown(options=C.metric_options(ds, names),
                                  value=metric or names[0], description="metric", style=C.WIDE,
                                  layout=W.Layout(width="max-content", min_width="16em"))
         dims = C.selector_dims(ds, names)
@@ -131,10 +131,10 @@ class Explorer(CellSide, Saving, Views):
                                    layout=W.Layout(width="max-content"))
             c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE,
                                      layout=W.Layout(width="max-content"))
-            c["range"] = W.ToggleButtons(options=(("separate", "separate"), ("shared", "shared")),
-                                         value="separate", style={"button_width": "auto"},
-                                         tooltips=["each panel its own colour range",
-                                                   "one colour scale for every panel: one colour, one value"])
+            c["range"] = W.ToggleButtons(options=(("shared", "shared"), ("separate", "separate")),
+                                         value="shared", style={"button_width": "auto"},
+                                         tooltips=["one colour scale for every panel: one colour, one value",
+                                                   "each panel its own colour range"])
         c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="auto", style={"button_width": "auto"},
                                      tooltip=C.SCALE_TOOLTIP)
         c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,

@@ -32,7 +32,7 @@ def panel(prepared, hover: list, *, cbar: bool = True) -> dict:
     return {"title": prepared.title, "rows": [str(r) for r in prepared.rows],
             "cols": [str(c) for c in prepared.col_labels], "colors": hex_colors(prepared.face_colors()),
             "hover": hover, "xlabel": "\n".join(prepared.notes), "cbar": colorbar(prepared) if cbar else None,
-            "scale": prepared.scale}
+            "scale": prepared.scale, "digits": prepared.digits}
 
 
 def spec(prepared: list, hovers: list, *, shared: bool = False, hint: str = "") -> dict:

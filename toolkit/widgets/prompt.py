@@ -25,8 +25,9 @@ import ipywidgets as W
 
 from toolkit.errors import ToolkitError
 
-#: The statistics drawn side by side, with the colour scale each opens on.
-PANELS = (("max_abs_activation", "log"), ("attention_sink_mass", "auto"))  # a share: no natural centre
+#: The statistics drawn side by side, with the colour scale each opens on and whether its limits are robust:
+#: the largest activation is the top of its scale, never clipped at the 98th percentile (notebook 03, section 3).
+PANELS = (("max_abs_activation", "log", False), ("attention_sink_mass", "auto", True))  # a share: no centre
 DEFAULT_TEXT = "The capital of France is Paris. The capital of Germany is"
 
 
@@ -118,8 +119,9 @@ class PromptBox:
         from toolkit.plot import heatmap
 
         fig = Figure(figsize=(5.5 * len(self.panels), 6), layout="constrained")
-        for ax, (metric, scale) in zip(fig.subplots(1, len(self.panels), squeeze=False)[0], self.panels, strict=True):
-            heatmap(ds, metric, ax=ax, scale=scale)
+        for ax, (metric, scale, *robust) in zip(fig.subplots(1, len(self.panels), squeeze=False)[0], self.panels,
+                                                strict=True):
+            heatmap(ds, metric, ax=ax, scale=scale, robust=robust[0] if robust else True)
         fig.suptitle(self.title(ds, text))
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=self.dpi)
@@ -152,8 +154,8 @@ def prompt_box(model, text: str = DEFAULT_TEXT, *, max_tokens: int = 128, run: b
     run : bool, default True
         Run the first text now, so the figure is there without a click.
     **kwargs
-        ``panels`` (pairs of statistic and colour scale, default
-        :data:`PANELS`), ``dpi``, and options of ``activation_stats``
+        ``panels`` (statistic, colour scale and, optionally, robust limits
+        (default True); default :data:`PANELS`), ``dpi``, and options of ``activation_stats``
         (``attention``, ``mapping``...). Gradients are never computed.
 
     Returns

@@ -56,18 +56,24 @@ function logTicks(lo, hi) {
   return out;
 }
 
-function formatNumber(x) {
-  if (!isFinite(x)) return String(x);
+// A number as Python's toolkit.plot.numbers.format_value prints it (the same rule, tested against it):
+// `digits` significant digits (ties away from zero), plain from 0.001 to 9999 with trailing zeros dropped,
+// scientific outside ("1.90e+04"); "" for NaN.
+function formatNumber(x, digits = 3) {
+  x = Number(x);
+  if (Number.isNaN(x)) return "";
+  if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
   if (x === 0) return "0";
-  const r = Number(x.toPrecision(3));
+  const d = clamp(Math.round(digits) || 3, 1, 15);
+  const r = Number(x.toPrecision(d));
   const a = Math.abs(r);
   if (a >= 1e-3 && a < 1e4) {
-    const decimals = Math.max(0, 2 - Math.floor(Math.log10(a)));
-    let s = r.toFixed(decimals);
+    const e = Number(r.toExponential().split("e")[1]);
+    let s = r.toFixed(Math.max(0, d - 1 - e));
     if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
     return s;
   }
-  return x.toExponential(2).replace(/e([+-])(\d)$/, "e$10$2");
+  return x.toExponential(d - 1).replace(/e([+-])(\d)$/, "e$10$2");
 }
 
 function logLabel(t) {

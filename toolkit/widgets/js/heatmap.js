@@ -22,6 +22,33 @@ function rowStep(rowPx) {
   return 128;
 }
 
+// Pixels a colour bar takes right of its panel's plot (or in its own svg): the 12 px gap, the bar,
+// its ticks and their labels (about 6.3 px a character) and one 13 px line per line of its label.
+function colorbarWidth(cbar) {
+  if (!cbar) return 0;
+  const widest = Math.max(1, ...(cbar.ticks || []).map(([, label]) => String(label).replace(/[${}^]/g, "").length));
+  const lines = String(cbar.label || "").split("\n").length;
+  return Math.ceil(12 + 26 + widest * 6.3 + 13 * lines + 4);
+}
+
+// The widths of a row of panels in `avail` pixels: per panel the plot width W and the chrome around it
+// (the layer axis, its own colour bar), the shared colour bar's width, the natural total and the least
+// total that keeps every plot at its minimum (MIN_PLOT_W, or fewer pixels for a few columns). Plots
+// shrink together when the natural total does not fit; they never go below their minimum.
+function panelWidths(ps, shared, avail) {
+  const chrome = ps.map((p) => 52 + (p.cbar ? colorbarWidth(p.cbar) : 14));
+  const natural = ps.map((p) => clamp(p.cols.length * 46, MIN_PLOT_W, p.cols.length * MAX_CELL_W));
+  const least = natural.map((n, k) => Math.min(MIN_PLOT_W, n, Math.max(14 * ps[k].cols.length, 60)));
+  const sharedW = shared ? colorbarWidth(shared) : 0;
+  const extra = sharedW + 10 * ps.length;
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  const total = sum(natural) + sum(chrome) + extra;
+  const minTotal = sum(least) + sum(chrome) + extra;
+  const factor = total > avail ? Math.max(0, (avail - extra - sum(chrome)) / sum(natural)) : 1;
+  const W = natural.map((n, k) => Math.max(least[k], Math.floor(n * factor)));
+  return { W, chrome, sharedW, total, minTotal };
+}
+
 function render({ model, el }) {
   const uid = "tk" + Math.random().toString(36).slice(2, 9);
   const root = document.createElement("div");
@@ -96,21 +123,22 @@ function render({ model, el }) {
     const ps = panels();
     const shared = spec().shared_cbar;
     const avail = Math.max(260, (root.clientWidth || 700) - 4);
-    const chrome = ps.map((p) => 52 + (p.cbar ? 104 : 14));
-    const natural = ps.map((p) => clamp(p.cols.length * 46, MIN_PLOT_W, p.cols.length * MAX_CELL_W));
-    const extra = (shared ? 110 : 0) + 10 * ps.length;
-    const total = natural.reduce((a, b) => a + b, 0) + chrome.reduce((a, b) => a + b, 0) + extra;
-    const factor = total > avail ? Math.max(0.2, (avail - extra - chrome.reduce((a, b) => a + b, 0)) /
-      natural.reduce((a, b) => a + b, 0)) : 1;
+    const { W: widths, chrome, total, minTotal } = panelWidths(ps, shared, avail);
     const wanted = Math.ceil(total + 8) + "px"; // as wide as the panels want; a narrow row shrinks it
     if (el.style.width !== wanted) el.style.width = wanted;
-    el.style.maxWidth = "100%";
+    // In a flex row (the explorer): from one row of panels at their least width up to what they want,
+    // never less than that least width (or the whole row), so the explorer's side panel goes below the
+    // heatmap instead of a panel wrapping under the others (widgets.css).
+    const least = Math.ceil(minTotal + 8) + "px";
+    el.style.setProperty("flex", `100 1 ${least}`, "important"); // grows before the side panel
+    el.style.setProperty("max-width", `min(${wanted}, 100%)`, "important");
+    el.style.setProperty("min-width", `min(${least}, 100%)`, "important");
     return ps.map((p, k) => {
-      const W = Math.max(Math.min(MIN_PLOT_W, natural[k]), Math.floor(natural[k] * factor));
+      const W = widths[k];
       const H = clamp(p.rows.length * ROW_PX, 200, 600);
       const maxLabel = Math.max(1, ...p.cols.map((c) => String(c).length));
       const xlabel = p.xlabel ? wrapText(p.xlabel, W + 40, 6.2) : [];
-      const title = wrapText(p.title || "", W + chrome[k] - 8, 6.8);
+      const title = wrapText(p.title || "", W + 2 * 52 - 8, 6.8); // centred on the plot: inside the svg
       const mt = 10 + 16 * title.length;
       const mb = 12 + maxLabel * 5.2 + 14 * xlabel.length + 6;
       return { W, H, ml: 52, mt, mb, title, xlabel, width: W + chrome[k], height: mt + H + mb };
@@ -198,7 +226,7 @@ function render({ model, el }) {
   }
 
   function sharedColorbar(cbar, height) {
-    const w = 110, h = height;
+    const w = colorbarWidth(cbar) - 4, h = height;
     return `<svg class="toolkit-heatmap-shared-cbar" width="${w}" height="${h}">${colorbarSvg(cbar, 8, 34, Math.max(60, h - 110))}</svg>`;
   }
 
