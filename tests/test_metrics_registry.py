@@ -42,7 +42,8 @@ BUILTINS = [
     "spectral_entropy",
 ]
 #: Registered but computed only when asked for by name.
-OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes", "alpha_tpl", "tpl_lambda"]
+OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes", "alpha_tpl", "tpl_lambda",
+          "alpha_ci_lower", "alpha_ci_upper"]
 
 
 @pytest.fixture

@@ -65,6 +65,7 @@ class PanelFacts:
         self.names = self._grid(panel.ds, "parameter_name", panel.selection)
         self.n_rows = self._grid(panel.ds, "n_rows", panel.selection)
         self.n_cols = self._grid(panel.ds, "n_cols", panel.selection)
+        self.fit = self._fit_facts(panel) if metric == "alpha" and not panel.combine else None
         self.sides = None
         if panel.combine:
             b_label, b_ds, b_sel = panel.base
@@ -91,6 +92,28 @@ class PanelFacts:
     def _grid(self, ds, name, selection):
         return self._aligned(ds.coords[name], selection) if name in ds.coords else None
 
+    def _fit_facts(self, panel) -> dict:
+        """alpha's fit quality on the panel's grid, from what the Dataset holds: the 95 % interval
+        (``alpha_ci_lower`` / ``alpha_ci_upper``), the tail's eigenvalue count and its range λmax / xmin."""
+        return {name: got for name in ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes", "alpha_xmin",
+                                       "alpha_xmax")
+                if name in panel.ds and (got := self._aligned(panel.ds[name], panel.selection)) is not None}
+
+    def _fit_lines(self, i: int, j: int) -> list[str]:
+        """The hover lines of alpha's fit quality at cell (i, j) (none where the Dataset holds none)."""
+        f, out = self.fit, []
+        if {"alpha_ci_lower", "alpha_ci_upper"} <= set(f) and np.isfinite(f["alpha_ci_lower"][i, j]):
+            lo, hi = float(f["alpha_ci_lower"][i, j]), float(f["alpha_ci_upper"][i, j])
+            out.append(f"95 % interval: {_value_text(lo, self.p.digits)} to {_value_text(hi, self.p.digits)}")
+        tail = []
+        if "num_pl_spikes" in f and np.isfinite(f["num_pl_spikes"][i, j]):
+            tail.append(f"{int(f['num_pl_spikes'][i, j])} eigenvalues")
+        if {"alpha_xmin", "alpha_xmax"} <= set(f) and f["alpha_xmin"][i, j] > 0:
+            tail.append(f"range λmax / xmin = {_value_text(float(f['alpha_xmax'][i, j] / f['alpha_xmin'][i, j]), 3)}")
+        if tail:
+            out.append("tail: " + ", ".join(tail))
+        return out
+
     def _values(self, ds, selection):
         got = self._aligned(ds[self.metric], selection)
         return got if got is not None else np.full(self.p.values.shape, np.nan)
@@ -113,6 +136,8 @@ class PanelFacts:
             lines.append(f"tensor: {self.names[i, j]}")
         if self.n_rows is not None and self.n_cols is not None and int(self.n_rows[i, j]) > 0:
             lines.append(f"shape: {int(self.n_rows[i, j])} × {int(self.n_cols[i, j])}")
+        if self.fit and np.isfinite(value):
+            lines.extend(self._fit_lines(i, j))
         if np.isnan(value):
             reason = str(p.reasons[i, j]) if p.reasons is not None else ""
             if not reason and self.sides is not None and self.panel.combine == "ratio" and self.sides[0][1][i, j] == 0:
