@@ -68,7 +68,7 @@ def test_errors():
 def test_drawing_returns_the_axes_with_one_line_per_component():
     fig, ax = plt.subplots()
     try:
-        out = component_lines(series(), ax=ax, logy=True)
+        out = component_lines(series(), ax=ax, scale="log")
         assert out is ax and len(ax.lines) == 6 and ax.get_yscale() == "log"
         assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["attn. q", "attn. k"]
         assert len(ax.lines[0].get_xdata()) == 3  # every layer mean is > 0: no point dropped on the log axis

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
+import xarray as xr
 
 import toolkit
 import toolkit.plot
@@ -22,7 +23,7 @@ MISSING = "/nonexistent/checkpoint"
 
 #: values for the parameters without a default (valid, but the work would fail on them)
 REQUIRED = {"base": MISSING, "source": MISSING, "checkpoints": [MISSING, MISSING], "layer": 0,
-            "component": "attn.q"}
+            "component": "attn.q", "ds": xr.Dataset(), "data": xr.Dataset()}
 
 #: public parameters that are no option (what the function works on, checked by its own typed error), by reason
 NOT_OPTIONS = {

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
+from toolkit.constraints import Flag, OneOf, Optional, Text, Whole, checks_options
 from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
-from toolkit.plot.scales import shared_scale
+from toolkit.plot.scales import SCALE_CHOICES, shared_scale
 
 #: Extra dimensions that ``heatmaps`` splits into panels when asked for nothing else.
 PANEL_DIMS = ("checkpoint", "step", "epoch")
@@ -37,6 +38,8 @@ def _panels(data, metric, over):
     return [(data, metric, {over: lab}) for lab in labels]
 
 
+@checks_options(over=Optional(Text("a dimension of the metric, e.g. 'checkpoint'")), share_scale=Optional(Flag()),
+                ncols=Optional(Whole(minimum=1)), annotate=Flag(), scale=OneOf(SCALE_CHOICES), robust=Flag())
 def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool | None = None,
              titles=None, ncols: int | None = None, figsize=None, annotate: bool = False,
              center=None, scale: str = "auto", robust: bool = True, **kwargs):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
+from toolkit.constraints import Flag, OneOf, Optional, Real, Text, Whole, checks_options
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _style
 from toolkit.plot._layout import (
@@ -38,6 +39,9 @@ from toolkit.plot.numbers import digits_for, format_value, near_constant_note
 from toolkit.plot.scales import SCALE_CHOICES, describe_scale, diverging_log, panel_limits, resolve_scale
 
 
+@checks_options(metric=Optional(Text("a variable of the Dataset")), scale=OneOf(SCALE_CHOICES), robust=Flag(),
+                vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
+                digits=Optional(Whole(minimum=1, maximum=17)))
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
@@ -119,8 +123,6 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     """
     import xarray as xr
 
-    if scale not in SCALE_CHOICES:
-        raise ValueError(f"scale must be one of {', '.join(SCALE_CHOICES)}; got {scale!r}")
     attrs = {}
     if isinstance(data, xr.Dataset):
         names = metric_names(data)
@@ -282,6 +284,9 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     return ax
 
 
+@checks_options(metric=Optional(Text("a variable of the Dataset")), scale=OneOf(SCALE_CHOICES), robust=Flag(),
+                vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
+                annotate=Flag(), cbar=Flag())
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,

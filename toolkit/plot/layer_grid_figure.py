@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from toolkit.constraints import Flag, OneOf, Optional, Text, Whole, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot._layout import is_dimensionless
+
+#: The y scales of a line figure (``scale=``; None: the variable's default).
+LINE_SCALES = ("log", "linear")
 
 #: Fixed colours of the paper's five activations: Okabe-Ito black, orange, sky blue and blue,
 #: and Tol's wine. Warm for the unscaled polynomials, cool for the scaled ones. Chosen by the
@@ -146,8 +150,10 @@ def _ylim(values: np.ndarray, log: bool, bound: float | None, metric: str) -> tu
     return lo - pad, hi + pad
 
 
-def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None,
-                       head=None, log: bool | None = None, ncols: int | None = None,
+@checks_options(metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
+                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag())
+def prepare_layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None,
+                       head=None, scale: str | None = None, ncols: int | None = None,
                        bound: bool = True) -> LayerGridData:
     """Select and lay out the numbers of a layer grid.
 
@@ -156,7 +162,7 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
     ds : xarray.Dataset
         A lab result (:func:`toolkit.lab.run_experiment`): dims
         ``(activation, epoch, layer[, head])``.
-    var : str
+    metric : str
         Variable to draw (default ``"attention_norm"``); any with an ``epoch`` dim.
     activations : sequence of str, optional
         Activation labels to draw, in this order; default all.
@@ -165,8 +171,8 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
     head : int, optional
         For a variable with a ``head`` dim: the head to draw; default the mean
         over heads.
-    log : bool, optional
-        Log y axis; default :func:`default_log` of ``var``.
+    scale : {"log", "linear"}, optional
+        Of the y axis; default :func:`default_log` of ``metric`` (log or linear).
     ncols : int, optional
         Panels per row; default 4 (3 x 4 for 12 layers).
     bound : bool
@@ -180,10 +186,13 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
     Raises
     ------
     UnknownMetricError
-        ``var`` is not a variable with an ``epoch`` dim.
+        ``metric`` is not a variable with an ``epoch`` dim.
+    InvalidOptionError
+        ``scale`` not "log", "linear" or None, ``ncols`` < 1 (before any work).
     EmptyInputError
         An empty selection, or nothing finite (positive, for log) to draw.
     """
+    var = metric
     names = grid_variables(ds)
     if var not in names:
         raise UnknownMetricError(var, names)
@@ -217,7 +226,7 @@ def prepare_layer_grid(ds, var: str = "attention_norm", *, activations=None, lay
         da, panels, titles = da.expand_dims(layer=[-1]), [-1], [da.attrs.get("long_name", var)]
         note = ""
     values = da.transpose("layer", "activation", "epoch").values.astype(float)
-    log = default_log(var) if log is None else bool(log)
+    log = default_log(var) if scale is None else scale == "log"
     line, line_label = _reference_line(ds, var, bound)
     ncols = min(ncols or 4, len(panels))
     units = str(ds[var].attrs.get("units", ""))
@@ -317,8 +326,11 @@ def _shared_legend(fig, ax, ncols: int):
                       frameon=False)
 
 
-def layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None, head=None,
-               log: bool | None = None, ncols: int | None = None, bound: bool = True,
+@checks_options(metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
+                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag(),
+                legend=Optional(OneOf(("shared", "panel"))))
+def layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None, head=None,
+               scale: str | None = None, ncols: int | None = None, bound: bool = True,
                legend: str | None = "shared", fig=None, figsize=None, title: str | None = None):
     """Line grid: one panel per layer, epochs on x, one line per activation.
 
@@ -337,25 +349,26 @@ def layer_grid(ds, var: str = "attention_norm", *, activations=None, layers=None
     --------
     >>> fig = layer_grid(toolkit.lab.load_result(), "attention_norm")  # doctest: +SKIP
     """
-    data = prepare_layer_grid(ds, var, activations=activations, layers=layers, head=head,
-                              log=log, ncols=ncols, bound=bound)
+    data = prepare_layer_grid(ds, metric, activations=activations, layers=layers, head=head,
+                              scale=scale, ncols=ncols, bound=bound)
     return draw_layer_grid(data, fig=fig, figsize=figsize, legend=legend, title=title)
 
 
-def training_curves(ds, variables=("train_loss", "test_accuracy"), *, activations=None,
-                    log: bool | None = None, fig=None, figsize=None):
+@checks_options(scale=Optional(OneOf(LINE_SCALES)))
+def training_curves(ds, metrics=("train_loss", "test_accuracy"), *, activations=None,
+                    scale: str | None = None, fig=None, figsize=None):
     """Per-activation curves of run-level variables (loss, accuracy), one panel each.
 
     Parameters
     ----------
     ds : xarray.Dataset
         A lab result.
-    variables : sequence of str
+    metrics : sequence of str
         Variables with dims (activation, epoch); default train loss and test accuracy.
     activations : sequence of str, optional
         Default all.
-    log : bool, optional
-        Log y for every panel; default :func:`default_log` per variable.
+    scale : {"log", "linear"}, optional
+        Of every panel's y axis; default :func:`default_log` per variable.
     fig, figsize
         As in :func:`draw_layer_grid`.
 
@@ -363,7 +376,7 @@ def training_curves(ds, variables=("train_loss", "test_accuracy"), *, activation
     -------
     matplotlib.figure.Figure
     """
-    prepared = [prepare_layer_grid(ds, v, activations=activations, log=log) for v in variables]
+    prepared = [prepare_layer_grid(ds, v, activations=activations, scale=scale) for v in metrics]
     fig = _new_figure(fig, figsize or (4.2 * len(prepared), 3.4))
     axes = np.atleast_1d(fig.subplots(1, len(prepared), squeeze=False)).ravel()
     for ax, data in zip(axes, prepared, strict=False):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENT_LABELS, COMPONENTS
+from toolkit.constraints import Flag, OneOf, Text, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot._layout import is_dimensionless
 
@@ -28,6 +29,8 @@ COMPONENT_COLORS: dict[str, str] = {**dict(zip(COMPONENTS, (
 #: Line style per component: solid for the canonical seven, dashed for the added ones (told apart by it).
 COMPONENT_LINESTYLES: dict[str, str] = {c: "-" if c in COMPONENTS else "--" for c in ALL_COMPONENTS}
 REDUCTIONS = ("mean", "median", "max", "min")
+#: The y scales of a line figure (``scale=``).
+LINE_SCALES = ("linear", "log")
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,10 @@ class ComponentLinesData:
     linestyles: tuple = ()
 
 
+@checks_options(metric=Text("a metric of the series, e.g. 'relative_change'"), reduce=OneOf(REDUCTIONS),
+                scale=OneOf(LINE_SCALES))
 def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str = "mean", layers=None,
-                            components=None, logy: bool = False, title: str | None = None) -> ComponentLinesData:
+                            components=None, scale: str = "linear", title: str | None = None) -> ComponentLinesData:
     """Reduce a checkpoint series to one value per component and step.
 
     Parameters
@@ -86,8 +91,8 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
         Layers to combine; a 2-tuple is an inclusive range. Default: all.
     components : iterable of str, optional
         Lines to draw; default every component the model has.
-    logy : bool
-        Log y axis (steps with values <= 0 are not drawn).
+    scale : {"linear", "log"}, default "linear"
+        Of the y axis (on a log axis, steps with values <= 0 are not drawn).
     title : str, optional
         Default ``"<model>: <long_name>, <reduce> over layers a-b"``.
 
@@ -105,8 +110,6 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
     names = [str(k) for k, v in ds.data_vars.items() if {"checkpoint", "layer", "component"} <= set(v.dims)]
     if metric not in names:
         raise UnknownMetricError(metric, names)
-    if reduce not in REDUCTIONS:
-        raise ValueError(f"reduce must be one of {REDUCTIONS}; got {reduce!r}")
     da = ds[metric]
     if layers is not None:
         pair = isinstance(layers, tuple) and len(layers) == 2
@@ -139,7 +142,7 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
         xlabel="training step" if "step" in ds.coords else "checkpoint",
         ylabel=f"{reduce} {long_name}" + (f" ({units})" if units and not is_dimensionless(units) else ""),
         title=title if title is not None else f"{model + ': ' if model else ''}{long_name}, {reduce} over {span}",
-        logy=bool(logy), selection={"reference": ds.attrs.get("reference", "")})
+        logy=scale == "log", selection={"reference": ds.attrs.get("reference", "")})
 
 
 def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = True, marker: str = "o"):
@@ -167,8 +170,10 @@ def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = Tr
     return ax
 
 
+@checks_options(metric=Text("a metric of the series, e.g. 'relative_change'"), reduce=OneOf(REDUCTIONS),
+                scale=OneOf(LINE_SCALES), legend=Flag())
 def component_lines(ds, metric: str = "relative_change", *, ax=None, reduce: str = "mean", layers=None,
-                    components=None, logy: bool = False, legend: bool = True, title: str | None = None):
+                    components=None, scale: str = "linear", legend: bool = True, title: str | None = None):
     """Line plot of each component's change (reduced over layers) against the training step.
 
     Parameters are those of :func:`prepare_component_lines` plus ``ax`` (default:
@@ -183,6 +188,6 @@ def component_lines(ds, metric: str = "relative_change", *, ax=None, reduce: str
     >>> series = toolkit.compare_series(run.checkpoints, steps=run.steps)   # doctest: +SKIP
     >>> toolkit.plot.component_lines(series, "update_density")              # doctest: +SKIP
     """
-    data = prepare_component_lines(ds, metric, reduce=reduce, layers=layers, components=components, logy=logy,
+    data = prepare_component_lines(ds, metric, reduce=reduce, layers=layers, components=components, scale=scale,
                                    title=title)
     return draw_component_lines(data, ax=ax, legend=legend)

@@ -135,7 +135,7 @@ class LabExplorer:
             prepared = prepare_layer_grid(
                 self.ds, c["metric"].value, activations=list(c["activations"].value),
                 layers=list(c["layers"].value), head=None if c["head"].disabled else c["head"].value,
-                log=c["scale"].value == "log")
+                scale=c["scale"].value)
         except ToolkitError as err:
             self.status.value = f"<span style='color:#b34d00'>{html.escape(str(err))}</span>"
             self.current = None
