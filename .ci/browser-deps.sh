@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_browser.py needs: Debian's chromium, and voila + playwright + jupyterlab
+# Installs what tests/end_to_end/test_browser.py needs: Debian's chromium, and voila + playwright + jupyterlab
 # in the project venv. Playwright drives the system browser (/usr/bin/chromium);
 # never run `playwright install` (it downloads its own browser, which fails offline).
 set -euo pipefail

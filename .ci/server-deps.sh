@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/test_sources_remote.py and benchmarks/bench_remote.py need: Debian's nginx
+# Installs what tests/sources/test_sources_remote.py and benchmarks/bench_remote.py need: Debian's nginx
 # (the loopback HTTP server the remote-reading tests start and stop themselves; no service is enabled).
 set -euo pipefail
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then

@@ -1,6 +1,6 @@
 """The explorer in a real browser: update and hover times, and the first cells of a live pass.
 
-1. ``tests/test_browser_explorer.py`` in JupyterLab and Voilà (headless Chromium): each change of
+1. ``tests/end_to_end/test_browser_explorer.py`` in JupyterLab and Voilà (headless Chromium): each change of
    metric of a 30-layer x 7 heatmap and of the lab's 12-panel grid, timed in the page from the
    change to the repaint, and the hover tooltip of 20 cells, with the load average around them.
 2. ``explore_model`` on a 28-layer Qwen2.5-7B-shaped checkpoint (``_sparse_7b``: the plan and

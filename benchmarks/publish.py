@@ -10,7 +10,7 @@ benchmarks/README.md and docs/scaling.md that sit between the marker comments
 
 and replaces those sections in place; the projections of docs/scaling.md are computed here from
 the current per-task costs. Text outside the markers carries no measured figure
-(``tests/test_published_figures.py`` checks both: the sections are up to date, and no figure
+(``tests/end_to_end/test_published_figures.py`` checks both: the sections are up to date, and no figure
 stands outside them).
 
 Usage (after running a benchmark)::
@@ -210,7 +210,8 @@ def readme_explorer(rec: dict, res: dict) -> str:
                  for k in ("heatmap_30x7_update_ms", "lab_12_panels_update_ms", "hover_ms")]
         rows.append([name, *cells, f"{load['start'][0]:.1f}-{load['end'][0]:.1f}"])
     some = f[next(k for k in ("voila", "jupyterlab") if k in f)] if rows else {}
-    out = [f"Measured in headless Chromium by `tests/test_browser_explorer.py` (`bench_explorer.py`, {when(rec)}; "
+    out = [f"Measured in headless Chromium by `tests/end_to_end/test_browser_explorer.py` (`bench_explorer.py`, "
+           f"{when(rec)}; "
            "`benchmarks/results/explorer.json`): each time from the change in the page to the repaint, the median "
            f"(and the largest) of {len(some['heatmap_30x7_update_ms'])} changes of metric and of "
            f"{len(some['hover_ms'])} hovers.\n\n"] if rows else []

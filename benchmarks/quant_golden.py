@@ -23,7 +23,7 @@ functions used, the command, the date).
 
 GPTQ v2 zeros (``checkpoint_format="gptq_v2"``) are GPTQModel's; GPTQModel 7.7 is a source
 distribution that builds CUDA extensions, so that case keeps its codes-based test only
-(``tests/test_quantized_sources.py``).
+(``tests/sources/test_quantized_sources.py``).
 
 Usage::
 

@@ -11,7 +11,7 @@ and its sha256, the date, the machine and the exact command. Values are
 written with ``repr`` (17 significant digits), so the suite compares to the
 last bit that was computed.
 
-The suite (``tests/test_weightwatcher_golden.py``) reads these files; it never
+The suite (``tests/end_to_end/test_weightwatcher_golden.py``) reads these files; it never
 runs WeightWatcher. Rerun this script after a WeightWatcher or bundled-model
 change, then run the suite.
 

@@ -141,13 +141,14 @@ class PathName(Constraint):
 
 @dataclass(frozen=True)
 class Function(Constraint):
-    """A callable; ``signature`` says how it is called (for the message)."""
+    """A callable; ``signature`` says how it is called, ``what`` what it is (for the message)."""
 
     signature: str = ""
+    what: str = "a callable"
 
     def check(self, value, option, where):
         if not callable(value):
-            raise InvalidOptionError(option, value, "a callable" + (f" {self.signature}" if self.signature else ""),
+            raise InvalidOptionError(option, value, self.what + (f" {self.signature}" if self.signature else ""),
                                      where)
         return value
 

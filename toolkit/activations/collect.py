@@ -23,8 +23,8 @@ from toolkit.collect.plan.selection import Selection
 from toolkit.constraints import Flag, Function, Optional, Whole, checks_options
 
 
-@checks_options(tokenizer=Optional(Function("(a transformers tokenizer)")), gguf_file=ADDRESS["gguf_file"],
-                revision=ADDRESS["revision"],
+@checks_options(tokenizer=Optional(Function(what="a transformers tokenizer (a callable)")),
+                gguf_file=ADDRESS["gguf_file"], revision=ADDRESS["revision"],
                 max_tokens=Whole(minimum=2, meaning="texts are cut to this many tokens; each needs at least 2"),
                 batch_size=Whole(minimum=1, meaning="texts per forward pass"), attention=Flag(), gradients=Flag(),
                 mapping=PASS["mapping"], progress=PASS["progress"], **SELECTION)

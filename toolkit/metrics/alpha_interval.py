@@ -19,7 +19,7 @@ uses for xmin's uncertainty):
 
 The draws come from ``numpy.random.default_rng(seed)``: the same seed gives the same interval.
 Coverage on synthetic spectra of known exponent and the cost against an eigendecomposition are
-checked by ``tests/test_alpha_interval.py`` and ``benchmarks/bench_alpha_interval.py``.
+checked by ``tests/metrics/test_alpha_interval.py`` and ``benchmarks/bench_alpha_interval.py``.
 """
 
 from __future__ import annotations

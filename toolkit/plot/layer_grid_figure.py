@@ -25,7 +25,7 @@ LINE_SCALES = ("log", "linear")
 #: and Tol's wine. Warm for the unscaled polynomials, cool for the scaled ones. Chosen by the
 #: smallest CAM02-UCS distance between any two of them, under normal vision and simulated
 #: deuteranomaly, protanomaly and tritanomaly at full severity (colorspacious): 22, against
-#: 10 for seaborn's "colorblind" orange and vermillion used before (tests/test_lab_plot.py).
+#: 10 for seaborn's "colorblind" orange and vermillion used before (tests/lab/test_lab_plot.py).
 ACTIVATION_COLORS = {"softmax": "#000000", "x/1": "#E69F00", "x/16": "#56B4E9",
                      "x³/1": "#882255", "x³/16": "#0072B2"}
 #: What the notebook's text calls each colour.

@@ -1,7 +1,7 @@
 """How every view of the toolkit prints a number, and how many digits a panel's numbers need.
 
 One rule, written twice: here in Python and as ``formatNumber`` in
-``toolkit/widgets/js/common.js`` (the page); ``tests/test_numbers_js.py`` checks
+``toolkit/widgets/js/common.js`` (the page); ``tests/plot/test_numbers_js.py`` checks
 that both give the same text on a table of values.
 
 - :func:`format_value` prints ``digits`` significant digits (3 by default):

@@ -32,7 +32,7 @@ import toolkit
 from _golden import DATA, read_golden
 
 RTOL, ATOL = 1e-6, 1e-9  # README "Agreement with WeightWatcher 0.7.7"
-RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 #: toolkit metric -> WeightWatcher column, or a function of a WeightWatcher row
 COLUMNS = {

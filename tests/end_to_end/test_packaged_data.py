@@ -18,7 +18,7 @@ import toolkit
 from toolkit.data import FILES, LOCATIONS, data_path
 
 PACKAGE = Path(toolkit.__file__).resolve().parent
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Where pyproject.toml installs the files of data/: the package toolkit.data.files.
 WHEEL_FOLDER = "toolkit/data/files"
 

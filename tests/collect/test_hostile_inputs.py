@@ -38,7 +38,7 @@ from toolkit.errors import (
 from toolkit.io import load, save
 from toolkit.testing import tiny_model, write_tiny_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IDS = [[5, 9, 33, 4, 70], [6, 7, 8]]
 
 

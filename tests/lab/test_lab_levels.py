@@ -9,8 +9,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-
 from test_lab_plot import LABELS, make_lab  # noqa: E402
+
 from toolkit.errors import EmptyInputError  # noqa: E402
 from toolkit.plot.lab_levels import COLUMNS, level_table, levels_figure  # noqa: E402
 

@@ -112,7 +112,7 @@ def test_hub_id_shape(text, expected):
 
 def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_cache, monkeypatch, make_hf_cache):
     """The online path with download=True (without it, a repo not cached is read in place:
-    tests/test_sources_remote.py), with the three hub calls replaced by fakes that serve
+    tests/sources/test_sources_remote.py), with the three hub calls replaced by fakes that serve
     from a local folder and lay the cache out as the real client does."""
     import types
 

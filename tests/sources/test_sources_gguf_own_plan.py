@@ -1,7 +1,7 @@
 """The toolkit's own GGUF table (toolkit.sources.gguf.own_plan) against the transformers path it stands in for.
 
 ``TransformersPlan`` is the transformers path (its config, name map and tensor processors;
-tests/test_sources_gguf.py checks it and the source against ``from_pretrained``
+tests/sources/test_sources_gguf.py checks it and the source against ``from_pretrained``
 tensor by tensor). Here the own table must give the same config (keys in the
 same order), the same parameter names and shapes in the same order, the same
 dropped tensors and bit-identical tensors, and opening a covered file must not

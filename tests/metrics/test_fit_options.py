@@ -17,10 +17,10 @@ import scipy.integrate
 import scipy.spatial.distance
 import xarray as xr
 from safetensors.torch import load_file
-
-import toolkit
 from test_metrics_esd import ww_clip_xmax_reference
 from test_metrics_powerlaw import brute_force
+
+import toolkit
 from toolkit.errors import InvalidOptionError
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.metrics.powerlaw import fit_power_law

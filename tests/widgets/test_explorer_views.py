@@ -3,7 +3,7 @@
 What the browser shows on hover is ``view.spec["panels"][k]["hover"]``, made in
 Python, and the colours it paints are ``view.spec["panels"][k]["colors"]``; a
 click (or Enter) arrives as the message the browser sends. The real-browser
-side is in ``tests/test_browser.py`` and ``tests/test_browser_explorer.py``.
+side is in ``tests/end_to_end/test_browser.py`` and ``tests/end_to_end/test_browser_explorer.py``.
 """
 
 import csv

@@ -4,7 +4,7 @@ Notebook 01 as a user opens it (the model measured live, the metric changes the 
 small notebook of synthetic statistics: hover a cell and read its tooltip, click it and see its
 spectrum, change the metric and see one new figure, switch two models to the difference view, and
 no label cut off. The interaction of a modern plot (zoom, keys, the selected cell, the layout at
-two widths, shared colours, λ_max) is in ``tests/test_browser_explorer.py``.
+two widths, shared colours, λ_max) is in ``tests/end_to_end/test_browser_explorer.py``.
 
 Needs ``/usr/bin/chromium``, ``voila`` and ``playwright`` (``.ci/browser-deps.sh``
 installs them; never ``playwright install``). Leaves screenshots in ``test-artifacts/``.

@@ -91,7 +91,7 @@ def test_int_formats_match_codes(original, tmp_path, method, kw):
     assert ds.attrs["quantization"].startswith(f"{method} int{kw['bits']}")
 
 
-ORACLE = Path(__file__).resolve().parent / "data" / "quant_oracle"
+ORACLE = Path(__file__).resolve().parents[1] / "data" / "quant_oracle"
 
 
 @pytest.mark.parametrize("case", sorted(p.name for p in ORACLE.iterdir()))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
+from test_metrics_powerlaw import brute_force, pareto
 
 import toolkit.metrics.powerlaw as powerlaw
-from test_metrics_powerlaw import brute_force, pareto
 from toolkit.metrics import compute_weight_metrics, get_metric, list_metrics, singular_values
 from toolkit.metrics.esd_fit import esd_quality
 
@@ -248,7 +248,7 @@ def test_fix_fingers_clip_xmax_and_xmax_clipping():
     with pytest.raises(powerlaw.DegenerateMatrix, match="more than half"):
         powerlaw.fit_power_law(ev, xmax=-30)
     with pytest.raises(ValueError, match="clip_xmax"):
-        powerlaw.fit_power_law(ev, fix_fingers="peak")  # xmin_peak: tests/test_fit_options.py
+        powerlaw.fit_power_law(ev, fix_fingers="peak")  # xmin_peak: tests/metrics/test_fit_options.py
 
 
 def test_fit_options_reach_every_column_through_one_fit(monkeypatch):
