@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ from toolkit import options
 from toolkit.errors import InvalidOptionError
 
 __all__ = [
-    "Check", "Constraint", "DeviceName", "Flag", "Forwarded", "Function", "MetricNames", "OneOf", "Optional",
-    "PathName", "Progress", "Real", "Text", "Whole", "checks_options", "declared_options",
+    "Check", "Constraint", "DeviceName", "Flag", "Forwarded", "Function", "MetricNames", "Names", "OneOf", "Optional",
+    "PathName", "Progress", "Real", "Size", "Text", "Whole", "checks_options", "declared_options",
 ]
 
 _ATTRIBUTE = "__toolkit_options__"
@@ -113,11 +114,12 @@ class Text(Constraint):
     """A non-empty str; ``meaning`` says what it names (``"a branch, tag or commit"``)."""
 
     meaning: str = ""
+    empty: bool = False
 
     def check(self, value, option, where):
-        if not isinstance(value, str) or not value:
-            raise InvalidOptionError(option, value, "a non-empty str" + (f" ({self.meaning})" if self.meaning else ""),
-                                     where)
+        if not isinstance(value, str) or not (value or self.empty):
+            raise InvalidOptionError(option, value, ("a str" if self.empty else "a non-empty str")
+                                     + (f" ({self.meaning})" if self.meaning else ""), where)
         return value
 
     def invalid(self):
@@ -137,6 +139,42 @@ class PathName(Constraint):
 
     def invalid(self):
         return 42
+
+
+@dataclass(frozen=True)
+class Names(Constraint):
+    """A str or a non-empty list of str (names of series, panels, labels)."""
+
+    meaning: str = ""
+
+    def check(self, value, option, where):
+        names = [value] if isinstance(value, str) else value
+        if isinstance(value, (bytes, dict)) or not hasattr(names, "__iter__") or not (
+                names := list(names)) or not all(isinstance(n, str) for n in names):
+            raise InvalidOptionError(option, value, "a str or a non-empty list of str"
+                                     + (f" ({self.meaning})" if self.meaning else ""), where)
+        return value
+
+    def invalid(self):
+        return [1, 2]
+
+
+@dataclass(frozen=True)
+class Size(Constraint):
+    """A figure size ``(width, height)`` in inches: two finite numbers > 0."""
+
+    def check(self, value, option, where):
+        try:
+            w, h = (float(x) for x in value)
+            ok = not isinstance(value, (str, bytes)) and all(math.isfinite(x) and x > 0 for x in (w, h))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise InvalidOptionError(option, value, "(width, height) in inches, two numbers > 0", where)
+        return value
+
+    def invalid(self):
+        return (0, 3)
 
 
 @dataclass(frozen=True)
@@ -205,7 +243,7 @@ class DeviceName(Constraint):
     a ``torch.device``); whether this process has it is checked where the work starts."""
 
     def check(self, value, option, where):
-        from toolkit.metrics.spectral import check_device
+        from toolkit.devices import check_device
 
         check_device(value, available=False, option=option, where=where)
         return value

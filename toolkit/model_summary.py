@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.constraints import Names, Optional, checks_options
+
 #: The means WeightWatcher's get_summary reports, in its order, where the Dataset has them.
 SUMMARY_METRICS = ("log_norm", "alpha", "alpha_weighted", "log_alpha_norm", "log_spectral_norm", "stable_rank",
                    "mp_softrank")
@@ -45,6 +47,7 @@ class Summary:
                 f"{self.flagged.to_string(index=False) if len(self.flagged) else 'none'}")
 
 
+@checks_options(metrics=Optional(Names("metric names of the Dataset")))
 def summary(ds, metrics=None) -> Summary:
     """Means per component and for the whole model, and the flagged cells.
 

@@ -149,10 +149,11 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
 
 def _certified(w: torch.Tensor, metrics: list, device, result: MatrixResult) -> torch.Tensor:
     """The singular values ``precision="float32-certified"`` serves, recording which precision in ``result``."""
+    from toolkit.devices import check_device
     from toolkit.metrics.certificate import FLOAT32, FLOAT64, certify
     from toolkit.metrics.eigen_bound import certified_spectrum
     from toolkit.metrics.registry import DegenerateMatrix
-    from toolkit.metrics.spectral import check_device, singular_values
+    from toolkit.metrics.spectral import singular_values
 
     if check_device(device, available=False).type != "cpu":
         result.precision_served, result.certificate = FLOAT64, "the certificate runs on the CPU only"

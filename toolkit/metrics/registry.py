@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from toolkit.constraints import Flag, OneOf, checks_options
 from toolkit.errors import (
     DegenerateMatrix,
     DuplicateMetricError,  # noqa: F401  (re-exported: the former name of DuplicateRegistrationError)
@@ -171,6 +172,8 @@ def _singular_values(w):
     return _SINGULAR_VALUES[0](w)
 
 
+@checks_options(kind=OneOf(KINDS), needs_singular_values=Flag(), overwrite=Flag(), needs_matrices=Flag(),
+                any_dtype=Flag(), opt_in=Flag())
 def register_metric(
     name: str,
     func: Callable | None = None,
@@ -301,6 +304,7 @@ def get_metric(name: str) -> Metric:
         raise UnknownMetricError(name, _REGISTRY) from None
 
 
+@checks_options(kind=OneOf(KINDS), opt_in=Flag())
 def list_metrics(kind: str = "weight", *, opt_in: bool = False) -> list[str]:
     """Names of the registered metrics of ``kind``, in registration order.
 

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from toolkit.devices import resolve_device
 from toolkit.metrics.gram import (  # noqa: F401 - _BUFFERS and reuse_buffers are used from here
     _BUFFERS,
     _gram,
@@ -33,58 +34,6 @@ PRECISIONS = ("float64", "float32")
 CERTIFIED = "float32-certified"
 #: Every ``precision=`` a pass takes.
 PASS_PRECISIONS = (*PRECISIONS, CERTIFIED)
-
-
-def _resolve_device(device) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def check_device(device, *, available: bool = True, option: str = "device", where: str = "") -> torch.device:
-    """The ``torch.device`` named by ``device``, checked before any work.
-
-    Parameters
-    ----------
-    device : str, torch.device or None
-        ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"auto"`` (CUDA when available)
-        or None (= ``"auto"``).
-    available : bool, default True
-        Also check that this process can use it (False for a driver that
-        hands the work to Dask workers, which may have GPUs it lacks).
-    option, where : str
-        The option's name and the function it belongs to, for the message.
-
-    Raises
-    ------
-    InvalidOptionError
-        Not a str, a ``torch.device`` or None (an int would name a CUDA index
-        by accident), an unknown device string, a device type other than CPU
-        or CUDA, or a CUDA device this process cannot use (no CUDA build of
-        torch, no GPU, or an index beyond the GPUs present).
-    """
-    from toolkit.errors import InvalidOptionError
-
-    names = "'cpu', 'cuda', 'cuda:N' or 'auto'"
-    if device is not None and not isinstance(device, (str, torch.device)):
-        raise InvalidOptionError(option, device, f"a device name: {names}", where)
-    try:
-        dev = _resolve_device(device)
-    except (RuntimeError, TypeError) as exc:
-        raise InvalidOptionError(option, device, f"a device name torch knows: {names} ({exc})", where) from None
-    if dev.type not in ("cpu", "cuda"):
-        raise InvalidOptionError(option, device, f"'cpu' or 'cuda' (the spectral work runs there), not {dev.type!r}",
-                                 where)
-    if available and dev.type == "cuda":
-        if not torch.cuda.is_available():
-            why = ("this torch build has no CUDA" if torch.version.cuda is None
-                   else "torch sees no GPU (torch.cuda.is_available() is False)")
-            raise InvalidOptionError(option, device, f"a device this process has (cuda is not available: {why}); "
-                                     "pass device='cpu' (or 'auto', which picks CUDA only when it is there)", where)
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InvalidOptionError(option, device, f"a device this process has (not available: "
-                                     f"{torch.cuda.device_count()} GPU(s) here)", where)
-    return dev
 
 
 def precision_floor(shape: tuple[int, int], precision: str = "float64") -> float:
@@ -251,7 +200,7 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
         raise ValueError(f"precision must be 'float64' or 'float32', got {precision!r}")
     if not w.is_floating_point():
         w = w.to(torch.float32)
-    w = w.to(_resolve_device(device))
+    w = w.to(resolve_device(device))
     m, n = w.shape
     big = max(m, n)
     if method == "svd":

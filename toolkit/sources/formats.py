@@ -40,6 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
+from toolkit.constraints import Flag, checks_options
 from toolkit.errors import DuplicateRegistrationError, ToolkitError, UnknownFormatError
 
 __all__ = ["ENTRY_POINT_GROUP", "CheckpointFormat", "decoder_versions", "get_format", "guess_format",
@@ -134,6 +135,7 @@ class CheckpointFormat:
 _REGISTERED: dict[str, CheckpointFormat] = {}
 
 
+@checks_options(overwrite=Flag())
 def register_format(fmt, *, overwrite: bool = False) -> CheckpointFormat:
     """Register a checkpoint format, after those registered before it.
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from toolkit.constraints import Flag, Names, Optional, PathName, Text, Whole, checks_options
 from toolkit.widgets._model import explore_model
 from toolkit.widgets.explorer import Explorer
 
 
+@checks_options(metric=Optional(Text("a metric of the Dataset")), out_dir=PathName(), dpi=Whole(minimum=1),
+                labels=Optional(Names("one label per Dataset")), read_entries=Flag())
 def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True, **compute) -> Explorer:
     """Interactive heatmap panel over one or several statistics Datasets (or a checkpoint).
 

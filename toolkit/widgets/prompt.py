@@ -23,6 +23,7 @@ import time
 
 import ipywidgets as W
 
+from toolkit.constraints import Flag, Text, Whole, checks_options
 from toolkit.errors import ToolkitError
 
 #: The statistics drawn side by side, with the colour scale each opens on and whether its limits are robust:
@@ -139,6 +140,7 @@ class PromptBox:
         return bundle
 
 
+@checks_options(text=Text("the box's first text", empty=True), max_tokens=Whole(minimum=2), run=Flag())
 def prompt_box(model, text: str = DEFAULT_TEXT, *, max_tokens: int = 128, run: bool = True, **kwargs) -> PromptBox:
     """A text box with a Run button over :func:`~toolkit.activations.activation_stats`.
 

@@ -35,8 +35,9 @@ from contextlib import contextmanager
 
 from toolkit.collect.execute import remote
 from toolkit.collect.execute.stream import map_tensors
+from toolkit.devices import check_device
 from toolkit.errors import MissingPackageError, ToolkitError, WorkerTaskError
-from toolkit.metrics.spectral import check_device, reuse_buffers
+from toolkit.metrics.spectral import reuse_buffers
 
 __all__ = ["RETRIES", "DaskExecutor", "SerialExecutor", "connect", "executor_for"]
 
