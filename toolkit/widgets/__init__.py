@@ -5,6 +5,7 @@
   in the same panel (progress, time left, Stop / Resume, a selection form).
 - :func:`lab_explorer` -- the attention-activation lab's panel.
 - :func:`prompt_box` -- a text box and Run button over one text's activation statistics.
+- :func:`export_html` -- the explorer as one self-contained HTML file (no kernel, no network).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _LAZY = {
     "lab_explorer": "toolkit.widgets.lab",
     "prompt_box": "toolkit.widgets.prompt",
     "PromptBox": "toolkit.widgets.prompt",
+    "export_html": "toolkit.widgets.export",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,0 +1,71 @@
+"""toolkit.widgets.export_html: one self-contained page, opened offline from file:// in headless Chromium,
+with the live explorer's colours and hover texts, the metric menu and each stored cell's drill-down."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import toolkit
+from _browser import MARKS, chromium
+from toolkit.plot import prepare_heatmap
+from toolkit.widgets import export_html
+from toolkit.widgets.cells import Panel, PanelFacts
+from toolkit.widgets.export import page_data
+
+pytestmark = MARKS
+
+
+def _embedded(path) -> dict:
+    text = path.read_text(encoding="utf-8")
+    return json.loads(re.search(r'<script type="application/json" id="toolkit-data">(.*?)</script>', text,
+                                re.S).group(1).replace("<\\/", "</"))
+
+
+def test_the_exported_page_works_offline_with_the_widgets_numbers(tmp_path, cache):
+    ds = toolkit.weight_stats(progress=False, keep_spectra=True)  # the embedded SmolLM2, with its spectra
+    path = export_html(ds, tmp_path / "smollm2.html")
+    assert path.stat().st_size < 5_000_000  # the embedded model with every spectrum
+    page = _embedded(path)
+    assert page["metrics"][:2] == ["frobenius_norm", "rms"] and len(page["drilldowns"]) == 210
+    prepared = prepare_heatmap(ds, "alpha")
+    hover = PanelFacts(Panel("m", ds, {}), prepared, "alpha").grid()
+    assert page["heatmaps"]["alpha"]["panels"][0]["hover"] == hover  # the live explorer's texts
+    with chromium(tmp_path, 1400, 900) as tab:
+        requests, errors = [], []
+        tab.context.set_offline(True)
+        tab.on("request", lambda r: requests.append(r.url))
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto(path.as_uri())
+        tab.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        tab.select_option("#toolkit-metric", "alpha")
+        tab.wait_for_function("document.querySelector('#toolkit-heatmap').textContent.includes('alpha')")
+        cell = tab.locator("#toolkit-heatmap svg rect").nth(40).bounding_box()
+        tab.mouse.move(cell["x"] + cell["width"] / 2, cell["y"] + cell["height"] / 2)
+        tab.wait_for_function("document.querySelector('#toolkit-heatmap').innerText.includes('tensor: model.')")
+        shown = tab.locator("#toolkit-heatmap").inner_text()
+        assert any(h and h in shown for row in hover for h in row), shown[-400:]
+        tab.mouse.click(cell["x"] + cell["width"] / 2, cell["y"] + cell["height"] / 2)
+        tab.wait_for_selector("#toolkit-drilldown svg", timeout=10_000)
+        assert "power law, α" in tab.locator("#toolkit-drilldown").inner_text()
+        tab.screenshot(path=str(tmp_path / "export.png"))
+    assert not errors, errors
+    assert all(u.startswith(("file:", "blob:", "data:")) for u in requests), requests
+
+
+def test_a_series_exports_one_panel_per_step_on_one_scale():
+    import numpy as np
+    import xarray as xr
+
+    v = np.arange(12.0).reshape(3, 2, 2)
+    ds = xr.Dataset({"relative_change": (("checkpoint", "layer", "component"), v)},
+                    coords={"checkpoint": [0, 1, 2], "step": ("checkpoint", [0, 5, 10]), "layer": [0, 1],
+                            "component": ["attn.q", "attn.k"]})
+    page = page_data(ds)
+    spec = page["heatmaps"]["relative_change"]
+    assert [p["title"].split(":")[0] for p in spec["panels"]] == ["step 0", "step 5", "step 10"]
+    assert spec["shared_cbar"] is not None and page["drilldowns"] == {}
+    with pytest.raises(toolkit.errors.InvalidOptionError, match="metrics"):
+        page_data(ds, metrics=["nope"])

@@ -1,0 +1,193 @@
+"""``export_html``: the explorer as one self-contained HTML file, for a page that travels.
+
+Widgets need a live kernel; a notebook on GitHub or a shared file shows nothing
+interactive. The export writes one ``.html`` that opens from ``file://`` with no
+network: the same browser code as the live explorer (``js/heatmap.js`` and
+``js/chart.js``, inlined), the same prepared numbers (:func:`toolkit.plot.prepare_heatmap`,
+its colours, labels and hover texts, :mod:`toolkit.widgets.heatmap_spec`), a metric
+menu, and the drill-down (ESD with its fit, singular values) of every cell whose
+spectrum the Dataset stores (:func:`toolkit.widgets.drilldown.drill_down`). Python
+computes every metric's heatmap and every cell's drill-down once, at export; the
+page swaps them in.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from toolkit.constraints import Names, Optional, PathName, Text, checks_options
+from toolkit.errors import InvalidOptionError, ToolkitError
+from toolkit.plot import metric_names, prepare_heatmap
+from toolkit.plot._select import model_name
+from toolkit.plot.scales import shared_scale
+from toolkit.widgets import heatmap_spec
+from toolkit.widgets._assets import FOLDER, style
+from toolkit.widgets.cells import Panel, PanelFacts
+
+__all__ = ["export_html", "page_data"]
+
+
+def _models(data, labels) -> list[tuple[str, object]]:
+    """``[(label, Dataset)]``: one per Dataset of a list, one per checkpoint of a series Dataset."""
+    import xarray as xr
+
+    if isinstance(data, xr.Dataset):
+        if "checkpoint" in data.dims:
+            steps = data["step"].values.tolist() if "step" in data.coords else list(range(data.sizes["checkpoint"]))
+            return [(f"step {s}", data.isel(checkpoint=i)) for i, s in enumerate(steps)]
+        return [(model_name(data.attrs) or "model", data)]
+    items = list(data)
+    if not items or not all(isinstance(d, xr.Dataset) for d in items):
+        raise InvalidOptionError("data", data, "an xarray.Dataset or a non-empty list of them", "toolkit.widgets."
+                                 "export_html")
+    labels = list(labels) if labels is not None else [model_name(d.attrs) or f"model {i}"
+                                                      for i, d in enumerate(items)]
+    return list(zip(labels, items, strict=True))
+
+
+def _heatmap(models, metric: str) -> dict | None:
+    """The live explorer's spec of ``metric`` (panels side by side on one scale), or None where it cannot draw."""
+    try:
+        prepared = [prepare_heatmap(ds, metric) for _, ds in models]
+        if len(prepared) > 1:
+            one = shared_scale([p.values for p in prepared], attrs=models[0][1][metric].attrs)
+            prepared = [prepare_heatmap(ds, metric, **one.keywords()) for _, ds in models]
+    except (ToolkitError, ValueError, KeyError):
+        return None
+    hovers = [PanelFacts(Panel(label, ds, {}), p, metric).grid() for (label, ds), p in zip(models, prepared,
+                                                                                                strict=True)]
+    if len(models) > 1:
+        prepared = [replace(p, title=f"{label}: {p.title}") for (label, _), p in zip(models, prepared, strict=True)]
+    return heatmap_spec.spec(prepared, hovers, shared=len(prepared) > 1,
+                             hint="hover a cell for its numbers; click (or Enter) for its spectrum")
+
+
+def _drilldowns(models) -> dict:
+    """``{"k,row,col": chart spec}`` of every cell with a stored spectrum (rows from the lowest layer)."""
+    from toolkit.widgets.drilldown import drill_down
+
+    out = {}
+    for k, (_, ds) in enumerate(models):
+        if "eigenvalues" not in ds:
+            continue
+        finite = np.isfinite(ds["eigenvalues"].values).any(axis=-1)
+        layers, components = ds["layer"].values.tolist(), ds["component"].values.tolist()
+        for i, layer in enumerate(layers):
+            for j, comp in enumerate(components):
+                if not finite[i, j]:
+                    continue
+                dd = drill_down(ds, int(layer), comp)
+                if dd.panels:
+                    out[f"{k},{i},{j}"] = dd.spec(title=f"layer {layer} {comp}")
+    return out
+
+
+def page_data(data, *, metrics=None, labels=None) -> dict:
+    """What the exported page holds: ``{"metrics": [...], "heatmaps": {metric: spec}, "drilldowns": {...}}``.
+
+    Parameters
+    ----------
+    data : xarray.Dataset or list of xarray.Dataset
+        As :func:`toolkit.widgets.explore` takes it (a series' ``checkpoint`` dim: one panel per step).
+    metrics : list of str, optional
+        The menu; default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
+    labels : list of str, optional
+        One per Dataset of a list.
+
+    Raises
+    ------
+    InvalidOptionError
+        ``data`` of another type, or no metric of the data can be drawn.
+    """
+    models = _models(data, labels)
+    names = list(metrics) if metrics is not None else metric_names(models[0][1])
+    heatmaps = {m: got for m in names if (got := _heatmap(models, m)) is not None}
+    if not heatmaps:
+        raise InvalidOptionError("metrics", metrics, "metrics of the data that a heatmap can draw, e.g. "
+                                 f"{metric_names(models[0][1])[:3]}", "toolkit.widgets.export_html")
+    return {"metrics": list(heatmaps), "heatmaps": heatmaps, "drilldowns": _drilldowns(models)}
+
+
+def _json(data) -> str:
+    """JSON safe inside a ``<script>`` element (NaN as null; ``</`` escaped), numbers to 7 significant digits
+    (what is drawn and hovered shows at most 6: the page's own number format)."""
+    def clean(x):
+        if isinstance(x, float):
+            return float(f"{x:.7g}") if math.isfinite(x) else None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, np.generic):
+            return clean(x.item())
+        return x
+    return json.dumps(clean(data), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+
+
+@checks_options(path=PathName(), metrics=Optional(Names("metrics of the data")),
+                labels=Optional(Names("one label per Dataset")), title=Optional(Text("the page's title")))
+def export_html(data, path, *, metrics=None, labels=None, title: str | None = None) -> Path:
+    """Write the explorer as one self-contained HTML file (no network resource; opens from ``file://``).
+
+    Parameters
+    ----------
+    data : xarray.Dataset or list of xarray.Dataset
+        As :func:`toolkit.widgets.explore` takes it.
+    path : str or path-like
+        The ``.html`` file to write (replaced atomically).
+    metrics, labels
+        As :func:`page_data`.
+    title : str, optional
+        The page's title; default the first model's name.
+
+    Returns
+    -------
+    pathlib.Path
+        The file written.
+
+    Raises
+    ------
+    InvalidOptionError
+        As :func:`page_data`, or an option of the wrong type.
+
+    Examples
+    --------
+    >>> ds = toolkit.weight_stats(keep_spectra=True)          # doctest: +SKIP
+    >>> toolkit.widgets.export_html(ds, "smollm2.html")        # doctest: +SKIP
+    """
+    from toolkit.atomic import atomic_path
+
+    page = page_data(data, metrics=metrics, labels=labels)
+    name = title or _models(data, labels)[0][0]
+    text = _page(page, name)
+    out = Path(os.path.expanduser(os.fspath(path)))
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+    return out
+
+
+def _page(page: dict, title: str) -> str:
+    common = (FOLDER / "common.js").read_text(encoding="utf-8")
+    modules = {name: common + "\n" + (FOLDER / f"{name}.js").read_text(encoding="utf-8") for name in ("heatmap",
+                                                                                                       "chart")}
+    glue = (FOLDER / "export_page.js").read_text(encoding="utf-8")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{style()}
+body {{ font-family: sans-serif; margin: 16px; }} .toolkit-export-bar {{ margin-bottom: 8px; }}
+.toolkit-export-row {{ display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }}</style></head>
+<body><h3>{html.escape(title)}</h3>
+<div class="toolkit-export-bar"><label>metric <select id="toolkit-metric"></select></label></div>
+<div class="toolkit-export-row"><div id="toolkit-heatmap"></div><div id="toolkit-drilldown"></div></div>
+<script type="application/json" id="toolkit-data">{_json(page)}</script>
+<script type="application/json" id="toolkit-modules">{_json(modules)}</script>
+<script type="module">{glue}</script>
+</body></html>
+"""
