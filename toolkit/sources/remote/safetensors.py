@@ -39,11 +39,11 @@ def read_remote_json(file: RemoteFile, what: str) -> dict:
     Raises
     ------
     CheckpointFileError
-        Not a JSON object.
+        Not a JSON object, or larger than ``TOOLKIT_MAX_WHOLE_FILE`` as the server states it.
     RemoteReadError, RemoteAccessError, CheckpointChangedError
-        As :meth:`~toolkit.sources.remote.http.RemoteFile.read_into`.
+        As :meth:`~toolkit.sources.remote.http.RemoteFile.read_whole`.
     """
-    return json_object(file.read(0, sized(file)).tobytes(), file.url, what)
+    return json_object(file.read_whole(what), file.url, what)
 
 
 def index_shards(folder: RemoteFolder, main: RemoteFile) -> tuple[dict[str, str], list[str], list[RemoteFile]]:
