@@ -53,7 +53,7 @@ from toolkit.redaction import redact
 from toolkit.sources.remote.transport import Transient, exchange, stream_body, whole_size
 from toolkit.sources.remote.verify import check_whole
 
-__all__ = ["BACKOFF", "MAX_WAIT", "RETRIES", "RemoteFile", "changed_since_opened", "head", "transfer_stats"]
+__all__ = ["BACKOFF", "MAX_WAIT", "RETRIES", "RemoteFile", "changed_since_opened", "transfer_stats"]
 
 #: Retries of one read that made no progress (429, 5xx, dropped connections), after the first attempt.
 RETRIES = 5
@@ -386,47 +386,3 @@ def retry_after(resp, url: str) -> float | None:
         raise RemoteReadError(url, resp.status_code, f"the server asks to wait {wait:.0f} s before asking again "
                               f"(Retry-After), more than the {MAX_WAIT:.0f} s waited here; try again later")
     return wait
-
-
-def head(url: str, *, hub: bool = False) -> tuple[int, str, int]:
-    """``(size, etag, status)`` of a plain URL by a HEAD request, with the retries of a read.
-
-    ``size`` is -1 and ``etag`` ``""`` when the server answers 404 (``status``
-    says so); a redirect is followed.
-
-    Raises
-    ------
-    RemoteAccessError, RemoteReadError
-        As :meth:`RemoteFile.read_into` (a HEAD answered with neither 200 nor 404).
-    """
-    headers = {"Accept-Encoding": "identity"}
-    if hub:
-        from huggingface_hub.utils import build_hf_headers
-
-        headers.update(build_hf_headers())
-    status, why = 0, ""
-    for attempt in range(RETRIES + 1):
-        wait = None
-        try:
-            with exchange("HEAD", url, headers) as (resp, _):
-                _STATS.add(requests=1)
-                status = resp.status_code
-                if status == 404:
-                    return -1, "", 404
-                if status in (401, 403):
-                    raise RemoteAccessError(url, status, login_advice(hub))
-                if status == 200:
-                    length = resp.headers.get("Content-Length", "")
-                    if not length.isdigit():
-                        raise RemoteReadError(url, 200, "the server gives no Content-Length, so the file's size is "
-                                              "unknown; download it instead")
-                    return int(length), _unquoted(resp.headers.get("ETag")), 200
-                if status not in _RETRIED:
-                    raise RemoteReadError(url, status, "unexpected answer to a HEAD request")
-                wait, why = retry_after(resp, url), f"the server answered HTTP {status}"
-        except Transient as exc:
-            why = exc.reason
-        if attempt < RETRIES:
-            _STATS.add(retries=1)
-            time.sleep(wait if wait is not None else BACKOFF * 2 ** attempt)
-    raise RemoteReadError(url, status, f"{why}; gave up after {RETRIES + 1} attempts. Try again later")

@@ -198,9 +198,10 @@ class RemoteTorchBinSource(RemoteFiles, TorchBinSource):
     """
 
     def __init__(self, layouts: dict[str, dict[str, Layout]], files: list[RemoteFile], *, location: str,
-                 config: dict, commit: str):
+                 config: dict, commit: str, given: str = ""):
         self.location, self.format, self.config, self.revision = location, "pytorch", config, commit
-        self._remote = {f.url: f for f in files}
+        self._given = given or location
+        self._remote = {f.shown: f for f in files}
         self.fingerprint = remote_identity(location, commit, files)
         self._layouts = layouts
         self._entries = [(name, dtype_name(lay.dtype), lay.shape, url)
@@ -226,12 +227,13 @@ class RemoteTorchBinSource(RemoteFiles, TorchBinSource):
             weight_map, names, files = index_shards(folder, main)
             layouts = {}
             for name, f in zip(names, files, strict=True):
-                layouts[f.url] = read_remote_bin(f)
-                missing_from_shard(main.url, name, [k for k, v in weight_map.items() if v == name], layouts[f.url])
+                layouts[f.shown] = read_remote_bin(f)
+                missing_from_shard(main.url, name, [k for k, v in weight_map.items() if v == name], layouts[f.shown])
         else:
             files = [main]
-            layouts = {main.url: read_remote_bin(main)}
-        return cls(layouts, files, location=folder.location, config=config, commit=folder.commit)
+            layouts = {main.shown: read_remote_bin(main)}
+        return cls(layouts, files, location=folder.location, config=config, commit=folder.commit,
+                   given=folder.given)
 
     def _read(self, file: str, name: str) -> torch.Tensor:
         return read_tensor(self._remote[file], self._layouts[file][name])

@@ -38,7 +38,7 @@ from toolkit.errors import RemoteTransientError as Transient
 from toolkit.redaction import redact
 from toolkit.sources.limits import http_timeout, max_whole_file, min_rate, rate_window
 
-__all__ = ["MAX_REDIRECTS", "Transient", "exchange", "read_whole", "stream_body"]
+__all__ = ["MAX_REDIRECTS", "Transient", "client_failure", "exchange", "read_whole", "stream_body"]
 
 #: Redirects followed for one request.
 MAX_REDIRECTS = 10
@@ -89,6 +89,19 @@ def _hop_headers(headers: dict, first: str, target: str) -> dict:
     if _origin(target) == _origin(first):
         return headers
     return {k: v for k, v in headers.items() if k.lower() not in ("authorization", "cookie")}
+
+
+def client_failure(exc: BaseException, where: str) -> RemoteReadError | None:
+    """The typed error of a failure of ``huggingface_hub``'s own requests (its downloads) that no retry cures:
+    a redirect loop, a redirect to a scheme other than http(s); None for the rest."""
+    http = http_library()
+    if isinstance(exc, http.TooManyRedirects):
+        return RemoteReadError(where, 0, f"a redirect loop, or too many redirects ({exc}); the server is "
+                               "misconfigured: check the URL (and HF_ENDPOINT), or try again later")
+    if isinstance(exc, (http.UnsupportedProtocol, http.InvalidURL)):
+        return RemoteReadError(where, 0, f"a redirect to an address that is not http(s) ({exc}), which is never "
+                               "followed; the server is misconfigured or hostile: check HF_ENDPOINT")
+    return None
 
 
 @contextmanager
