@@ -51,7 +51,8 @@ def _add_selection_args(p: argparse.ArgumentParser) -> None:
                    help="layers as Python indexes a list: 3, -1, 0,4,8 or a slice 0:28:4")
     g.add_argument("--components", type=_text_type(parse_names, "components"), default=None, metavar="NAMES",
                    help="components as in the Dataset or patterns, comma-separated: attn.q,mlp.router or attn.*")
-    g.add_argument("--experts", type=_text_type(parse_index, "experts"), default=None, metavar="SPEC",
+    g.add_argument("--experts", type=_text_type(lambda text: parse_index(text, "experts"), "experts"), default=None,
+                   metavar="SPEC",
                    help="routed experts of the MoE layers, as --layers")
     g.add_argument("--fill", action="store_true", help="keep the whole grid, the cells left out NaN")
 
