@@ -19,8 +19,10 @@ assumption made about them:
 
 Its answer says which records are compressed (:attr:`ZipRecord.compressed`):
 a local file is then loaded without memory-mapping (``torch.load`` inflates
-such records itself), a remote one inflates the record it reads
-(:func:`inflate`). Both stay exactly ``torch.load``'s values.
+such records itself: exactly its values); a remote one is not read by range
+(torch's own record offsets are not where a deflated record's data lies): a hub
+repo's is downloaded, a URL's is refused with the way out. A record read whole
+over HTTP is checked by its CRC-32 (:func:`inflate`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from toolkit.errors import CheckpointFileError
 __all__ = ["RESAVE", "ZipRecord", "central_records", "inflate", "record_at", "zip_records"]
 
 #: How to re-save a checkpoint whose zip layout is refused.
-RESAVE = ("re-save it with torch.save(torch.load(path, weights_only=True), path) (which writes uncompressed "
-          "records), or better as safetensors (safetensors.torch.save_file)")
+RESAVE = ("torch.save(torch.load(path, weights_only=True), path) writes uncompressed records (better: save it as "
+          "safetensors, safetensors.torch.save_file)")
 _LOCAL = struct.Struct("<4sHHHHHIIIHH")  # signature, version, flags, method, time, date, crc, csize, usize, n, m
 _LOCAL_MAGIC = b"PK\x03\x04"
 _ENCRYPTED = 0x1 | 0x40  # traditional and strong encryption

@@ -4,13 +4,15 @@ A ``.bin`` written by ``torch.save`` (the zip format, torch >= 1.6) is a zip
 archive: ``<name>/data.pkl`` (the state dict's pickle, small), one
 record per storage (``<name>/data/<key>``; torch writes them uncompressed, a tool
 that rewrote the archive may have deflated them) and the central directory at
-the end. Opening checks the zip layout (:mod:`toolkit.sources.zip_records`), reads the central directory and the pickle
+the end. Opening checks the zip layout (:mod:`toolkit.sources.zip_records`; a file with compressed records
+is not read in place: a hub repo's is downloaded, and read as ``torch.load`` reads it), reads the central
+directory and the pickle
 through a seekable view of the remote file (:class:`RangeFile`, a few range
 requests), with ``torch.load(map_location="meta", weights_only=True)``: the
 tensors come back on the meta device, each storage carrying the byte offset
 of its record in the file (torch's own bookkeeping, ``_checkpoint_offset``).
-A record's ``read()`` then asks for its tensor's bytes alone (a deflated record: the whole record,
-inflated) and builds the
+A record's ``read()`` then asks for its tensor's bytes alone (with its record's local header, checked;
+a record read whole is checked by its CRC-32) and builds the
 tensor from its shape, strides and storage offset (views and tied tensors
 included). A file in the legacy (pre-zip) format cannot be read in place.
 """
@@ -118,7 +120,7 @@ def read_remote_bin(file: RemoteFile) -> dict[str, Layout]:
     Raises
     ------
     NotReadableInPlaceError
-        A legacy (pre-zip) ``.bin``, which only a download can read.
+        A legacy (pre-zip) ``.bin``, or one whose zip records are compressed, which only a download can read.
     CheckpointFileError
         A zip layout that is refused (:func:`~toolkit.sources.zip_records.zip_records`), not a checkpoint
         ``torch.load(weights_only=True)`` accepts, not a state dict of tensors, or a tensor whose bytes lie
@@ -132,6 +134,13 @@ def read_remote_bin(file: RemoteFile) -> dict[str, Layout]:
                                       "download it (download=True / --download)")
     view = RangeFile(file)
     records, directory = central_records(file.url, view)
+    if any(r.compressed for r in records):
+        # torch's offsets of deflated records are not where their data lies, and their bytes are not the
+        # tensor's: loaded from disk (torch.load inflates them), never read by range
+        raise NotReadableInPlaceError(file.url, "its zip records are compressed (deflated by a tool that rewrote "
+                                      "the archive), so its tensors cannot be read by range: download it "
+                                      "(download=True / --download; a hub repo is downloaded) to read exactly what "
+                                      f"torch.load reads, or re-save it: {RESAVE}")
     limits = {a.name: directory if b is None else b.header_offset
               for a, b in zip(records, [*records[1:], None], strict=True)}
     try:
@@ -160,7 +169,7 @@ def read_remote_bin(file: RemoteFile) -> dict[str, Layout]:
 
 def read_tensor(file: RemoteFile, layout: Layout) -> torch.Tensor:
     """The tensor ``layout`` describes, read by one range request: the storage span it touches, or its whole
-    record when the record is compressed (then inflated) or the tensor covers it (then its CRC-32 is checked).
+    record (and its local header) when the tensor covers it (then its CRC-32 is checked).
 
     Returns
     -------
