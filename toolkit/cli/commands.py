@@ -20,6 +20,7 @@ import sys
 from toolkit import options
 from toolkit.cli.base import Parser, announce_new_folder, check_plot_path, cli_message, run_command, save_figure
 from toolkit.errors import ToolkitError, UnknownMetricError
+from toolkit.redaction import redact_text
 
 
 def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
@@ -137,7 +138,7 @@ def _opening(args, what: str) -> None:
     """Say on stderr what is being opened: the bar appears only once the checkpoints' tensors are listed
     (reading a GGUF header imports transformers' model code: seconds)."""
     if not args.quiet:
-        print(f"opening {what} \u2026", file=sys.stderr, flush=True)
+        print(f"opening {redact_text(what)} \u2026", file=sys.stderr, flush=True)  # a URL's secrets masked
 
 
 def _cmd_weights(args) -> int:
