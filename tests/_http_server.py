@@ -230,7 +230,8 @@ class Fault:
     the first ``keep`` bytes, with headers that say so), ``"drop"`` (the
     upstream headers, ``keep`` body bytes, then the connection closed),
     ``"header"`` (``headers`` replace the upstream ones), ``"drip"`` (the upstream
-    headers, then the body one byte every ``interval`` seconds), ``"claim"`` (the
+    headers, then the body one byte every ``interval`` seconds; ``"slow_headers"``: the
+    status line and headers too), ``"claim"`` (the
     size stated: ``Content-Length`` and a ``Content-Range`` total of ``size``, the
     body as it is), ``"redirect"`` (``status`` with ``Location: location``, where
     ``{path}`` is the request's path: ``"{path}"`` loops on itself), ``"corrupt"``
@@ -329,8 +330,8 @@ class FaultProxy:
                                 out[k].rsplit("/", 1)[0] + f"/{fault.size}"
                 if fault is not None and fault.kind == "corrupt":
                     body = bytes(b ^ 0x5A for b in body)
-                if fault is not None and fault.kind == "drip":
-                    self._drip(out, status, body, fault.interval)
+                if fault is not None and fault.kind in ("drip", "slow_headers"):
+                    self._drip(out, status, body, fault.interval, fault.kind == "slow_headers")
                     return
                 self.send_response(status)
                 for k, v in out.items():
@@ -355,16 +356,20 @@ class FaultProxy:
                 if method == "GET":
                     self.wfile.write(body)
 
-            def _drip(self, out: dict, status: int, body: bytes, interval: float):
-                self.send_response(status)
-                for k, v in out.items():
-                    if k.lower() not in ("connection", "transfer-encoding", "keep-alive"):
-                        self.send_header(k, v)
-                self.end_headers()
+            def _drip(self, out: dict, status: int, body: bytes, interval: float, head: bool):
+                """The body (``head``: the status line and headers too) one byte every ``interval`` seconds."""
                 self.close_connection = True
+                lines = [f"HTTP/1.1 {status} X"] + [f"{k}: {v}" for k, v in out.items()
+                                                    if k.lower() not in ("connection", "transfer-encoding",
+                                                                         "keep-alive")]
+                data = body
+                if head:
+                    data = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+                else:
+                    self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode())
                 try:
-                    for i in range(len(body)):
-                        self.wfile.write(body[i:i + 1])
+                    for i in range(len(data)):
+                        self.wfile.write(data[i:i + 1])
                         self.wfile.flush()
                         time.sleep(interval)
                 except OSError:

@@ -140,6 +140,19 @@ def test_a_dripping_server_ends_in_a_typed_error_within_the_window(proxy, where)
     assert proxy.faults[0].used == 1  # a server that slow is not asked again
 
 
+@pytest.mark.parametrize("where", ["hub", "url"])
+def test_a_server_that_drips_its_headers_ends_in_a_typed_error(proxy, monkeypatch, where):
+    """The client's timeouts bound each wait for bytes; the whole answer's head is bounded too."""
+    monkeypatch.setenv("TOOLKIT_HTTP_TIMEOUT", "1")
+    proxy.faults.append(Fault("slow_headers", path="single/", method="", interval=0.1, times=None))
+    location = "h3/single" if where == "hub" else f"{proxy.url}/plain/single/model.safetensors"
+    start = time.monotonic()
+    with pytest.raises(RemoteReadError, match=r"no complete answer .* within 1 s \(TOOLKIT_HTTP_TIMEOUT\)"):
+        toolkit.open_source(location)
+    assert time.monotonic() - start < 5
+    assert proxy.faults[0].used == 1
+
+
 def test_the_limits_are_checked(monkeypatch, proxy):
     from toolkit.errors import InvalidOptionError
 
@@ -293,7 +306,7 @@ def _fault_strategy():
         st.builds(Fault, st.just("drop"), keep=st.integers(0, 200), **common),
         st.builds(Fault, st.just("shorten"), keep=st.integers(1, 200), **common),
         st.builds(Fault, st.just("ignore_range"), **common),
-        st.builds(Fault, st.just("drip"), interval=st.just(0.05), **common),
+        st.builds(Fault, st.sampled_from(["drip", "slow_headers"]), interval=st.just(0.05), **common),
         st.builds(Fault, st.just("claim"), size=st.sampled_from([0, 7, 2 ** 40, 2 ** 60]), **common),
         # flipped bytes of a config (no JSON); a tensor range's cannot be seen (the README says so)
         st.builds(Fault, st.just("corrupt"), **{**common, "path": st.just("config.json")}),
@@ -310,6 +323,7 @@ def test_random_fault_sequences_end_in_the_right_number_or_a_typed_error(proxy, 
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
+    monkeypatch.setenv("TOOLKIT_HTTP_TIMEOUT", "2")  # a dripped head gives up after 2 s, not 60
     url = f"{proxy.url}/plain/single/model.safetensors"
     ref = local["single"]
     deadline = time.monotonic() + 30

@@ -11,8 +11,9 @@ user agent) and follows redirects itself, so that each hop is checked:
 - the ``Authorization`` header (the hub token) goes only to the origin it was
   given for; a URL's userinfo only to its own host.
 
-Time is bounded per request: connecting and each wait for bytes by
-:func:`~toolkit.sources.limits.http_timeout`, and a body by
+Time is bounded per request: connecting, each wait for bytes, and the whole
+answer's status line and headers by :func:`~toolkit.sources.limits.http_timeout`
+(the last on a helper thread, :func:`_answer_within`), and a body by
 :func:`~toolkit.sources.limits.min_rate` over each
 :func:`~toolkit.sources.limits.rate_window` (:func:`stream_body`), so a server
 that drips bytes ends in a :class:`~toolkit.errors.RemoteReadError` after one
@@ -28,6 +29,7 @@ redacted (:mod:`toolkit.redaction`).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,6 +106,55 @@ def client_failure(exc: BaseException, where: str) -> RemoteReadError | None:
     return None
 
 
+class _Pending:
+    """One request sent on a helper thread: its response or failure, or abandoned by the caller."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.resp = self.exc = None
+        self.abandoned = False
+
+
+def _answer_within(session, request, limit: float, url: str):
+    """``session.send(request, stream=True)`` (status and headers; the body not read), or a
+    :class:`~toolkit.errors.RemoteReadError` after ``limit`` seconds in all.
+
+    The client's timeouts bound each wait for bytes, not the whole answer: a
+    server that sends its status line and headers a byte at a time would hold a
+    read for ever. The request runs on a helper thread, left to end on its own
+    (its response closed) when the caller gives up; it writes into nothing of the
+    caller's.
+    """
+    pending = _Pending()
+
+    def send():
+        resp = exc = None
+        try:
+            resp = session.send(request, stream=True, follow_redirects=False)
+        except BaseException as failure:  # noqa: BLE001 - handed to the caller, who maps it
+            exc = failure
+        with pending.lock:  # the answer is handed over, or closed if the caller gave up: never both
+            if pending.abandoned:
+                if resp is not None:
+                    resp.close()
+                return
+            pending.resp, pending.exc = resp, exc
+            pending.done.set()
+
+    threading.Thread(target=send, daemon=True, name="toolkit-http-answer").start()
+    if not pending.done.wait(limit):
+        with pending.lock:
+            if not pending.done.is_set():
+                pending.abandoned = True
+                raise RemoteReadError(url, 0, f"no complete answer (status line and headers) within {limit:g} s "
+                                      "(TOOLKIT_HTTP_TIMEOUT); the server is too slow or hostile: try again later, "
+                                      "or raise TOOLKIT_HTTP_TIMEOUT for a slow link")
+    if pending.exc is not None:
+        raise pending.exc
+    return pending.resp
+
+
 @contextmanager
 def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, list]]:
     """Send one request, following redirects hop by hop: ``(response, [earlier hops' responses])``.
@@ -126,7 +177,7 @@ def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, lis
     try:
         while True:
             request = session.build_request(method, hops[-1], headers=sent, timeout=http.Timeout(timeout))
-            resp = session.send(request, stream=True, follow_redirects=False)
+            resp = _answer_within(session, request, timeout, url)
             if resp.status_code not in _REDIRECTS or "Location" not in resp.headers:
                 break
             resp.close()
