@@ -3,7 +3,8 @@
 =============================  ========  ==========================================================
 variable                       default   what it bounds
 =============================  ========  ==========================================================
-``TOOLKIT_HTTP_TIMEOUT``       60        seconds to connect, or to wait for a server's next bytes
+``TOOLKIT_HTTP_TIMEOUT``       60        seconds to connect, to wait for a server's next bytes, and for
+                                         an answer's whole status line and headers
 ``TOOLKIT_HTTP_MIN_RATE``      1024      bytes per second a response body must keep up, measured over
 ``TOOLKIT_HTTP_RATE_WINDOW``   30        seconds: each window of a body must bring ``MIN_RATE`` x
                                          ``RATE_WINDOW`` bytes (or end), else :class:`RemoteReadError`
@@ -41,7 +42,8 @@ def _positive(name: str) -> float:
 
 
 def http_timeout() -> float:
-    """Seconds to connect, or to wait for the next bytes (``TOOLKIT_HTTP_TIMEOUT``, default 60)."""
+    """Seconds to connect, to wait for the next bytes, and for an answer's whole head (``TOOLKIT_HTTP_TIMEOUT``,
+    default 60)."""
     return _positive("TOOLKIT_HTTP_TIMEOUT")
 
 
