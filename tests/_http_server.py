@@ -234,7 +234,7 @@ class Fault:
     status line and headers too), ``"claim"`` (the
     size stated: ``Content-Length`` and a ``Content-Range`` total of ``size``, the
     body as it is), ``"redirect"`` (``status`` with ``Location: location``, where
-    ``{path}`` is the request's path: ``"{path}"`` loops on itself), ``"corrupt"``
+    ``{path}`` is the request's path, ``{name}`` its last part: ``"{path}"`` loops on itself), ``"corrupt"``
     (the same headers, the body's bytes flipped), ``"require"`` (403 unless the
     request's path contains ``needs`` and its ``Authorization`` is ``auth``, when set;
     else forwarded). It applies to requests whose path contains ``path`` and
@@ -298,7 +298,9 @@ class FaultProxy:
                     fault = None
                 answer = {"status": (fault.status if fault else 0, fault.headers if fault else {}),
                           "redirect": (fault.status if fault else 0,
-                                       {"Location": fault.location.format(path=self.path)} if fault else {}),
+                                       {"Location": fault.location.format(
+                                           path=self.path, name=self.path.split("?")[0].rsplit("/", 1)[-1])}
+                                       if fault else {}),
                           "require": (403, {})}.get(fault.kind if fault else "")
                 if answer is not None:
                     self._answer(method, *answer)

@@ -245,6 +245,17 @@ def test_a_redirect_loop_is_a_typed_error_naming_it(proxy, where, path, method, 
     assert proxy.faults[0].used <= MAX_REDIRECTS + 1  # followed once, never retried
 
 
+def test_the_hub_token_never_follows_a_redirect_to_another_origin(proxy, local, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_" + "T0KEN" * 8)
+    proxy.faults.append(Fault("redirect", path="/h3/single/resolve/", status=302, times=None,
+                              location=f"http://localhost:{proxy.port}/plain/single/{{name}}?cdn=1"))
+    ds = toolkit.weight_stats("h3/single", METRICS, progress=False, cache=False)
+    same_values(ds, local["single"])
+    hub = [a for _, p, a in proxy.seen if "/resolve/" in p and "cdn=1" not in p]
+    cdn = [a for _, p, a in proxy.seen if "cdn=1" in p]
+    assert hub and cdn and all(a == "Bearer hf_" + "T0KEN" * 8 for a in hub) and not any(cdn)
+
+
 @pytest.mark.parametrize("target", ["file:///etc/passwd", "ftp://127.0.0.1/model.safetensors"])
 @pytest.mark.parametrize("where", ["url", "hub"])
 def test_a_redirect_to_another_scheme_is_permanent(proxy, target, where):
