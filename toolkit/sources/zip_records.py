@@ -133,7 +133,8 @@ def central_records(path, fileobj) -> tuple[list[ZipRecord], int]:
             infos = archive.infolist()
             directory = archive.start_dir
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, struct.error) as exc:
-        raise _refuse(path, f"its zip directory is unreadable ({type(exc).__name__}: {exc})") from exc
+        raise CheckpointFileError(path, f"its zip directory is unreadable ({type(exc).__name__}: {exc}): the file is "
+                                  f"truncated or corrupted; re-download it (or re-save it: {RESAVE})") from exc
     records, names = [], set()
     for info in infos:
         if info.flag_bits & _ENCRYPTED:
