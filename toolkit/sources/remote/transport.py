@@ -29,6 +29,7 @@ redacted (:mod:`toolkit.redaction`).
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -106,6 +107,37 @@ def client_failure(exc: BaseException, where: str) -> RemoteReadError | None:
     return None
 
 
+class _Helpers:
+    """Daemon threads that send requests for :func:`_answer_within`, reused (starting a thread per request
+    costs more than a loopback request): a job goes to an idle helper, or to a new one when none is idle (a
+    helper stuck on a hostile server never delays another request)."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.idle = 0
+
+    def run(self, job) -> None:
+        with self.lock:
+            spawn = self.idle == 0
+            if not spawn:
+                self.idle -= 1  # that helper takes this job
+        if spawn:
+            threading.Thread(target=self._work, args=(job,), daemon=True, name="toolkit-http-answer").start()
+        else:
+            self.jobs.put(job)
+
+    def _work(self, job) -> None:
+        while True:
+            job()
+            with self.lock:
+                self.idle += 1
+            job = self.jobs.get()
+
+
+_HELPERS = _Helpers()
+
+
 class _Pending:
     """One request sent on a helper thread: its response or failure, or abandoned by the caller."""
 
@@ -122,9 +154,9 @@ def _answer_within(session, request, limit: float, url: str):
 
     The client's timeouts bound each wait for bytes, not the whole answer: a
     server that sends its status line and headers a byte at a time would hold a
-    read for ever. The request runs on a helper thread, left to end on its own
-    (its response closed) when the caller gives up; it writes into nothing of the
-    caller's.
+    read for ever. The request runs on a helper thread (:class:`_Helpers`), left to
+    end on its own (its response closed) when the caller gives up; it writes into
+    nothing of the caller's.
     """
     pending = _Pending()
 
@@ -142,7 +174,7 @@ def _answer_within(session, request, limit: float, url: str):
             pending.resp, pending.exc = resp, exc
             pending.done.set()
 
-    threading.Thread(target=send, daemon=True, name="toolkit-http-answer").start()
+    _HELPERS.run(send)
     if not pending.done.wait(limit):
         with pending.lock:
             if not pending.done.is_set():
