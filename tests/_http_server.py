@@ -11,7 +11,10 @@ gives the body bytes it sent for each request (:meth:`Nginx.requests`).
 :class:`FaultProxy` sits in front of it and misbehaves on purpose, by rule
 (:class:`Fault`): an HTTP status with ``Retry-After``, a ``Range`` header
 dropped (the server answers 200 with the whole file), a body cut short with
-correct headers, a connection dropped mid-body, a header rewritten.
+correct headers, a connection dropped mid-body, a header rewritten, a body
+dripped byte by byte, a stated size that is not the file's, a redirect (a loop,
+another scheme), a body whose bytes are flipped, a request refused without its
+query or credentials.
 """
 
 from __future__ import annotations
@@ -226,9 +229,16 @@ class Fault:
     ``"ignore_range"`` (forward without ``Range``), ``"shorten"`` (a 206 of only
     the first ``keep`` bytes, with headers that say so), ``"drop"`` (the
     upstream headers, ``keep`` body bytes, then the connection closed),
-    ``"header"`` (``headers`` replace the upstream ones). It applies to
-    requests whose path contains ``path`` and ``method``, after ``skip`` of
-    them, ``times`` times (None: always).
+    ``"header"`` (``headers`` replace the upstream ones), ``"drip"`` (the upstream
+    headers, then the body one byte every ``interval`` seconds; ``"slow_headers"``: the
+    status line and headers too), ``"claim"`` (the
+    size stated: ``Content-Length`` and a ``Content-Range`` total of ``size``, the
+    body as it is), ``"redirect"`` (``status`` with ``Location: location``, where
+    ``{path}`` is the request's path, ``{name}`` its last part: ``"{path}"`` loops on itself), ``"corrupt"``
+    (the same headers, the body's bytes flipped), ``"require"`` (403 unless the
+    request's path contains ``needs`` and its ``Authorization`` is ``auth``, when set;
+    else forwarded). It applies to requests whose path contains ``path`` and
+    ``method`` (``""``: any), after ``skip`` of them, ``times`` times (None: always).
     """
 
     kind: str
@@ -239,6 +249,11 @@ class Fault:
     status: int = 503
     keep: int = 0
     headers: dict = field(default_factory=dict)
+    interval: float = 0.2
+    size: int = 0
+    location: str = ""
+    needs: str = ""
+    auth: str = ""
     seen: int = 0
     used: int = 0
 
@@ -258,6 +273,7 @@ class FaultProxy:
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
         self.faults: list[Fault] = []
+        self.seen: list[tuple[str, str, str]] = []  # (method, path with query, Authorization) of each request
         self.lock = threading.Lock()
         proxy = self
 
@@ -275,16 +291,19 @@ class FaultProxy:
 
             def _forward(self, method: str):
                 with proxy.lock:
+                    proxy.seen.append((method, self.path, self.headers.get("Authorization", "")))
                     fault = next((f for f in proxy.faults if f.applies(method, self.path)), None)
-                if fault is not None and fault.kind == "status":
-                    body = b"fault"
-                    self.send_response(fault.status)
-                    for k, v in fault.headers.items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    if method == "GET":
-                        self.wfile.write(body)
+                if fault is not None and fault.kind == "require" and fault.needs in self.path and (
+                        not fault.auth or self.headers.get("Authorization") == fault.auth):
+                    fault = None
+                answer = {"status": (fault.status if fault else 0, fault.headers if fault else {}),
+                          "redirect": (fault.status if fault else 0,
+                                       {"Location": fault.location.format(
+                                           path=self.path, name=self.path.split("?")[0].rsplit("/", 1)[-1])}
+                                       if fault else {}),
+                          "require": (403, {})}.get(fault.kind if fault else "")
+                if answer is not None:
+                    self._answer(method, *answer)
                     return
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
                 if fault is not None and fault.kind == "ignore_range":
@@ -306,6 +325,16 @@ class FaultProxy:
                     body = body[: fault.keep]
                     out["Content-Range"] = f"bytes {first}-{first + len(body) - 1}/{total}"
                     out["Content-Length"] = str(len(body))
+                if fault is not None and fault.kind == "claim":
+                    for k in ("Content-Length", "Content-Range"):
+                        if k in out:
+                            out[k] = str(fault.size) if k == "Content-Length" else \
+                                out[k].rsplit("/", 1)[0] + f"/{fault.size}"
+                if fault is not None and fault.kind == "corrupt":
+                    body = bytes(b ^ 0x5A for b in body)
+                if fault is not None and fault.kind in ("drip", "slow_headers"):
+                    self._drip(out, status, body, fault.interval, fault.kind == "slow_headers")
+                    return
                 self.send_response(status)
                 for k, v in out.items():
                     if k.lower() not in ("connection", "transfer-encoding", "keep-alive"):
@@ -318,6 +347,35 @@ class FaultProxy:
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 self.wfile.write(body)
+
+            def _answer(self, method: str, status: int, headers: dict):
+                body = b"fault"
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if method == "GET":
+                    self.wfile.write(body)
+
+            def _drip(self, out: dict, status: int, body: bytes, interval: float, head: bool):
+                """The body (``head``: the status line and headers too) one byte every ``interval`` seconds."""
+                self.close_connection = True
+                lines = [f"HTTP/1.1 {status} X"] + [f"{k}: {v}" for k, v in out.items()
+                                                    if k.lower() not in ("connection", "transfer-encoding",
+                                                                         "keep-alive")]
+                data = body
+                if head:
+                    data = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+                else:
+                    self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+                try:
+                    for i in range(len(data)):
+                        self.wfile.write(data[i:i + 1])
+                        self.wfile.flush()
+                        time.sleep(interval)
+                except OSError:
+                    pass  # the client gave up
 
         class Server(http.server.ThreadingHTTPServer):
             daemon_threads = True

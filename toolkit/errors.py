@@ -10,9 +10,18 @@ from __future__ import annotations
 import os.path
 from collections.abc import Iterable, Sequence
 
+from toolkit.redaction import redact_text
+
 
 class ToolkitError(Exception):
-    """Base class of every error the toolkit raises on bad input."""
+    """Base class of every error the toolkit raises on bad input.
+
+    Its message never shows a secret of a URL: userinfo and signed-URL parameters are masked
+    (:func:`toolkit.redaction.redact_text`), as are the fields that hold a source.
+    """
+
+    def __init__(self, *args):
+        super().__init__(*(redact_text(a) if isinstance(a, str) else a for a in args))
 
 
 class SourceNotFoundError(ToolkitError, FileNotFoundError):
@@ -22,8 +31,8 @@ class SourceNotFoundError(ToolkitError, FileNotFoundError):
     """
 
     def __init__(self, source: str, reason: str):
-        self.source = str(source)
-        self.reason = reason
+        self.source = redact_text(str(source))
+        self.reason = redact_text(reason)
         super().__init__(f"cannot open checkpoint {self.source!r}: {reason}")
 
 
@@ -34,8 +43,8 @@ class CheckpointFileError(ToolkitError, ValueError):
     """
 
     def __init__(self, path: str, reason: str):
-        self.path = str(path)
-        self.reason = reason
+        self.path = redact_text(str(path))
+        self.reason = redact_text(reason)
         super().__init__(f"bad checkpoint file {self.path!r}: {reason}")
 
 
@@ -413,7 +422,7 @@ class CheckpointChangedError(ToolkitError, RuntimeError):
     """A checkpoint's files changed between planning a run and reading its tensors."""
 
     def __init__(self, location, expected: str, seen: str):
-        self.location, self.expected, self.seen = str(location), expected, seen
+        self.location, self.expected, self.seen = redact_text(str(location)), expected, redact_text(seen)
         super().__init__(
             f"the files of {self.location!r} changed after the run was planned (identity {seen[:16]}... now, "
             f"{expected[:16]}... when planned); was the checkpoint rewritten during the run? Run again to "
@@ -719,11 +728,17 @@ class RemoteReadError(ToolkitError, OSError):
     """
 
     def __init__(self, url: str, status: int, reason: str):
-        self.url, self.status, self.reason = str(url), int(status), reason
+        self.url, self.status, self.reason = redact_text(str(url)), int(status), redact_text(reason)
         super().__init__(f"cannot read {self.url!r}{f' (HTTP {status})' if status else ''}: {reason}")
 
     def __reduce__(self):
         return type(self), (self.url, self.status, self.reason)
+
+
+class RemoteTransientError(RemoteReadError):
+    """A transport failure of one request that a retry may cure (no answer, a dropped connection, a timeout):
+    the readers retry it within their bounds, then raise a :class:`RemoteReadError`. Fields as
+    :class:`RemoteReadError` (``status`` 0 before an answer)."""
 
 
 class RemoteAccessError(RemoteReadError, PermissionError):

@@ -244,7 +244,10 @@ def test_selection_flags_select_what_the_api_selects(tmp_path, capsys):
     capsys.readouterr()
     assert main(["weights", str(path), "--layers", "7", "-q"]) == 2
     assert "layers=7 selects nothing in this model: the model has 4 layers" in capsys.readouterr().err
-    for flags, said in ((["--layers", "1:x"], "'1:x' is not an index, a list (0,4,8) or a slice (0:28:4)"),
+    for flags, said in ((["--layers", "1:x"], "layers='1:x' is not valid: layers must be an index (3, -1), a list"),
+                        (["--layers", "1_0"], "layers='1_0' is not valid"),  # not layer 10 (Python's int syntax)
+                        (["--layers", "\uff11"], "written with the ASCII digits 0-9 only"),  # a full-width 1
+                        (["--experts", "0,\u0663"], "experts='0,\u0663' is not valid"),  # an Arabic-Indic 3
                         (["--components", "attn.q,,mlp.up"], "holds an empty name")):
         with pytest.raises(SystemExit) as e:
             main(["weights", str(path), *flags, "-q"])

@@ -168,3 +168,24 @@ def test_cell_spectrum_is_a_selection_of_one_cell(llama, moe, reads):
         cell_spectrum(moe, layer=1, component="attn.q", expert=0)
     with pytest.raises(SelectionError, match="the model has 4 layers"):
         cell_spectrum(llama, layer=7, component="attn.k")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("3", 3), ("-1", -1), ("+2", 2), (" 0 , 4,8 ", [0, 4, 8]), ("0:28:4", slice(0, 28, 4)), (":4", slice(None, 4)),
+    ("::-1", slice(None, None, -1)),
+])
+def test_selection_text_takes_ascii_integers(text, expected):
+    from toolkit.collect.plan.selection import parse_index
+
+    assert parse_index(text) == expected
+
+
+@pytest.mark.parametrize("text", ["1_0", "0:1_0", "\uff11", "1,\uff12", "\u0663", "1 0", "1.5", "0x1", "", "1:2:3:4"])
+def test_selection_text_refuses_what_only_python_int_takes(text):
+    """``int("1_0") == 10`` and ``int("\\uff11") == 1``: the selection text takes plain ASCII digits only
+    (issue 35, class 8)."""
+    from toolkit.collect.plan.selection import parse_index
+
+    with pytest.raises(InvalidOptionError, match="ASCII digits 0-9 only") as err:
+        parse_index(text, "experts")
+    assert err.value.option == "experts" and err.value.value == text

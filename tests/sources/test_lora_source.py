@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import peft
@@ -179,3 +180,46 @@ def test_hub_adapter_repo_downloads_the_adapter_files():
 
     files = ["README.md", "adapter_config.json", "adapter_model.safetensors", "training_args.bin"]
     assert _wanted_files("org/lora", files, None) == ["adapter_config.json", "adapter_model.safetensors"]
+
+
+@pytest.fixture(scope="module")
+def llama_adapter(tmp_path_factory):
+    return write_tiny_adapter(tmp_path_factory.mktemp("self_base"), "llama")
+
+
+def _with_base(adapter, tmp_path, base: str, config_beside: bool):
+    """A copy of ``adapter`` whose ``base_model_name_or_path`` is ``base`` (``{self}``: its own folder)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "adapter"
+    shutil.copytree(adapter, folder)
+    cfg = json.loads((folder / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = base.format(self=folder)
+    (folder / "adapter_config.json").write_text(json.dumps(cfg))
+    if config_beside:
+        shutil.copy(Path(adapter).parent / "base" / "config.json", folder / "config.json")
+    return folder
+
+
+@pytest.mark.parametrize("config_beside", [True, False])
+def test_an_adapter_whose_base_is_its_own_folder_is_a_typed_error(llama_adapter, tmp_path, config_beside):
+    """Issue 35, class 6: no RecursionError (with config.json beside the factors) and no false "neither a local
+    folder" (without it); weight_stats and compare both say the base is the adapter's own folder."""
+    base, adapter = llama_adapter
+    folder = _with_base(adapter, tmp_path, "{self}", config_beside)
+    for call in (lambda: toolkit.weight_stats(folder, ["frobenius_norm"], progress=False, cache=False),
+                 lambda: toolkit.compare(base, folder, ["relative_change"], progress=False, cache=False)):
+        with pytest.raises(AdapterBaseError, match="is the adapter's own folder.*base='path/or/hub-id'") as err:
+            call()
+        assert err.value.base == str(folder)
+        assert "neither a local folder" not in str(err.value)
+
+
+def test_a_base_folder_without_config_is_named_as_a_local_folder(llama_adapter, tmp_path):
+    _, adapter = llama_adapter
+    empty = tmp_path / "empty_base"
+    empty.mkdir()
+    folder = _with_base(adapter, tmp_path, str(empty), False)
+    with pytest.raises(AdapterBaseError, match="is a local folder without a config.json"):
+        open_source(folder)

@@ -112,23 +112,18 @@ def test_hub_id_shape(text, expected):
 
 def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_cache, monkeypatch, make_hf_cache):
     """The online path with download=True (without it, a repo not cached is read in place:
-    tests/sources/test_sources_remote.py), with the three hub calls replaced by fakes that serve
-    from a local folder and lay the cache out as the real client does."""
-    import types
-
+    tests/sources/test_sources_remote.py), with the three hub calls (the listing, the two downloads) replaced by fakes
+    that serve from a local folder and lay the cache out as the real client does."""
     import huggingface_hub
+
+    from toolkit.sources.remote import folders as remote_folders
 
     _, folders = tiny_qwen2
     repo_files = sorted(p.name for p in folders["sharded"].iterdir()) + ["model.safetensors", "pytorch_model.bin"]
     asked = {}
 
-    class FakeApi:
-        def __init__(self, endpoint=None):
-            pass
-
-        def model_info(self, repo_id, revision=None, files_metadata=False):
-            return types.SimpleNamespace(sha=COMMIT, siblings=[types.SimpleNamespace(rfilename=f, size=None, lfs=None,
-                                                                                     blob_id=None) for f in repo_files])
+    def fake_listing(endpoint, repo_id, revision):  # the hub's answer to model_info(files_metadata=True)
+        return {"id": repo_id, "sha": COMMIT, "siblings": [{"rfilename": f} for f in repo_files]}
 
     def fake_file(repo_id, filename, *, revision, cache_dir, endpoint):
         asked.setdefault("single", []).append(filename)
@@ -142,7 +137,7 @@ def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_ca
         return str(make_hf_cache(hf_cache, repo_id, files, revision))
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(remote_folders, "hub_listing", fake_listing)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_file)
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
     source = open_source("org/online", download=True)

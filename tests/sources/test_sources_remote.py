@@ -169,7 +169,9 @@ def test_bin_checkpoints_are_read_in_place_through_their_zip_directory(server, l
     files = list(folder.glob("*.bin"))
     matrices = sum(v.numel() * v.element_size() for k, v in tiny_qwen2[0].items() if k.endswith("_proj.weight"))
     moved = server.bytes_sent(mark, ".bin")
-    assert matrices <= moved <= matrices + 8 * READ_AHEAD * len(files)  # the matrices, the directories, the pickles
+    headers = 128 * sum(k.endswith("_proj.weight") for k in tiny_qwen2[0])  # each record's local header, checked
+    # the matrices, the directories, the pickles
+    assert matrices <= moved <= matrices + 8 * READ_AHEAD * len(files) + headers
     mark = server.mark()
     one = toolkit.weight_stats(where, METRICS, progress=False, cache=False, layers=[2], components="mlp.down")
     assert_same_values(one, local[kind])
@@ -399,9 +401,12 @@ def cluster_client(proxy, tmp_path_factory):
     cluster.close()
 
 
-@pytest.mark.parametrize("where", ["hub", "url"])
-def test_dask_workers_read_their_own_ranges(server, cluster_client, local, tiny_qwen2, where, monkeypatch):
+@pytest.mark.parametrize("where", ["hub", "url", "signed"])
+def test_dask_workers_read_their_own_ranges(server, proxy, cluster_client, local, tiny_qwen2, where, monkeypatch):
     location = "tt/sharded" if where == "hub" else f"{server.url}/plain/sharded/"
+    if where == "signed":  # every request, the workers' too, must carry the signature; none is shown
+        proxy.faults.append(Fault("require", path="/plain/sharded/", method="", needs="sig=SECRET", times=None))
+        location = f"{proxy.url}/plain/sharded/?sig=SECRET&Expires=9"
     from toolkit.sources.remote import open as remote_open
 
     opened = []
@@ -421,6 +426,7 @@ def test_dask_workers_read_their_own_ranges(server, cluster_client, local, tiny_
     ds = toolkit.weight_stats(location, METRICS, progress=False, client=cluster_client)
     assert opened
     assert_same_values(ds, local["sharded"])
+    assert "SECRET" not in repr(ds.attrs)
     folder = tiny_qwen2[1]["sharded"]
     headers, tensors = header_bytes(folder), tensor_bytes(folder, ("_proj.weight",))
     reads = [r for r in server.requests(mark) if r[1].endswith(".safetensors")]

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from toolkit.errors import HubUnreachableError, OutputPathError, ToolkitError, UnknownMetricError
+from toolkit.redaction import redact_text
 
 
 class Parser(argparse.ArgumentParser):
@@ -39,7 +40,7 @@ def run_command(func: Callable, args) -> int:
     except Exception as e:
         if os.environ.get("TOOLKIT_TRACEBACK", "").strip() not in ("", "0"):
             raise
-        print(f"error: unexpected {type(e).__name__}: {str(e)[:300]} ".replace("\n", " ")
+        print(f"error: unexpected {type(e).__name__}: {redact_text(str(e))[:300]} ".replace("\n", " ")
               + "(a bug of the toolkit, not of your input: please report it with the command line; "
               "TOOLKIT_TRACEBACK=1 shows the traceback)", file=sys.stderr)
         return 1

@@ -20,6 +20,7 @@ import sys
 from toolkit import options
 from toolkit.cli.base import Parser, announce_new_folder, check_plot_path, cli_message, run_command, save_figure
 from toolkit.errors import ToolkitError, UnknownMetricError
+from toolkit.redaction import redact_text
 
 
 def _add_source_args(p: argparse.ArgumentParser, name: str = "model", help_default: str = "") -> None:
@@ -51,7 +52,8 @@ def _add_selection_args(p: argparse.ArgumentParser) -> None:
                    help="layers as Python indexes a list: 3, -1, 0,4,8 or a slice 0:28:4")
     g.add_argument("--components", type=_text_type(parse_names, "components"), default=None, metavar="NAMES",
                    help="components as in the Dataset or patterns, comma-separated: attn.q,mlp.router or attn.*")
-    g.add_argument("--experts", type=_text_type(parse_index, "experts"), default=None, metavar="SPEC",
+    g.add_argument("--experts", type=_text_type(lambda text: parse_index(text, "experts"), "experts"), default=None,
+                   metavar="SPEC",
                    help="routed experts of the MoE layers, as --layers")
     g.add_argument("--fill", action="store_true", help="keep the whole grid, the cells left out NaN")
 
@@ -136,7 +138,7 @@ def _opening(args, what: str) -> None:
     """Say on stderr what is being opened: the bar appears only once the checkpoints' tensors are listed
     (reading a GGUF header imports transformers' model code: seconds)."""
     if not args.quiet:
-        print(f"opening {what} \u2026", file=sys.stderr, flush=True)
+        print(f"opening {redact_text(what)} \u2026", file=sys.stderr, flush=True)  # a URL's secrets masked
 
 
 def _cmd_weights(args) -> int:

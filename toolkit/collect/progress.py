@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from toolkit.redaction import redact_text
+
 
 class Progress:
     """Report ``done`` out of ``total`` to a tqdm bar and/or a callback.
@@ -60,7 +62,7 @@ class Progress:
         if done <= self.done:
             return
         if self._bar is not None:
-            self._bar.set_postfix_str(name[-50:], refresh=False)
+            self._bar.set_postfix_str(redact_text(name)[-50:], refresh=False)
             self._bar.update(done - self.done)
         self.done = done
         if self._callback is not None:
@@ -90,14 +92,15 @@ def make_progress(progress, *, total: int | None, desc: str, unit: str = "tensor
     if progress:
         from tqdm.auto import tqdm
 
-        return Progress(total, bar=tqdm(total=total, desc=desc, unit=unit,
+        return Progress(total, bar=tqdm(total=total, desc=redact_text(desc), unit=unit,
                                         bar_format=_status_format(status) if status else None))
     return Progress(total)
 
 
 def _status_format(text: str) -> str:
-    """A tqdm ``bar_format`` showing ``text`` after the description (braces kept literal)."""
-    return "{desc}: " + text.replace("{", "{{").replace("}", "}}")
+    """A tqdm ``bar_format`` showing ``text`` (its URLs' secrets masked) after the description (braces kept
+    literal)."""
+    return "{desc}: " + redact_text(text).replace("{", "{{").replace("}", "}}")
 
 
 def opening_progress(progress, desc: str, what: str = "the checkpoint") -> Progress:

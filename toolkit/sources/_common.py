@@ -121,12 +121,19 @@ def check_config_sizes(config: dict, path: str | os.PathLike) -> dict:
 
 
 def read_json(path: Path, what: str) -> dict:
-    """Read a JSON object or raise :class:`CheckpointFileError` naming the file."""
+    """Read a JSON object or raise :class:`CheckpointFileError` naming the file (also when it is larger than
+    :func:`~toolkit.sources.limits.max_whole_file`, checked before reading)."""
+    from toolkit.sources.limits import max_whole_file
+
+    cap = max_whole_file()
     try:
         with open(path, "rb") as fh:
-            raw = fh.read()
+            raw = fh.read(cap + 1)
     except OSError as exc:
         raise CheckpointFileError(path, f"cannot read the {what} as JSON ({exc}); re-download or re-save it") from exc
+    if len(raw) > cap:
+        raise CheckpointFileError(path, f"the {what} is larger than the {cap} bytes a file read whole may have "
+                                  "(TOOLKIT_MAX_WHOLE_FILE); a real file that large: raise TOOLKIT_MAX_WHOLE_FILE")
     return json_object(raw, path, what)
 
 

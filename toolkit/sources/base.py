@@ -276,6 +276,11 @@ class Source:
         if now != self.fingerprint:
             raise CheckpointChangedError(self.location, self.fingerprint, now)
 
+    def reopen_location(self) -> str:
+        """What ``open_source`` opens again in another process (a Dask worker): :attr:`location`, except for a
+        URL read in place, whose ``location`` is shown with its secrets masked while this keeps them."""
+        return self.location
+
     def reopen_kwargs(self) -> dict:
         """The keywords ``open_source(self.location, **kwargs)`` needs to open the same checkpoint
         again in another process (a Dask worker).

@@ -90,7 +90,11 @@ def cache_dir() -> str:
 def _network_errors() -> tuple[type[BaseException], ...]:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    errors: list[type[BaseException]] = [ConnectionError, TimeoutError, OfflineModeIsEnabled, LocalEntryNotFoundError]
+    from toolkit.errors import RemoteTransientError
+
+    # RemoteTransientError: the hub listing found nothing listening (the one transport, no retry)
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError, OfflineModeIsEnabled, LocalEntryNotFoundError,
+                                         RemoteTransientError]
     http_module = sys.modules.get(HfHubHTTPError.__mro__[1].__module__)  # httpx (or its fork) used by the client
     if http_module is not None and hasattr(http_module, "TransportError"):
         errors.append(http_module.TransportError)
@@ -233,6 +237,9 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
 
     from toolkit.sources.local import open_local
     from toolkit.sources.remote import hub_folder, open_remote, reads_in_place
+    from toolkit.sources.remote.probe import HUB_REFUSALS
+    from toolkit.sources.remote.transport import client_failure
+    from toolkit.sources.remote.transport import http_library as _http_library
 
     cache = cache_dir()
     folder = remote = None
@@ -249,22 +256,20 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
             if folder is None and (download or not target):
                 folder = _download(repo_id, remote.commit, wanted, cache)
         except GatedRepoError as exc:
-            raise SourceNotFoundError(
-                repo_id, "the repo is gated: accept its licence on huggingface.co and log in (`hf auth login`)"
-            ) from exc
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["gated"]) from exc
         except RepositoryNotFoundError as exc:
-            raise SourceNotFoundError(
-                repo_id,
-                "no such local path, and no such repo on the hub (check the spelling, or log in if it is private)",
-            ) from exc
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["repo"]) from exc
         except RevisionNotFoundError as exc:
-            raise SourceNotFoundError(repo_id, f"the repo has no revision {revision!r}") from exc
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["revision"].format(revision=revision)) from exc
         except RemoteEntryNotFoundError as exc:
             raise SourceNotFoundError(repo_id, f"a file is missing on the hub ({exc})") from exc
         except HFValidationError as exc:
             raise SourceNotFoundError(
                 repo_id, f"the hub client refuses the id, revision or a file name ({exc}); check them"
             ) from exc
+        except (_http_library().TooManyRedirects, _http_library().UnsupportedProtocol,
+                _http_library().InvalidURL) as exc:  # the hub client's own downloads: no retry cures these
+            raise client_failure(exc, repo_id) from exc
         except _network_errors() as exc:
             remote = None  # the cached copy, if any, is used (below)
             why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"

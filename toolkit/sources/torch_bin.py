@@ -4,7 +4,9 @@ Each file is opened with ``torch.load(weights_only=True, mmap=True)``: the
 pickle is read, the tensor storages stay memory-mapped, so listing reads no
 tensor data and a read touches only that tensor's pages. One shard is kept
 open at a time. Files in the legacy (pre-zip) format cannot be mapped and are
-loaded whole, one shard at a time.
+loaded whole, one shard at a time; so are files whose zip records are compressed (deflated by a tool
+that rewrote the archive; ``torch.load`` inflates them), after their zip layout is checked
+(:mod:`toolkit.sources.zip_records`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from toolkit.sources._common import (
 )
 from toolkit.sources.base import TensorRecord
 from toolkit.sources.saved_layout import SavedFormat
+from toolkit.sources.zip_records import zip_records
+
+#: The first bytes of a zip archive (a ``torch.save`` file of torch >= 1.6).
+ZIP_MAGIC = b"PK\x03\x04"
 
 #: Held while a ``.bin`` source swaps or reads its open shard (module-level: a source stays picklable).
 _SHARD_LOCK = threading.Lock()
@@ -42,13 +48,13 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
         (``weights_only`` refuses those).
     """
     try:
-        with open(path, "rb"):
-            pass
+        mappable = not compressed_records(path)
     except OSError as exc:
         raise open_failure(path, exc) from exc
     try:
         try:
-            data = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            # a deflated record cannot be mapped (its bytes in the file are not the tensor's): loaded, inflated
+            data = torch.load(path, map_location="cpu", weights_only=True, mmap=mappable)
         except RuntimeError as exc:
             if "mmap" not in str(exc):
                 raise
@@ -59,6 +65,28 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
             "re-download or re-save it (safetensors preferred)"
         ) from exc
     return state_dict_tensors(data, path)
+
+
+def compressed_records(path: Path) -> bool:
+    """Whether the zip records of a ``torch.save`` file are compressed, its zip layout checked
+    (:func:`~toolkit.sources.zip_records.zip_records`); False for a legacy (pre-zip) file.
+
+    Raises
+    ------
+    CheckpointFileError
+        A zip layout that is refused (encrypted, another compression method, inconsistent headers).
+    OSError
+        The file cannot be read.
+    """
+    with open(path, "rb") as f:
+        if f.read(4) != ZIP_MAGIC:
+            return False
+
+        def read(offset: int, n: int) -> bytes:
+            f.seek(offset)
+            return f.read(n)
+
+        return any(r.compressed for r, _ in zip_records(path, f, read).values())
 
 
 def state_dict_tensors(data, path) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ import os
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolkit.collect.execute.stream import Workspace
 from toolkit.errors import ToolkitError, WorkerTaskError
@@ -77,6 +77,9 @@ class SourceSpec:
         A hub id (checked by commit: each worker may hold its own download, or read it in place).
     url : bool
         An ``http(s)://`` URL read in place (checked by :attr:`fingerprint`).
+    opener : str
+        What the worker opens (:meth:`~toolkit.sources.Source.reopen_location`: a URL's secrets included);
+        :attr:`location` is what messages show.
     """
 
     location: str
@@ -84,6 +87,7 @@ class SourceSpec:
     fingerprint: str
     hub: bool
     url: bool = False
+    opener: str = field(default="", repr=False)
 
     @classmethod
     def of(cls, source) -> SourceSpec:
@@ -95,7 +99,8 @@ class SourceSpec:
 
             raise CheckpointChangedError(source.location, source.fingerprint, files_identity(source.files()))
         ident = source.fingerprint if url else "" if hub else files_identity(source.files(), portable=True)
-        return cls(source.location, tuple(sorted(source.reopen_kwargs().items())), ident, hub, url)
+        return cls(source.location, tuple(sorted(source.reopen_kwargs().items())), ident, hub, url,
+                   source.reopen_location())
 
     @property
     def revision(self) -> str | None:
@@ -112,14 +117,14 @@ class SourceSpec:
         """
         from toolkit.sources import open_source
 
-        key = (self.location, self.options)
+        key = (self.opener or self.location, self.options)
         with _LOCK:
             hit = _SOURCES.get(key)
         # reuse a source opened earlier only if it was opened on these bytes and they are still there
         if hit is not None and (self.hub or self.url or (
                 hit[2] == self.fingerprint and files_identity(hit[0].files(), portable=True) == self.fingerprint)):
             return hit
-        src = open_source(self.location, **dict(self.options))
+        src = open_source(self.opener or self.location, **dict(self.options))
         if self.url:
             seen = src.fingerprint
         else:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fnmatch
 import numbers
+import re
 from dataclasses import dataclass
 
 from toolkit.errors import InvalidOptionError, SelectionError
@@ -189,29 +190,47 @@ class Selected:
         return "; ".join(parts)
 
 
-def parse_index(text: str):
+_ASCII_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def _ascii_int(text: str, whole: str, option: str) -> int:
+    """``text`` as an int when it is plain ASCII digits (an optional sign): not ``1_0``, not full-width digits,
+    which Python's ``int`` would take."""
+    if not _ASCII_INT.fullmatch(text):
+        raise InvalidOptionError(option, whole, "an index (3, -1), a list (0,4,8) or a slice (0:28:4), written with "
+                                 "the ASCII digits 0-9 only (no '_', no other scripts' digits)")
+    return int(text)
+
+
+def parse_index(text: str, option: str = "layers"):
     """A layer or expert selection written as text (the command line's ``--layers 0:28:4``).
 
     ``"3"`` -> 3, ``"-1"`` -> -1, ``"0:28:4"`` / ``":4"`` / ``"::-1"`` -> a slice,
-    ``"0,4,8"`` -> ``[0, 4, 8]``.
+    ``"0,4,8"`` -> ``[0, 4, 8]``. Each number is plain ASCII digits with an
+    optional sign (``"1_0"`` and full-width ``"１"`` are refused, though Python's
+    ``int`` takes them).
+
+    Parameters
+    ----------
+    text : str
+    option : str, default "layers"
+        The option's name, for the message.
 
     Raises
     ------
-    ValueError
-        Text of none of these forms (the message says which forms there are).
+    InvalidOptionError
+        Text of none of these forms (a ``ValueError``; the message says which forms there are).
     """
-    parts = [t.strip() for t in str(text).split(",")]
-    try:
-        if len(parts) > 1:
-            return [int(t) for t in parts]
-        if ":" in parts[0]:
-            bounds = parts[0].split(":")
-            if len(bounds) > 3:
-                raise ValueError
-            return slice(*(int(b) if b else None for b in bounds))
-        return int(parts[0])
-    except ValueError:
-        raise ValueError(f"{text!r} is not an index, a list (0,4,8) or a slice (0:28:4)") from None
+    whole = str(text)
+    parts = [t.strip() for t in whole.split(",")]
+    if len(parts) > 1:
+        return [_ascii_int(t, whole, option) for t in parts]
+    if ":" in parts[0]:
+        bounds = parts[0].split(":")
+        if len(bounds) > 3:
+            _ascii_int("", whole, option)
+        return slice(*(_ascii_int(b.strip(), whole, option) if b.strip() else None for b in bounds))
+    return _ascii_int(parts[0], whole, option)
 
 
 def parse_names(text: str) -> list[str]:

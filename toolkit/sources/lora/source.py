@@ -131,9 +131,18 @@ class AdapterSource(Source):
             raise SourceNotFoundError(folder, f"an adapter config but no {' or '.join(WEIGHT_NAMES)}; re-save it")
         named = os.fspath(base) if base is not None else cfg.base_model
         self.base, config_path = base_location(named)
+        given = "the base= given" if base is not None else "its base_model_name_or_path"
+        if self.base and os.path.isdir(self.base) and os.path.samefile(self.base, folder):
+            raise AdapterBaseError(
+                folder, named, f"{given} {named!r} is the adapter's own folder, which holds the adapter's factors, "
+                "not the base model's weights (a config.json copied beside them does not make it a base). Pass "
+                "the base model's folder or hub id: toolkit.sources.open_adapter(adapter, base='path/or/hub-id'), "
+                "or toolkit.compare(base, adapter)",
+            )
         if config_path is None:
-            how = (f"its base_model_name_or_path {named!r} is neither a local folder nor in the Hugging Face cache"
-                   if named else "it records no base_model_name_or_path")
+            how = ("it records no base_model_name_or_path" if not named else
+                   f"{given} {named!r} is a local folder without a config.json" if os.path.isdir(self.base) else
+                   f"{given} {named!r} is neither a local folder nor in the Hugging Face cache")
             raise AdapterBaseError(
                 folder, named, f"the base model's config.json is needed for the layers and components, and {how}. "
                 "Pass the base: toolkit.weight_stats(toolkit.sources.open_adapter(adapter, base='path/or/hub-id')) "

@@ -158,6 +158,10 @@ class QuantizedSource(Source):
     def files(self) -> list[str]:
         return self.inner.files()
 
+    def reopen_location(self) -> str:
+        """The inner source's (a signed URL's query kept for a Dask worker)."""
+        return self.inner.reopen_location()
+
     def check_unchanged(self) -> None:
         """The inner source's check (a remote one's files are URLs, checked by the versions its responses show)."""
         self.inner.check_unchanged()

@@ -8,7 +8,10 @@ from the same repo and commit (or URL) and read their own ranges.
 ===============  ======================================================================
 module           job
 ===============  ======================================================================
+``transport``    the one place every request goes through: redirects, time, size, typed errors
 ``http``         :class:`RemoteFile`: checked range reads (retries, resume, versions)
+``probe``        HEADs and JSON answers (the hub listing), with the retries of a read
+``verify``       what is checked of the bytes themselves (a whole file against the hub's hash)
 ``folders``      where the files lie: a hub repo at a commit, or a folder of URLs
 ``checked``      what the sources read in place share (their files, their check)
 ``safetensors``  the safetensors reader over range requests

@@ -9,13 +9,21 @@ from toolkit.sources.remote.http import RemoteFile, changed_since_opened
 class RemoteFiles:
     """Mixin of a :class:`~toolkit.sources.Source` whose weight files are :class:`RemoteFile` objects.
 
-    The class sets ``_remote`` (URL -> :class:`RemoteFile`), ``location`` and ``fingerprint``.
+    The class sets ``_remote`` (the URL as shown, :attr:`RemoteFile.shown` -> :class:`RemoteFile`),
+    ``location`` (the hub id or the URL as shown: its secrets masked), ``_given`` (the hub id or URL as
+    given, secrets included) and ``fingerprint``.
     """
 
     _remote: dict[str, RemoteFile]
+    _given: str
+
+    def reopen_location(self) -> str:
+        """The hub id or URL as given (a signed URL's query, its userinfo): what a Dask worker opens again.
+        Never shown or stored (:attr:`location` is)."""
+        return self._given
 
     def files(self) -> list[str]:
-        """The weight files' URLs."""
+        """The weight files' URLs, as shown (secrets masked)."""
         return list(self._remote)
 
     def check_unchanged(self) -> None:

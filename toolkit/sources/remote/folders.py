@@ -5,9 +5,9 @@ A :class:`RemoteFolder` answers :meth:`~RemoteFolder.file` (a
 now, or None when there is no such file) and :meth:`~RemoteFolder.names`
 (every file, when the server can list them).
 
-- :func:`hub_folder`: ``HfApi.model_info(repo, revision, files_metadata=True)``
-  resolves the revision to a commit and lists every file with its size and
-  LFS sha256 in one request (``HF_ENDPOINT`` and the token are the hub
+- :func:`hub_folder`: ``HfApi.model_info(repo, revision, files_metadata=True)``'s request
+  (sent through :mod:`toolkit.sources.remote.transport`) resolves the revision to a commit
+  and lists every file with its size and LFS sha256 in one request (``HF_ENDPOINT`` and the token are the hub
   client's); each file is then read from ``hf_hub_url(repo, file, revision=commit)``.
 - :func:`url_folder`: a plain URL of a weight file, an index, or a folder;
   each file is found by a HEAD request (its size and ``ETag``).
@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from toolkit.sources.remote.http import RemoteFile, head
+from toolkit.errors import CheckpointFileError
+from toolkit.redaction import redact
+from toolkit.sources.remote.http import RemoteFile
+from toolkit.sources.remote.probe import head, hub_listing
 
 #: Suffixes of URLs that name one file (the rest are folders).
 FILE_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".json")
@@ -43,19 +46,26 @@ class RemoteFolder:
     Attributes
     ----------
     location : str
-        The hub id or URL (of the folder) the user gave.
+        The hub id or URL (of the folder) the user gave, as shown: its secrets masked
+        (:func:`toolkit.redaction.redact`).
     commit : str
         The hub commit the revision resolved to (``""`` for plain URLs).
     listed : dict of str -> RemoteFile, or None
         Every file by name (a hub repo); None when the server cannot list them (plain URLs).
     base : str
-        The folder's URL, for plain URLs.
+        The folder's URL, for plain URLs (without query).
+    given : str
+        The hub id or URL as given, secrets included (:meth:`~toolkit.sources.Source.reopen_location`).
+    query : str
+        A plain URL's query (a signed URL's signature...), sent with the request of every file of the folder.
     """
 
     location: str
     commit: str = ""
     listed: dict[str, RemoteFile] | None = None
     base: str = ""
+    given: str = ""
+    query: str = ""
     _probed: dict[str, RemoteFile | None] = field(default_factory=dict, repr=False)
 
     @property
@@ -77,7 +87,7 @@ class RemoteFolder:
         if self.listed is not None:
             return self.listed.get(name)
         if name not in self._probed:
-            url = f"{self.base}/{name}"
+            url = f"{self.base}/{name}" + (f"?{self.query}" if self.query else "")
             size, etag, status = head(url)
             self._probed[name] = None if status == 404 else RemoteFile(url, name, size, etag)
         return self._probed[name]
@@ -86,16 +96,27 @@ class RemoteFolder:
 def hub_folder(repo_id: str, revision: str | None) -> RemoteFolder:
     """The files of a hub repo at ``revision`` (default ``main``), resolved to its commit.
 
+    The listing is ``HfApi.model_info(repo, revision, files_metadata=True)``'s
+    request, sent through the one transport (:func:`~toolkit.sources.remote.probe.hub_listing`)
+    and read by ``huggingface_hub``'s ``ModelInfo``.
+
     Raises
     ------
-    huggingface_hub errors
-        As ``HfApi.model_info`` raises them (the caller, :func:`toolkit.sources.hub.open_hub`,
-        turns them into typed errors).
+    SourceNotFoundError
+        No such repo or revision, or a gated repo.
+    RemoteReadError, CheckpointFileError
+        The hub keeps failing, loops, or answers with no JSON object (or one over the cap).
     """
-    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.hf_api import ModelInfo
 
     where = endpoint()
-    info = HfApi(endpoint=where).model_info(repo_id, revision=revision or "main", files_metadata=True)
+    data = hub_listing(where, repo_id, revision or "main")
+    try:
+        info = ModelInfo(**data)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise CheckpointFileError(f"{where}/api/models/{repo_id}", f"the hub's listing is not one huggingface_hub "
+                                  f"reads ({type(exc).__name__}: {exc})") from exc
     commit = info.sha or ""
     files = {}
     for s in info.siblings or []:
@@ -104,17 +125,19 @@ def hub_folder(repo_id: str, revision: str | None) -> RemoteFolder:
         etag = lfs.sha256 if lfs is not None else (s.blob_id or "")
         url = hf_hub_url(repo_id, s.rfilename, revision=commit, endpoint=where)
         files[s.rfilename] = RemoteFile(url, s.rfilename, -1 if size is None else int(size), etag, commit, hub=True)
-    return RemoteFolder(repo_id, commit, files)
+    return RemoteFolder(repo_id, commit, files, given=repo_id)
 
 
 def url_folder(url: str) -> tuple[RemoteFolder, str]:
     """The folder of a plain URL, and the file it names (``""`` for a folder URL).
 
     ``https://host/m/model.safetensors`` -> (folder ``https://host/m``, ``"model.safetensors"``);
-    ``https://host/m/`` -> (folder ``https://host/m``, ``""``).
+    ``https://host/m/`` -> (folder ``https://host/m``, ``""``). The query (a signed URL's) goes with every
+    file's requests; the folder's ``location`` is the URL with its secrets masked.
     """
-    text = url.split("?", 1)[0].split("#", 1)[0]
+    text, _, query = url.split("#", 1)[0].partition("?")
+    shown = redact(url)
     if text.endswith(FILE_SUFFIXES):
         base, _, name = text.rpartition("/")
-        return RemoteFolder(url, base=base), name
-    return RemoteFolder(url, base=text.rstrip("/")), ""
+        return RemoteFolder(shown, base=base, given=url, query=query), name
+    return RemoteFolder(shown, base=text.rstrip("/"), given=url, query=query), ""

@@ -43,7 +43,7 @@ def read_remote_gguf_table(file: RemoteFile) -> GGUFTable:
     RemoteReadError, RemoteAccessError, CheckpointChangedError, SourceNotFoundError
         As :meth:`~toolkit.sources.remote.http.RemoteFile.read_into`.
     """
-    name = RangePath(file.url, lambda offset, nbytes: _read(file, offset, nbytes))
+    name = RangePath(file.shown, lambda offset, nbytes: _read(file, offset, nbytes))
     data = _read(file, 0, min(file.size, FIRST_READ))
     while True:
         try:
@@ -80,8 +80,9 @@ class RemoteGGUFSource(RemoteFiles, GGUFSource):
                 "the file on disk; download it (download=True / --download, or the file's path)",
             )
         check_declared_sizes(table, plan.raw_config)
-        self._plan, self._remote, self._cache = plan, {file.url: file}, None
+        self._plan, self._remote, self._cache = plan, {file.shown: file}, None
         self.location, self.format, self.revision = folder.location, "gguf", folder.commit
+        self._given = folder.given
         self.config = _normalized(plan.raw_config)
         self.fingerprint = remote_identity(folder.location, folder.commit, [file])
         self.dropped = list(plan.dropped)

@@ -1,7 +1,7 @@
 """Byte ranges of one remote file over HTTP: the bytes asked for, of the version opened, or a typed error.
 
-Every request goes through the HTTP client ``huggingface_hub`` configures
-(:func:`huggingface_hub.get_session`: its proxies, certificates and user agent;
+Every request goes through :func:`toolkit.sources.remote.transport.exchange` (the HTTP client
+``huggingface_hub`` configures; redirects, time and size bounded there;
 :func:`huggingface_hub.utils.build_hf_headers` adds the token for hub files).
 A read of ``nbytes`` at ``offset`` asks ``Range: bytes=offset-(offset+nbytes-1)``
 and accepts only what makes those bytes certain:
@@ -20,6 +20,10 @@ asked for                         dropped mid-body) is resumed from the byte rea
                                   :data:`MAX_WAIT`), else after :data:`BACKOFF` x 2^k seconds;
                                   :data:`RETRIES` retries without progress, then an error
 dropped connection, timeout       retried the same way, from the byte reached
+a body slower than the minimum    :class:`~toolkit.errors.RemoteReadError` at once (``TOOLKIT_HTTP_MIN_RATE``)
+rate
+a redirect loop, a redirect to    :class:`~toolkit.errors.RemoteReadError` at once, never retried
+another scheme
 401, 403                          :class:`~toolkit.errors.RemoteAccessError` (how to log in)
 404                               :class:`~toolkit.errors.SourceNotFoundError`
 412, 416, another size, ETag,     :class:`~toolkit.errors.CheckpointChangedError`: the file is not
@@ -45,8 +49,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from toolkit.errors import CheckpointChangedError, RemoteAccessError, RemoteReadError, SourceNotFoundError
+from toolkit.redaction import redact
+from toolkit.sources.remote.transport import Transient, exchange, stream_body, whole_size
+from toolkit.sources.remote.verify import check_whole
 
-__all__ = ["BACKOFF", "MAX_WAIT", "RETRIES", "TIMEOUT", "RemoteFile", "changed_since_opened", "head", "transfer_stats"]
+__all__ = ["BACKOFF", "MAX_WAIT", "RETRIES", "RemoteFile", "changed_since_opened", "transfer_stats"]
 
 #: Retries of one read that made no progress (429, 5xx, dropped connections), after the first attempt.
 RETRIES = 5
@@ -54,28 +61,11 @@ RETRIES = 5
 BACKOFF = 0.5
 #: The longest ``Retry-After`` waited for, in seconds; a longer one is an error that names it.
 MAX_WAIT = 60.0
-#: Seconds to connect, or to wait for the next bytes, before a connection counts as dropped.
-TIMEOUT = 60.0
 #: Attempts for one read in all, with progress or not (a server that drops every connection after a byte).
 MAX_ATTEMPTS = 64
 
 _RETRIED = {429, 500, 502, 503, 504}
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
-
-
-def _http():
-    """The HTTP library of ``huggingface_hub``'s client (``httpx2``, or ``httpx`` for older releases)."""
-    try:
-        import httpx2 as http
-    except ImportError:  # pragma: no cover - huggingface_hub < 1.0
-        import httpx as http
-    return http
-
-
-def _session():
-    from huggingface_hub import get_session
-
-    return get_session()
 
 
 class _Stats:
@@ -181,6 +171,11 @@ class RemoteFile:
     seen: _Seen = field(default_factory=_Seen, repr=False, compare=False)
 
     @property
+    def shown(self) -> str:
+        """:attr:`url` as shown and stored: its secrets masked (:func:`toolkit.redaction.redact`)."""
+        return redact(self.url)
+
+    @property
     def identity(self) -> str:
         """``"name:size:etag:commit"``: what the result cache identifies this file by."""
         return f"{self.name}:{self.size}:{self.etag}:{self.commit}"
@@ -193,9 +188,33 @@ class RemoteFile:
         RemoteReadError, RemoteAccessError, SourceNotFoundError, CheckpointChangedError
             As :meth:`read_into`.
         """
-        buf = np.empty(nbytes, dtype=np.uint8)
+        try:
+            buf = np.empty(nbytes, dtype=np.uint8)
+        except MemoryError as exc:
+            raise RemoteReadError(self.url, 0, f"{nbytes} bytes asked for at byte {offset} do not fit in memory (the "
+                                  f"file says it is {self.size} bytes); download the checkpoint instead") from exc
         self.read_into(offset, memoryview(buf))
         return buf
+
+    def read_whole(self, what: str) -> bytes:
+        """The whole file (a config, an index), its size checked against the cap before anything is allocated
+        (:func:`~toolkit.sources.remote.transport.whole_size`), and, for a hub file, its bytes against the
+        hub's hash (:func:`~toolkit.sources.remote.verify.check_whole`).
+
+        Raises
+        ------
+        CheckpointFileError
+            A file larger than the cap (``TOOLKIT_MAX_WHOLE_FILE``).
+        RemoteReadError
+            Bytes whose hash is not the hub's; as :meth:`read_into`.
+        """
+        if self.size < 0:
+            raise RemoteReadError(self.url, 0, "the hub lists no size for this file; download the checkpoint "
+                                  "instead (download=True / --download)")
+        data = self.read(0, whole_size(self.url, self.size, what)).tobytes()
+        if self.hub:
+            check_whole(self.url, data, self.etag)
+        return data
 
     def read_into(self, offset: int, out: memoryview) -> None:
         """Fill ``out`` (a writable byte buffer) with the bytes of the file from ``offset`` on.
@@ -259,31 +278,24 @@ class RemoteFile:
 
         Raises a typed error for the rest.
         """
-        http = _http()
         want = len(out)
         n = 0
         try:
-            with _session().stream("GET", self.url, headers=self._headers(start, start + want - 1),
-                                   timeout=TIMEOUT, follow_redirects=True) as resp:
+            with exchange("GET", self.url, self._headers(start, start + want - 1)) as (resp, history):
                 _STATS.add(requests=1)
-                take = self._accepted(resp, start, want)
+                take = self._accepted(resp, history, start, want)
                 if isinstance(take, tuple):
                     return 0, take
                 try:
-                    for chunk in resp.iter_raw():
-                        k = min(len(chunk), take - n)
-                        out[n:n + k] = chunk[:k]
-                        n += k
-                        if n >= take:
-                            break
+                    for n in stream_body(resp, self.url, out[:take]):  # noqa: B007  (n: the bytes reached)
+                        pass
                 finally:
                     _STATS.add(nbytes=n)
                 return n, None
-        except http.TransportError as exc:
-            what = "the connection dropped mid-body" if n else "no answer"
-            return n, (0, None, f"{what} ({type(exc).__name__}: {exc})")
+        except Transient as exc:
+            return n, (0, None, exc.reason)
 
-    def _accepted(self, resp, start: int, want: int) -> int | tuple:
+    def _accepted(self, resp, history: list, start: int, want: int) -> int | tuple:
         """Check a response's status and validators: how many of its body bytes to take, or
         ``(status, seconds to wait or None, reason)`` for an answer to retry."""
         status = resp.status_code
@@ -299,7 +311,7 @@ class RemoteFile:
         if status not in (200, 206):
             raise RemoteReadError(self.url, status, "an answer that is neither the bytes asked for (206) nor the "
                                   "whole file (200)")
-        self.check_version(resp)
+        self.check_version(resp, history)
         encoding = resp.headers.get("Content-Encoding", "identity").lower()
         if encoding not in ("", "identity"):
             raise RemoteReadError(self.url, status, f"a body compressed with {encoding!r}, whose bytes are not the "
@@ -323,18 +335,18 @@ class RemoteFile:
             raise CheckpointChangedError(self.url, self.identity, f"size {m[3]} (Content-Range)")
         return min(want, int(m[2]) - start + 1)
 
-    def check_version(self, resp) -> None:
-        """Raise :class:`CheckpointChangedError` when a response (or a redirect before it) shows
+    def check_version(self, resp, history: list) -> None:
+        """Raise :class:`CheckpointChangedError` when a response (or a redirect before it, ``history``) shows
         another commit, LFS hash or ETag than the version opened (and remember it:
         :func:`changed_since_opened`)."""
-        other = self._other_version(resp)
+        other = self._other_version(resp, history)
         if other:
             with _ETAG_LOCK:
                 self.seen.changed = self.seen.changed or other
             raise CheckpointChangedError(self.url, self.identity, other)
 
-    def _other_version(self, resp) -> str:
-        for hop in [*resp.history, resp]:
+    def _other_version(self, resp, history: list) -> str:
+        for hop in [*history, resp]:
             commit = hop.headers.get("X-Repo-Commit")
             if self.commit and commit and commit != self.commit:
                 return f"commit {commit}"
@@ -374,48 +386,3 @@ def retry_after(resp, url: str) -> float | None:
         raise RemoteReadError(url, resp.status_code, f"the server asks to wait {wait:.0f} s before asking again "
                               f"(Retry-After), more than the {MAX_WAIT:.0f} s waited here; try again later")
     return wait
-
-
-def head(url: str, *, hub: bool = False) -> tuple[int, str, int]:
-    """``(size, etag, status)`` of a plain URL by a HEAD request, with the retries of a read.
-
-    ``size`` is -1 and ``etag`` ``""`` when the server answers 404 (``status``
-    says so); a redirect is followed.
-
-    Raises
-    ------
-    RemoteAccessError, RemoteReadError
-        As :meth:`RemoteFile.read_into` (a HEAD answered with neither 200 nor 404).
-    """
-    http = _http()
-    headers = {"Accept-Encoding": "identity"}
-    if hub:
-        from huggingface_hub.utils import build_hf_headers
-
-        headers.update(build_hf_headers())
-    status, why = 0, ""
-    for attempt in range(RETRIES + 1):
-        wait = None
-        try:
-            resp = _session().head(url, headers=headers, timeout=TIMEOUT, follow_redirects=True)
-            _STATS.add(requests=1)
-            status = resp.status_code
-            if status == 404:
-                return -1, "", 404
-            if status in (401, 403):
-                raise RemoteAccessError(url, status, login_advice(hub))
-            if status == 200:
-                length = resp.headers.get("Content-Length", "")
-                if not length.isdigit():
-                    raise RemoteReadError(url, 200, "the server gives no Content-Length, so the file's size is "
-                                          "unknown; download it instead")
-                return int(length), _unquoted(resp.headers.get("ETag")), 200
-            if status not in _RETRIED:
-                raise RemoteReadError(url, status, "unexpected answer to a HEAD request")
-            wait, why = retry_after(resp, url), f"the server answered HTTP {status}"
-        except http.TransportError as exc:
-            why = f"no answer ({type(exc).__name__}: {exc})"
-        if attempt < RETRIES:
-            _STATS.add(retries=1)
-            time.sleep(wait if wait is not None else BACKOFF * 2 ** attempt)
-    raise RemoteReadError(url, status, f"{why}; gave up after {RETRIES + 1} attempts. Try again later")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from toolkit.config_keys import normalize_config
 from toolkit.errors import SourceNotFoundError
+from toolkit.redaction import redact
 from toolkit.sources._common import check_config_sizes
 from toolkit.sources.base import Source
 from toolkit.sources.remote.folders import RemoteFolder, is_url, url_folder
@@ -74,7 +75,7 @@ def open_remote(folder: RemoteFolder, target: str) -> Source:
     else:
         src = RemoteSafetensorsSource.open(folder, target, config)
     if config_file is None:
-        src.missing_config = f"{folder.base or folder.location}/config.json"
+        src.missing_config = f"{redact(folder.base) or folder.location}/config.json"
     from toolkit.sources.quantized import quantized_source
 
     return quantized_source(src)

@@ -39,11 +39,11 @@ def read_remote_json(file: RemoteFile, what: str) -> dict:
     Raises
     ------
     CheckpointFileError
-        Not a JSON object.
+        Not a JSON object, or larger than ``TOOLKIT_MAX_WHOLE_FILE`` as the server states it.
     RemoteReadError, RemoteAccessError, CheckpointChangedError
-        As :meth:`~toolkit.sources.remote.http.RemoteFile.read_into`.
+        As :meth:`~toolkit.sources.remote.http.RemoteFile.read_whole`.
     """
-    return json_object(file.read(0, sized(file)).tobytes(), file.url, what)
+    return json_object(file.read_whole(what), file.url, what)
 
 
 def index_shards(folder: RemoteFolder, main: RemoteFile) -> tuple[dict[str, str], list[str], list[RemoteFile]]:
@@ -110,9 +110,10 @@ class RemoteSafetensorsSource(RemoteFiles, SafetensorsSource):
     """
 
     def __init__(self, entries: list[tuple[str, Entry, str]], files: list[RemoteFile], *, location: str,
-                 config: dict, commit: str):
+                 config: dict, commit: str, given: str = ""):
         self.location, self.format, self.config, self.revision = location, "safetensors", config, commit
-        self._remote = {f.url: f for f in files}
+        self._given = given or location
+        self._remote = {f.shown: f for f in files}
         self.fingerprint = remote_identity(location, commit, files)
         self._entries = entries
         self._rename = transformers_renamer(config)
@@ -135,11 +136,12 @@ class RemoteSafetensorsSource(RemoteFiles, SafetensorsSource):
             weight_map, _, files = index_shards(folder, main)
             with ThreadPoolExecutor(min(PARALLEL, len(files))) as pool:
                 headers = list(pool.map(read_remote_header, files))
-            entries = sharded_entries(main.url, weight_map, headers, [f.url for f in files])
+            entries = sharded_entries(main.shown, weight_map, headers, [f.shown for f in files])
         else:
             files = [main]
-            entries = [(name, entry, main.url) for name, entry in read_remote_header(main).items()]
-        return cls(entries, files, location=folder.location, config=config, commit=folder.commit)
+            entries = [(name, entry, main.shown) for name, entry in read_remote_header(main).items()]
+        return cls(entries, files, location=folder.location, config=config, commit=folder.commit,
+                   given=folder.given)
 
     def _filler(self, file: str):
         return self._remote[file].read_into
