@@ -40,6 +40,19 @@ def overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a.T @ b) ** 2).sum()) / a.shape[1]
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One BLAS and torch thread, as a pass runs them (many small products with two threads on a loaded
+    machine wait at barriers)."""
+    from threadpoolctl import threadpool_limits
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(limits=1):
+        yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def krylov_everywhere(monkeypatch):
     """Small test matrices take the Krylov route too; count the exact fallbacks."""
@@ -149,9 +162,10 @@ def test_builtin_metrics_make_no_float32_copies():
     assert values["delta_effective_rank"].value == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-9)
 
 
-def test_bundled_smollm2_matrices(smollm2_path):
-    """Real trained matrices (576 x 576 attention, 1536 x 576 and 576 x 1536 MLP, the Krylov route at its
-    natural size): each side's subspace and a fine-tune's overlap against NumPy's SVD."""
+def test_bundled_smollm2_matrices(smollm2_path, krylov_everywhere):
+    """Real trained matrices (576 x 576 attention, 1536 x 576 and 576 x 1536 MLP; the Krylov route, which
+    at this size would leave them to the exact one): each side's subspace and a fine-tune's overlap
+    against NumPy's SVD."""
     import toolkit
 
     src = toolkit.open_source(smollm2_path)
