@@ -185,3 +185,24 @@ def test_bundled_smollm2_matrices(smollm2_path, krylov_everywhere):
         got = compute_diff_metrics(base, target.float(), ["subspace_overlap"])["subspace_overlap"].value
         assert abs(got - overlap(ub, exact_left(target.float().double().numpy()))) <= STATED, name
     assert any(routes)  # the fast route is taken on real weights
+
+
+def test_the_target_starts_from_the_base_block_and_a_bad_start_changes_nothing(krylov_everywhere, monkeypatch):
+    """The base's Ritz block starts the fine-tuned side (fewer reads of W); a start spanning the bottom
+    singular vectors still ends at the top subspace: the stopping rule does not trust the start."""
+    rng = np.random.default_rng(12)
+    base = with_spectrum(220, 300, power_law(220, 0.4), seed=13)
+    target = base + (rng.random(base.shape) < 0.1) * rng.standard_normal(base.shape) * 1e-4
+    applications = []
+    apply = subspace.gram_apply
+    monkeypatch.setattr(subspace, "gram_apply", lambda w, x: applications.append(1) or apply(w, x))
+    share = {}
+    subspace.top_left(torch.from_numpy(base), K, share=share)
+    cold = len(applications)
+    u = subspace.top_left(torch.from_numpy(target), K, share=share).numpy()
+    assert len(applications) - cold < cold - 1
+    assert 1 - overlap(u, exact_left(target)) <= STATED
+    bottom = np.linalg.svd(target)[0][:, -(K + subspace.OVERSAMPLING):]  # its last left singular vectors
+    got = subspace.top_left(torch.from_numpy(target), K, share={(target.shape, K): bottom}).numpy()
+    assert 1 - overlap(got, exact_left(target)) <= STATED
+    assert not krylov_everywhere

@@ -117,6 +117,7 @@ class DiffContext:
         self.bases = {} if bases is None else bases
         self.tolerance = float(tolerance)
         self._unchanged: dict[float, int] = {}
+        self._warm: dict = {}  # the base's Krylov block starts the target's (toolkit.metrics.subspace.top_left)
         if sums is not None:
             self.__dict__["sums"] = sums
 
@@ -177,7 +178,7 @@ class DiffContext:
                 self.bases[key] = self.left_basis("base", k)
             else:
                 w = self.stored[0 if side == "base" else 1]
-                self.bases[key] = top_left(w, k, device=self.device)
+                self.bases[key] = top_left(w, k, device=self.device, share=self._warm)
         return self.bases[key]
 
 

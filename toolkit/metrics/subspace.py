@@ -143,7 +143,8 @@ def _orthonormal_to(z: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
 
 
 def krylov_top(w: torch.Tensor, k: int, *, tolerance: float = TOLERANCE,
-               max_applications: int = MAX_APPLICATIONS, oversampling: int = OVERSAMPLING):
+               max_applications: int = MAX_APPLICATIONS, oversampling: int = OVERSAMPLING,
+               start: np.ndarray | None = None):
     r"""Top-``k`` eigenvectors of the smaller Gram matrix of ``w`` by randomized block Krylov (module docstring).
 
     Parameters
@@ -157,26 +158,35 @@ def krylov_top(w: torch.Tensor, k: int, *, tolerance: float = TOLERANCE,
         Applications of the Gram operator (reads of ``w``) at most.
     oversampling : int
         Block size ``k + oversampling``.
+    start : numpy.ndarray, shape (d, j), optional
+        A warm start: the leading columns of the start block (the rest, at least ``oversampling // 2``,
+        stay Gaussian). The fine-tuned side starts from the base's top Ritz vectors
+        (:func:`top_left`'s ``share``), usually one or two applications from its own subspace; the
+        stopping rule does not depend on the start.
 
     Returns
     -------
-    (vectors, values, estimate) or None
+    (vectors, values, estimate, block) or None
         ``vectors`` (d, k) float64 orthonormal, ``values`` the k Ritz values (eigenvalues of the Gram
-        matrix, descending), ``estimate`` the error estimate reached; None when it did not reach
+        matrix, descending), ``estimate`` the error estimate reached, ``block`` the top
+        ``k + oversampling`` Ritz vectors (a warm start for a nearby matrix); None when it did not reach
         ``tolerance`` (or the Krylov space is exhausted), so the caller takes the exact route.
     """
     _, d = gram_side(w)
     b = min(d, k + oversampling)
-    rng = np.random.default_rng(_SEED)
-    q = _orthonormal_to(rng.standard_normal((d, b)), None)
+    q = np.random.default_rng(_SEED).standard_normal((d, b))
+    if start is not None:
+        keep = min(start.shape[1], b - oversampling // 2)
+        q[:, :keep] = start[:, :keep]
+    q = _orthonormal_to(q, None)
     basis, images = q, gram_apply(w, q)
     previous = math.inf
     for done in range(1, max_applications + 1):
         if not np.isfinite(images).all():
             raise DegenerateMatrix("matrix contains NaN/Inf")
-        vec, theta, estimate = _ritz(basis, images, k)
+        vec, theta, estimate = _ritz(basis, images, k, b)
         if estimate <= tolerance:
-            return vec, theta, estimate
+            return vec[:, :k], theta, estimate, vec
         if done == max_applications or basis.shape[1] + b > d or _hopeless(
                 previous, estimate, tolerance, max_applications - done):
             return None  # the exact route takes over
@@ -196,22 +206,24 @@ def _hopeless(previous: float, estimate: float, tolerance: float, left: int) -> 
     return math.log(estimate / tolerance) / math.log(previous / estimate) > 2 * left
 
 
-def _ritz(basis: np.ndarray, images: np.ndarray, k: int):
-    r"""Rayleigh-Ritz on span(``basis``) with ``images`` = A ``basis``: the top-k Ritz vectors and values and
-    the estimate :math:`\|R\|_F / (\theta_k - \theta_{k+1} - \|r_{k+1}\|)` (inf without a gap)."""
+def _ritz(basis: np.ndarray, images: np.ndarray, k: int, b: int):
+    r"""Rayleigh-Ritz on span(``basis``) with ``images`` = A ``basis``: the top-``b`` Ritz vectors (b > k), the
+    top-k Ritz values and the estimate :math:`\|R\|_F / (\theta_k - \theta_{k+1} - \|r_{k+1}\|)` (inf
+    without a gap)."""
     h = basis.T @ images
     theta, s = np.linalg.eigh((h + h.T) / 2)
     theta, s = theta[::-1], s[:, ::-1]
-    vec = basis @ s[:, : k + 1]
-    res = images @ s[:, : k + 1] - vec * theta[: k + 1]
+    vec = basis @ s[:, :b]
+    res = images @ s[:, : k + 1] - vec[:, : k + 1] * theta[: k + 1]
     norms = np.linalg.norm(res, axis=0)
     gap = theta[k - 1] - theta[k] - norms[k]
     if theta[0] <= 0 or theta[k - 1] <= 1e-12 * theta[0] or gap <= 0:
-        return vec[:, :k], theta[:k].copy(), math.inf
-    return vec[:, :k], theta[:k].copy(), float(np.sqrt((norms[:k] ** 2).sum())) / gap
+        return vec, theta[:k].copy(), math.inf
+    return vec, theta[:k].copy(), float(np.sqrt((norms[:k] ** 2).sum())) / gap
 
 
-def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE) -> torch.Tensor:
+def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE,
+             share: dict | None = None) -> torch.Tensor:
     r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``: block Krylov, exact fallback.
 
     Same subspace as :func:`exact_top_left` within the stated accuracy (module
@@ -226,6 +238,9 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
         Any float dtype as stored (bf16 is converted block by block).
     k : int
         Clipped to ``min(out, in)``.
+    share : dict, optional
+        Warm starts shared between nearby matrices (a pair's base and target): read as the start of
+        :func:`krylov_top` and filled with its Ritz block, keyed by shape and ``k``.
 
     Returns
     -------
@@ -241,10 +256,13 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
     wide, d = gram_side(w)
     if torch.device(device).type != "cpu" or w.device.type != "cpu" or d < MIN_KRYLOV_SIDE:
         return exact_top_left(w, k, device=device)
-    found = krylov_top(w, k, tolerance=tolerance)
+    key = (tuple(w.shape), k)
+    found = krylov_top(w, k, tolerance=tolerance, start=None if share is None else share.get(key))
     if found is None:
         return exact_top_left(w, k, device=device)
-    vec, theta, _ = found
+    vec, theta, _, block = found
+    if share is not None:
+        share[key] = block
     _check_rank(float(theta[0]), float(theta[-1]), max(m, n), k)
     if not wide:  # U_k = W V_k / sigma_k (the span is what counts; sigma_k keeps it orthonormal)
         out = np.empty((m, k))
