@@ -18,6 +18,8 @@ from toolkit.metrics.registry import DegenerateMatrix
 # Elements of W per float64 block while forming the Gram matrix (32 MiB; two
 # passes may run at once, see toolkit.collect.execute.stream).
 _GRAM_BLOCK = 1 << 22
+# Buffers from this size on are freed after each matrix (_GramBuffers.drop_large).
+_MAPPED = 64 << 20
 
 
 def _gram(w: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -64,6 +66,15 @@ class _GramBuffers(threading.local):
         for name in [k for k in vars(self) if k != "depth"]:
             delattr(self, name)
 
+    def drop_large(self, *names: str) -> None:
+        """Free the buffers ``names`` of at least :data:`_MAPPED` bytes now. glibc serves them from their own
+        memory mappings (its mmap threshold stops at 32 MiB), so freeing them fragments no heap, and a
+        7B-shaped pass need not hold a 3584 x 3584 float64 product while it diagonalises or reads on."""
+        for name in names:
+            buf = getattr(self, name, None)
+            if buf is not None and buf.nbytes >= _MAPPED:
+                delattr(self, name)
+
 
 @contextlib.contextmanager
 def reuse_buffers():
@@ -108,9 +119,14 @@ def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) ->
         else:
             np.matmul(x.T, x, out=product)
         g += product
+    del product
+    _BUFFERS.drop_large("product")  # not needed while diagonalising
     if not np.isfinite(g).all():
         _raise_nonfinite(w if minus is None else torch.stack([w, minus]))
-    return _eigvalsh(g)
+    lam = _eigvalsh(g)
+    del g
+    _BUFFERS.drop_large("gram")
+    return lam
 
 
 def gram_side(w: torch.Tensor) -> tuple[bool, int]:
