@@ -15,7 +15,7 @@ Runs, each a fresh process with the cache off and ``--threads`` threads (default
   entrywise     ``compare(..., metrics=[relative_change, update_sparsity, update_density, cosine_similarity])``
   floor         for each component matrix, ΔW formed untimed in float64, its Gram matrix (BLAS syrk) and
                 ``eigvalsh``, timed: what the spectral diff metrics cannot avoid
-  read          a plain read of both files, every tensor, and ``torch.equal`` of each pair
+  read          a plain read of both files, every tensor, and the count of equal entries of each pair
   modeldelta    ``modeldelta base tuned -o out.json`` (0.4.4, its own venv ``benchmarks/.md-venv``:
                 ``python3 -m venv``, the project's site-packages by a ``.pth`` for torch, then
                 ``pip install --no-deps modeldelta==0.4.4``; the reference, never a dependency)
@@ -28,7 +28,8 @@ than modeldelta with less peak RSS; compare's peak RSS < 1.5 GB and <= half mode
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_compare.py [--reps 3] [--metric-reps 1] [--layers 1] [--keep DIR]
+    .venv/bin/python benchmarks/bench_compare.py [--reps 3] [--metric-reps 1] [--md-reps 1] [--layers 1]
+        [--keep DIR] [--remote]
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ HERE = Path(__file__).resolve().parent
 MD_PY = HERE / ".md-venv" / "bin" / "python"
 ENTRYWISE = ["relative_change", "update_sparsity", "update_density", "cosine_similarity"]
 MD_TOLERANCE = 1e-5
+SELECT = {"attn.q": "self_attn.q_proj.weight", "mlp.down": "mlp.down_proj.weight"}  # --remote's selection
 TARGETS = {"metric_over_floor": 1.25, "entrywise_over_read": 2.0, "md_over_compare": 2.0, "rss_bytes": 1.5e9,
            "rss_share_of_md": 0.5}
 
@@ -93,7 +95,9 @@ def spiked(shape, g, spikes: int = 64):
     return torch.randn(shape, generator=g) * 0.02 + (u * s) @ v.T
 
 
-def child_compare(folder: Path, metrics: str, threads: int, tolerance: float) -> None:
+def child_compare(folder: Path, metrics: str, threads: int, tolerance: float, where: str | None = None,
+                  select: bool = False) -> None:
+    """``compare`` of ``folder``'s pair, or of the same pair served at ``where`` (``{where}/base/``, ...)."""
     import xarray as xr
 
     import toolkit
@@ -104,8 +108,9 @@ def child_compare(folder: Path, metrics: str, threads: int, tolerance: float) ->
     rss_before = H.peak_rss_bytes()  # what the imports hold before any tensor is read
     chosen = None if metrics == "default" else ENTRYWISE if metrics == "entrywise" else metrics.split(",")
     t0 = time.perf_counter()
-    ds = toolkit.compare(str(folder / "base"), str(folder / "tuned"), chosen, tolerance=tolerance,
-                         progress=False, cache=False)
+    base, tuned = (f"{where}/base/", f"{where}/tuned/") if where else (str(folder / "base"), str(folder / "tuned"))
+    ds = toolkit.compare(base, tuned, chosen, tolerance=tolerance, progress=False, cache=False,
+                         **({"layers": [0], "components": list(SELECT)} if select else {}))
     seconds = time.perf_counter() - t0
     values = {}
     for v in ds.data_vars:
@@ -137,15 +142,16 @@ def child_floor(folder: Path, threads: int) -> None:
 
 
 def child_read(folder: Path, threads: int) -> None:
-    import torch
     from safetensors import safe_open
 
     H.set_threads(threads)
     t0 = time.perf_counter()
     with safe_open(str(folder / "base" / "model.safetensors"), "pt") as fb, \
             safe_open(str(folder / "tuned" / "model.safetensors"), "pt") as ft:
-        same = sum(bool(torch.equal(fb.get_tensor(n), ft.get_tensor(n))) for n in fb.keys())
-    H.emit(seconds=time.perf_counter() - t0, unchanged_tensors=same)
+        # every entry compared (torch.equal stops at the first difference, and safetensors maps the file
+        # without reading it: the count reads both tensors whole)
+        same = sum(int((fb.get_tensor(n) == ft.get_tensor(n)).sum()) for n in fb.keys())
+    H.emit(seconds=time.perf_counter() - t0, unchanged_entries=same)
 
 
 def child_modeldelta(folder: Path, out: str) -> None:
@@ -167,11 +173,40 @@ def child_modeldelta(folder: Path, out: str) -> None:
 def run(kind: str, folder: Path, threads: int, *extra: str, python: str | None = None) -> dict:
     argv = [python or sys.executable, __file__, "--child", kind, "--folder", str(folder), "--threads",
             str(threads), *extra]
-    r = H.run_child(argv, env=H.thread_env(threads), cwd=str(HERE))
+    env = {**H.thread_env(threads), "PYTHONPATH": str(H.ROOT)}  # this checkout's toolkit, whatever is installed
+    r = H.run_child(argv, env=env, cwd=str(HERE))
     r["load"] = H.load()
     print(f"  {kind} {' '.join(extra)}: {r['seconds']:.2f} s, peak RSS {H.fmt_bytes(r['peak_rss'])} ({r['load']})",
           flush=True)
     return r
+
+
+def remote(folder: Path, args) -> dict:
+    """The selection (:data:`SELECT`, layer 0) compared over loopback HTTP (nginx over ``folder``) and locally:
+    bytes nginx sent for the safetensors files against the selected pairs' bytes and the headers."""
+    sys.path.insert(0, str(H.ROOT / "tests"))
+    from _http_server import Nginx
+    from toolkit.sources.safetensors_ import read_header
+
+    headers = selected = 0
+    for side in ("base", "tuned"):
+        f = folder / side / "model.safetensors"
+        with open(f, "rb") as fh:
+            headers += 8 + int.from_bytes(fh.read(8), "little")
+        selected += sum(e.nbytes for n, e in read_header(f).items() if n.endswith(tuple(SELECT.values())))
+    with tempfile.TemporaryDirectory() as work:
+        server = Nginx(folder, Path(work)).start()
+        try:
+            mark = server.mark()
+            over = run("compare", folder, args.threads, "--where", server.url, "--select", "--metrics", "entrywise")
+            moved = server.bytes_sent(mark, ".safetensors")
+        finally:
+            server.stop()
+    local = run("compare", folder, args.threads, "--select", "--metrics", "entrywise")
+    return {"selection": list(SELECT), "layers": [0], "selected_bytes": selected, "header_bytes": headers,
+            "moved_bytes": moved, "ratio": moved / selected, "ratio_with_headers": moved / (selected + headers),
+            "remote_s": over["seconds"], "local_s": local["seconds"], "values_equal_local": over["values"] ==
+            local["values"], "target": 1.05}
 
 
 def agreement(md: dict, tk: dict) -> dict:
@@ -189,6 +224,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--metric-reps", type=int, default=1, help="repetitions of each single-metric run")
+    ap.add_argument("--md-reps", type=int, default=1, help="repetitions of modeldelta (minutes a run on one thread)")
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--keep", help="folder for the generated pair (kept; reused when there)")
@@ -198,20 +234,27 @@ def main(argv=None) -> int:
     ap.add_argument("--metrics", default="default")
     ap.add_argument("--tolerance", type=float, default=0.0)
     ap.add_argument("--out")
+    ap.add_argument("--where")
+    ap.add_argument("--select", action="store_true")
+    ap.add_argument("--remote", action="store_true", help="only the loopback-HTTP run (results compare_remote.json)")
     args = ap.parse_args(argv)
     if args.child:
         folder = Path(args.folder)
         {"generate": lambda: child_generate(folder, args.layers),
-         "compare": lambda: child_compare(folder, args.metrics, args.threads, args.tolerance),
+         "compare": lambda: child_compare(folder, args.metrics, args.threads, args.tolerance, args.where,
+                                          args.select),
          "floor": lambda: child_floor(folder, args.threads), "read": lambda: child_read(folder, args.threads),
          "modeldelta": lambda: child_modeldelta(folder, args.out)}[args.child]()
         return 0
-    results = H.Results("compare_7b")
+    results = H.Results("compare_remote" if args.remote else "compare_7b")
     folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_compare_"))
     if not (folder / "tuned" / "model.safetensors").exists():
         print(f"generating {args.layers} layer(s) into {folder} ...", flush=True)
         H.run_child([sys.executable, __file__, "--child", "generate", "--folder", str(folder), "--layers",
                      str(args.layers)])
+    if args.remote:
+        results.save(remote(folder, args))
+        return 0
     from toolkit.metrics.registry import list_metrics
 
     metrics = list_metrics("diff")
@@ -221,7 +264,7 @@ def main(argv=None) -> int:
         for rep in range(args.reps):
             print(f"rep {rep + 1}/{args.reps}", flush=True)
             plan = [("floor", ()), ("read", ()), ("compare", ()), ("entrywise", ("--metrics", "entrywise"))]
-            if md:
+            if md and rep < args.md_reps:
                 plan.append(("modeldelta", ("--out", f"{tmp}/md.json")))
             if rep < args.metric_reps:
                 plan += [(f"metric:{m}", ("--metrics", m)) for m in metrics]
@@ -232,7 +275,8 @@ def main(argv=None) -> int:
         check = run("compare", folder, args.threads, "--metrics", "entrywise", "--tolerance", str(MD_TOLERANCE))
     med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in runs.items()}
     rss = {k: max(r["peak_rss"] for r in rs) for k, rs in runs.items()}
-    figures = {"layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps, "threads": args.threads,
+    figures = {"layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps, "md_reps": args.md_reps,
+               "threads": args.threads,
                "seconds": {k: [r["seconds"] for r in rs] for k, rs in runs.items()}, "median_s": med,
                "peak_rss": rss, "loads": {k: [r["load"] for r in rs] for k, rs in runs.items()},
                "targets": TARGETS,
