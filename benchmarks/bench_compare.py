@@ -282,7 +282,8 @@ def main(argv=None) -> int:
                "targets": TARGETS,
                "metric_over_floor": {m: med[f"metric:{m}"] / med["floor"] for m in metrics},
                "compare_over_floor": med["compare"] / med["floor"],
-               "entrywise_over_read": med["entrywise"] / med["read"]}
+               "entrywise_over_read": med["entrywise"] / med["read"],
+               "rss_imports": max(r["rss_before"] for r in runs["compare"])}
     if md:
         figures["md_over_compare"] = med["modeldelta"] / med["compare"]
         figures["rss_share_of_md"] = rss["compare"] / rss["modeldelta"]

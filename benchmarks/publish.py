@@ -583,12 +583,28 @@ def bench_compare(rec: dict, res: dict) -> str:
                  secs(med["entrywise"]), f"{f['entrywise_over_read']:.2f}x read",
                  f"<= {t['entrywise_over_read']:g}x: {_pass(f['entrywise_over_read'] <= t['entrywise_over_read'])}",
                  size(rss["entrywise"])])
-    for m, r in f["metric_over_floor"].items():
-        rows.append([f"`{m}` alone", secs(med[f"metric:{m}"]), f"{r:.2f}x floor",
+    floor1 = f["seconds"]["floor"][0]  # the single-metric runs ran in the first repetition, with this floor
+    for m in f["metric_over_floor"]:
+        r = f["seconds"][f"metric:{m}"][0] / floor1
+        rows.append([f"`{m}` alone", secs(med[f"metric:{m}"]), f"{r:.2f}x the first floor",
                      f"<= {t['metric_over_floor']:g}x: {_pass(r <= t['metric_over_floor'])}",
                      size(rss[f"metric:{m}"])])
-    lines = [f"- peak RSS of `compare`: {size(rss['compare'])} (target < {t['rss_bytes'] / 1e9:g} GB: "
+    lines = [f"- peak RSS of `compare`: {size(rss['compare'])} = {rss['compare'] / 1e9:.2f} GB (target < "
+             f"{t['rss_bytes'] / 1e9:g} GB: {_pass(rss['compare'] < t['rss_bytes'])}); of the imports alone "
+             f"(toolkit, xarray, torch): {size(f['rss_imports'])}" if "rss_imports" in f else
+             f"- peak RSS of `compare`: {size(rss['compare'])} (target < {t['rss_bytes'] / 1e9:g} GB: "
              f"{_pass(rss['compare'] < t['rss_bytes'])})"]
+    runs = f["seconds"]
+    lines.append(f"- within the first repetition: compare {runs['compare'][0] / floor1:.2f}x floor, the "
+                 f"entry-wise metrics {runs['entrywise'][0] / runs['read'][0]:.2f}x read")
+    if "modeldelta" in runs:
+        first = runs["modeldelta"][0] / runs["compare"][0]
+        lines.append(f"- modeldelta / compare within the first repetition (the two runs a few minutes apart, at "
+                     f"the loads {f['loads']['compare'][0].split()[-3].rstrip(',')} and "
+                     f"{f['loads']['modeldelta'][0].split()[-3].rstrip(',')}): {first:.2f}x")
+    for key in ("floor", "compare"):
+        lines.append(f"- {key} runs: " + ", ".join(secs(x) for x in runs[key]) + " (loads "
+                     + ", ".join(x.split()[-3].rstrip(",") for x in f["loads"][key]) + ")")
     if "rss_share_of_md" in f:
         lines.append(f"- peak RSS, compare / modeldelta: {f['rss_share_of_md']:.2f} (target <= "
                      f"{t['rss_share_of_md']:g}: {_pass(f['rss_share_of_md'] <= t['rss_share_of_md'])})")
@@ -604,10 +620,11 @@ def bench_compare(rec: dict, res: dict) -> str:
 @needs("compare_remote", ".venv/bin/python benchmarks/bench_compare.py --remote --keep /tmp/cmp7b")
 def bench_compare_remote(rec: dict, res: dict) -> str:
     f = rec["figures"]
-    sel = ", ".join(f"`{c}`" for c in f["selection"])
+    sel = ", ".join(f'"{c}"' for c in f["selection"])
     return (f"{when(rec)}: `compare(url_base, url_tuned, layers=[0], components=[{sel}])` over loopback HTTP "
             f"(nginx): {size(f['moved_bytes'])} of safetensors moved for {size(f['selected_bytes'])} of selected "
-            f"tensor pairs = **{f['ratio']:.4f}x** (headers {size(f['header_bytes'])}; target <= {f['target']:g}x "
+            f"tensor pairs = **{f['ratio']:.5f}x** (the rest: {f['moved_bytes'] - f['selected_bytes']:,} bytes, "
+            f"the headers are {f['header_bytes']:,}; target <= {f['target']:g}x "
             f"plus headers: {_pass(f['moved_bytes'] <= f['target'] * f['selected_bytes'] + f['header_bytes'])}); "
             f"{secs(f['remote_s'])} against {secs(f['local_s'])} from the local folder; values equal: "
             f"{f['values_equal_local']}.\n")
