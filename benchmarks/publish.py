@@ -255,6 +255,9 @@ INDEX = [
     ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
     ("activations", "7. `activation_stats` against a bare forward of the same batches, SmolLM2"),
+    ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
+                   "modeldelta 0.4.4"),
+    ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
 ]
 
 
@@ -559,6 +562,75 @@ def bench_activations(rec: dict, res: dict) -> str:
             + table(["run", "median", "range", "ratio", "target"], rows))
 
 
+def _pass(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+@needs("compare_7b", ".venv/bin/python benchmarks/bench_compare.py --reps 3 --md-reps 1 --keep /tmp/cmp7b")
+def bench_compare(rec: dict, res: dict) -> str:
+    f = rec["figures"]
+    med, rss, t = f["median_s"], f["peak_rss"], f["targets"]
+    floor = med["floor"]
+    rows = [["floor: Gram + `eigvalsh` of each ΔW (float64, ΔW formed untimed)", secs(floor), "", "", ""],
+            ["a plain read of both files, equal entries of each pair counted", secs(med["read"]), "", "", ""],
+            ["`compare(base, tuned)`, every default diff metric", secs(med["compare"]),
+             f"{f['compare_over_floor']:.2f}x floor", "", size(rss["compare"])]]
+    if "modeldelta" in med:
+        rows.append(["modeldelta 0.4.4 (`modeldelta base tuned -o out.json`)", secs(med["modeldelta"]),
+                     f"{f['md_over_compare']:.2f}x compare", f">= {t['md_over_compare']:g}x: "
+                     f"{_pass(f['md_over_compare'] >= t['md_over_compare'])}", size(rss["modeldelta"])])
+    rows.append(["entry-wise metrics only (" + ", ".join(f"`{m}`" for m in
+                 ("relative_change", "update_sparsity", "update_density", "cosine_similarity")) + ")",
+                 secs(med["entrywise"]), f"{f['entrywise_over_read']:.2f}x read",
+                 f"<= {t['entrywise_over_read']:g}x: {_pass(f['entrywise_over_read'] <= t['entrywise_over_read'])}",
+                 size(rss["entrywise"])])
+    floor1 = f["seconds"]["floor"][0]  # the single-metric runs ran in the first repetition, with this floor
+    for m in f["metric_over_floor"]:
+        r = f["seconds"][f"metric:{m}"][0] / floor1
+        rows.append([f"`{m}` alone", secs(med[f"metric:{m}"]), f"{r:.2f}x the first floor",
+                     f"<= {t['metric_over_floor']:g}x: {_pass(r <= t['metric_over_floor'])}",
+                     size(rss[f"metric:{m}"])])
+    lines = [f"- peak RSS of `compare`: {size(rss['compare'])} = {rss['compare'] / 1e9:.2f} GB (target < "
+             f"{t['rss_bytes'] / 1e9:g} GB: {_pass(rss['compare'] < t['rss_bytes'])}); of the imports alone "
+             f"(toolkit, xarray, torch): {size(f['rss_imports'])}" if "rss_imports" in f else
+             f"- peak RSS of `compare`: {size(rss['compare'])} (target < {t['rss_bytes'] / 1e9:g} GB: "
+             f"{_pass(rss['compare'] < t['rss_bytes'])})"]
+    runs = f["seconds"]
+    lines.append(f"- within the first repetition: compare {runs['compare'][0] / floor1:.2f}x floor, the "
+                 f"entry-wise metrics {runs['entrywise'][0] / runs['read'][0]:.2f}x read")
+    if "modeldelta" in runs:
+        first = runs["modeldelta"][0] / runs["compare"][0]
+        lines.append(f"- modeldelta / compare within the first repetition (the two runs a few minutes apart, at "
+                     f"the loads {f['loads']['compare'][0].split()[-3].rstrip(',')} and "
+                     f"{f['loads']['modeldelta'][0].split()[-3].rstrip(',')}): {first:.2f}x")
+    for key in ("floor", "compare"):
+        lines.append(f"- {key} runs: " + ", ".join(secs(x) for x in runs[key]) + " (loads "
+                     + ", ".join(x.split()[-3].rstrip(",") for x in f["loads"][key]) + ")")
+    if "rss_share_of_md" in f:
+        lines.append(f"- peak RSS, compare / modeldelta: {f['rss_share_of_md']:.2f} (target <= "
+                     f"{t['rss_share_of_md']:g}: {_pass(f['rss_share_of_md'] <= t['rss_share_of_md'])})")
+    for m, a in f.get("agreement", {}).items():
+        lines.append(f"- modeldelta against `compare(..., tolerance=1e-5)`, `{m}`: max abs difference "
+                     f"{g(a['max_abs_dev'])} (relative {g(a['max_rel_dev'])}) over {a['matrices']} matrices")
+    return (f"{when(rec)}, {f['layers']} layer(s), threads: {f['threads']}; medians of {f['reps']} runs "
+            f"(single metrics: {f['metric_reps']}, modeldelta: {f['md_reps']}), each a fresh process, the runs "
+            "interleaved.\n\n"
+            + table(["run", "time", "ratio", "target", "peak RSS"], rows) + "\n" + "\n".join(lines) + "\n")
+
+
+@needs("compare_remote", ".venv/bin/python benchmarks/bench_compare.py --remote --keep /tmp/cmp7b")
+def bench_compare_remote(rec: dict, res: dict) -> str:
+    f = rec["figures"]
+    sel = ", ".join(f'"{c}"' for c in f["selection"])
+    return (f"{when(rec)}: `compare(url_base, url_tuned, layers=[0], components=[{sel}])` over loopback HTTP "
+            f"(nginx): {size(f['moved_bytes'])} of safetensors moved for {size(f['selected_bytes'])} of selected "
+            f"tensor pairs = **{f['ratio']:.5f}x** (the rest: {f['moved_bytes'] - f['selected_bytes']:,} bytes, "
+            f"the headers are {f['header_bytes']:,}; target <= {f['target']:g}x "
+            f"plus headers: {_pass(f['moved_bytes'] <= f['target'] * f['selected_bytes'] + f['header_bytes'])}); "
+            f"{secs(f['remote_s'])} against {secs(f['local_s'])} from the local folder; values equal: "
+            f"{f['values_equal_local']}.\n")
+
+
 # ---------------------------------------------------------------- the documents
 
 RENDER = {
@@ -566,7 +638,8 @@ RENDER = {
     "readme-explorer": readme_explorer,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
-    "bench-activations": bench_activations,
+    "bench-activations": bench_activations, "bench-compare": bench_compare,
+    "bench-compare-remote": bench_compare_remote,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
     "scaling-certified": bench_certified,
     "scaling-projection-7b": scaling_projection_7b, "scaling-moe": scaling_moe, "readme-remote": readme_remote,

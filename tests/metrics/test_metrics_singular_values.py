@@ -137,3 +137,20 @@ def test_gram_buffers_are_kept_only_by_pass_threads():
     assert kept["gram"] is not None and kept["gram"].size >= 12 * 12
     assert kept["after"] is None  # freed when the context ends
     assert torch.equal(kept["s"], ref)
+
+
+def test_large_gram_buffers_are_freed_after_each_matrix_with_the_same_values(monkeypatch):
+    """Inside reuse_buffers a pass keeps its small buffers from matrix to matrix, but frees the Gram matrix
+    and its product buffer from gram._MAPPED bytes on (here lowered to one byte): values unchanged."""
+    from toolkit.metrics import gram
+
+    w = _random((90, 60), torch.float32)
+    want = np.linalg.svd(w.double().numpy(), compute_uv=False)
+    with gram.reuse_buffers():
+        kept = singular_values(w)
+        assert {"gram", "product"} <= set(vars(gram._BUFFERS))
+        monkeypatch.setattr(gram, "_MAPPED", 1)
+        dropped = singular_values(w)
+        assert not {"gram", "product"} & set(vars(gram._BUFFERS))
+    torch.testing.assert_close(kept, dropped, rtol=0, atol=0)
+    np.testing.assert_allclose(dropped.numpy(), want, rtol=1e-12)

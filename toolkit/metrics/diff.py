@@ -41,8 +41,7 @@ import torch
 
 from toolkit.metrics.pair_sums import PairSums, pair_sums
 from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics
-
-_BLOCK = 1 << 22  # entries of W converted to float64 at a time
+from toolkit.metrics.subspace import exact_top_left, top_left
 
 
 def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0) -> int:
@@ -67,54 +66,24 @@ def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float =
     return pair_sums(base, target, tolerance).unchanged
 
 
-def top_left_singular_vectors(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
-    r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``.
-
-    Computed in float64 from the smaller Gram matrix: the eigenvectors of
-    :math:`WW^\top` when ``out <= in``; else :math:`U_k = W V_k \Sigma_k^{-1}`
-    from the eigenvectors :math:`V_k` of :math:`W^\top W`.
-
-    Parameters
-    ----------
-    w : torch.Tensor, shape (out, in)
-    k : int
-        Clipped to ``min(out, in)``.
-
-    Returns
-    -------
-    torch.Tensor, shape (out, k), float64, on the CPU
-
-    Raises
-    ------
-    DegenerateMatrix
-        Rank below ``k`` (the subspace is not unique) or non-finite entries.
-    """
-    x = w.to(device=device)
-    m, n = x.shape
-    k = max(1, min(int(k), m, n))
-    wide = m <= n  # Gram of the smaller side, accumulated in float64 by blocks (no float64 copy of W)
-    gram = torch.zeros((m, m) if wide else (n, n), dtype=torch.float64, device=x.device)
-    step = max(1, _BLOCK // max(m, n))
-    for blk in (x.split(step, dim=1) if wide else x.split(step, dim=0)):
-        b = blk.to(torch.float64)
-        gram.addmm_(b, b.T) if wide else gram.addmm_(b.T, b)
-    if not bool(torch.isfinite(gram).all()):
-        raise DegenerateMatrix("matrix contains NaN/Inf")
-    lam, vec = torch.linalg.eigh(gram)
-    lam, vec = lam.flip(0)[:k], vec.flip(1)[:, :k]
-    if float(lam[-1]) <= max(m, n) * 1e-15 * float(lam[0]) or float(lam[0]) <= 0:
-        raise DegenerateMatrix(f"rank below k={k}: the top-{k} singular subspace is not unique")
-    if not wide:  # U_k = W V_k / sigma_k, row block by row block
-        vec = torch.cat([blk.to(torch.float64) @ vec for blk in x.split(step, dim=0)]) / lam.sqrt()
-    return vec.cpu()
+#: The exact route of the top-k left singular subspace (full float64 ``eigh``), kept under its old name.
+top_left_singular_vectors = exact_top_left
 
 
 class DiffContext:
-    """Quantities shared by the diff metrics of one (base, target) pair.
+    r"""Quantities shared by the diff metrics of one (base, target) pair.
 
     Everything is computed on first use and kept: the entry-wise sums in one
-    chunked pass over the stored values (:func:`toolkit.metrics.pair_sums.pair_sums`),
-    the float32 matrices only when a metric reads them.
+    chunked pass over the stored values (:func:`toolkit.metrics.pair_sums.pair_sums`);
+    on the CPU the singular values of :math:`\Delta W` from one float64 Gram
+    matrix of the stored pair's difference
+    (:func:`toolkit.metrics.spectral.difference_singular_values`) and each
+    side's top-k subspace by block Krylov
+    (:func:`toolkit.metrics.subspace.top_left`), both from float64 blocks of
+    the stored values, so no full-size float32 or float64 copy of either side
+    is made; the float32 matrices (:attr:`base`, :attr:`target`,
+    :attr:`delta`) only when a metric registered outside this module reads
+    them, or on another device.
 
     Parameters
     ----------
@@ -148,6 +117,7 @@ class DiffContext:
         self.bases = {} if bases is None else bases
         self.tolerance = float(tolerance)
         self._unchanged: dict[float, int] = {}
+        self._warm: dict = {}  # the base's Krylov block starts the target's (toolkit.metrics.subspace.top_left)
         if sums is not None:
             self.__dict__["sums"] = sums
 
@@ -176,11 +146,19 @@ class DiffContext:
         """:math:`\\Delta W = W_t - W_b`, float32."""
         return self.target - self.base
 
+    @property
+    def on_cpu(self) -> bool:
+        """The factorisations run on the CPU, from the stored tensors by blocks."""
+        return torch.device(self.device).type == "cpu" and self.stored[0].device.type == "cpu"
+
     @cached_property
     def delta_singular_values(self) -> torch.Tensor:
-        """Singular values of :math:`\\Delta W`, float64, descending (shared helper)."""
-        from toolkit.metrics.spectral import singular_values
+        """Singular values of :math:`\\Delta W`, float64, descending (shared by every spectral diff metric:
+        one float64 Gram matrix and ``eigvalsh`` per pair)."""
+        from toolkit.metrics.spectral import difference_singular_values, singular_values
 
+        if self.on_cpu:
+            return difference_singular_values(*self.stored)
         return singular_values(self.delta, device=self.device)
 
     def unchanged(self, tolerance: float = 0.0) -> int:
@@ -199,8 +177,8 @@ class DiffContext:
             if side == "target" and self.identical:
                 self.bases[key] = self.left_basis("base", k)
             else:
-                w = self.base if side == "base" else self.target
-                self.bases[key] = top_left_singular_vectors(w, k, device=self.device)
+                w = self.stored[0 if side == "base" else 1]
+                self.bases[key] = top_left(w, k, device=self.device, share=self._warm)
         return self.bases[key]
 
 
@@ -231,8 +209,9 @@ def update_density(base, target, ctx: DiffContext, *, tolerance: float = 0.0) ->
 def _delta_spectral(ctx: DiffContext, func, name: str) -> float:
     if ctx.identical:
         raise DegenerateMatrix("unchanged matrix (delta W = 0)", name)
+    shape = torch.empty(ctx.stored[0].shape, device="meta")  # the metrics read the shape, not the entries
     try:
-        return func(ctx.delta, ctx.delta_singular_values)
+        return func(shape, ctx.delta_singular_values)
     except DegenerateMatrix as e:
         raise DegenerateMatrix(f"delta W: {e.reason}", name) from None
 
@@ -294,7 +273,14 @@ def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
     the subspaces: 1 for the same subspace, about :math:`k/m` for random ones.
     ``k`` is clipped to ``min(out, in)``.
 
-    References: Björck & Golub (1973), Math. Comp. 27(123), 579-594 (principal angles).
+    Accuracy: the subspaces come from :func:`toolkit.metrics.subspace.top_left`
+    (block Krylov on the CPU from a 1024-row Gram side up, the exact float64
+    ``eigh`` otherwise or when the Krylov estimate is not reached), so the
+    value is within 1e-5 (4 x :data:`toolkit.metrics.subspace.TOLERANCE`, an
+    a-posteriori Davis-Kahan estimate) of the exact route's.
+
+    References: Björck & Golub (1973), Math. Comp. 27(123), 579-594 (principal angles);
+    Musco & Musco (2015), NeurIPS (randomized block Krylov).
     """
     if ctx.identical:
         return 1.0
@@ -335,6 +321,8 @@ _METRICS = (  # name, function, long_name, description, reference, options, read
      "||U_b,k^T U_t,k||_F^2 / k = mean cos^2 of the k principal angles between the top-k left singular "
      "subspaces of W_b and W_t", "Bjorck & Golub (1973), Math. Comp. 27(123):579-594", _K, True),
 )
+#: This module's metric functions: they read only the context, never the float32 matrices.
+_CTX_ONLY = frozenset(m[1] for m in _METRICS)
 for _name, _func, _long, _desc, _ref, _opts, _matrices in _METRICS:
     register_metric(_name, _func, long_name=_long, units="1", description=_desc, reference=_ref, kind="diff",
                     options=_opts, needs_matrices=_matrices)
@@ -383,8 +371,10 @@ def compute_diff_metrics(base, target, metrics=None, *, ctx: DiffContext | None 
 
 def evaluate_diff(metric, ctx: DiffContext, options: dict) -> MetricValue:
     """Call one diff metric on a pair's context, turning :class:`DegenerateMatrix` (and a bare NaN) into
-    NaN with a reason. Metrics registered with ``needs_matrices=False`` get ``None`` for both matrices."""
-    base, target = (ctx.base, ctx.target) if metric.needs_matrices else (None, None)
+    NaN with a reason. Metrics registered with ``needs_matrices=False``, and this module's own (which read
+    only ``ctx``), get ``None`` for both matrices: no float32 copies are made for them."""
+    reads = metric.needs_matrices and metric.func not in _CTX_ONLY
+    base, target = (ctx.base, ctx.target) if reads else (None, None)
     try:
         value = float(metric.func(base, target, ctx, **options))
     except DegenerateMatrix as e:

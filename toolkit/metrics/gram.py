@@ -18,6 +18,8 @@ from toolkit.metrics.registry import DegenerateMatrix
 # Elements of W per float64 block while forming the Gram matrix (32 MiB; two
 # passes may run at once, see toolkit.collect.execute.stream).
 _GRAM_BLOCK = 1 << 22
+# Buffers from this size on are freed after each matrix (_GramBuffers.drop_large).
+_MAPPED = 64 << 20
 
 
 def _gram(w: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -64,6 +66,15 @@ class _GramBuffers(threading.local):
         for name in [k for k in vars(self) if k != "depth"]:
             delattr(self, name)
 
+    def drop_large(self, *names: str) -> None:
+        """Free the buffers ``names`` of at least :data:`_MAPPED` bytes now. glibc serves them from their own
+        memory mappings (its mmap threshold stops at 32 MiB), so freeing them fragments no heap, and a
+        7B-shaped pass need not hold a 3584 x 3584 float64 product while it diagonalises or reads on."""
+        for name in names:
+            buf = getattr(self, name, None)
+            if buf is not None and buf.nbytes >= _MAPPED:
+                delattr(self, name)
+
 
 @contextlib.contextmanager
 def reuse_buffers():
@@ -84,8 +95,9 @@ def reuse_buffers():
 _BUFFERS = _GramBuffers()
 
 
-def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
-    """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor.
+def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) -> torch.Tensor:
+    """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor (of ``w - minus`` when
+    ``minus`` is given, formed block by block: no full-size copy of the difference).
 
     Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`):
     each block is converted into one float64 buffer and ``b.T @ b`` (one
@@ -101,15 +113,20 @@ def _gram_eigenvalues_cpu(w: torch.Tensor) -> torch.Tensor:
     g = _BUFFERS.take("gram", k * k).reshape(k, k)
     g.fill(0.0)
     product = _BUFFERS.take("product", k * k).reshape(k, k)
-    for x in float64_blocks(w, "block"):
+    for x in float64_blocks(w, "block", minus):
         if wide:
             np.matmul(x, x.T, out=product)
         else:
             np.matmul(x.T, x, out=product)
         g += product
+    del product
+    _BUFFERS.drop_large("product")  # not needed while diagonalising
     if not np.isfinite(g).all():
-        _raise_nonfinite(w)
-    return _eigvalsh(g)
+        _raise_nonfinite(w if minus is None else torch.stack([w, minus]))
+    lam = _eigvalsh(g)
+    del g
+    _BUFFERS.drop_large("gram")
+    return lam
 
 
 def gram_side(w: torch.Tensor) -> tuple[bool, int]:
@@ -119,18 +136,24 @@ def gram_side(w: torch.Tensor) -> tuple[bool, int]:
     return m <= n, min(m, n)
 
 
-def float64_blocks(w: torch.Tensor, buffer: str):
+def float64_blocks(w: torch.Tensor, buffer: str, minus: torch.Tensor | None = None):
     """Yield ``w`` (m, n) in float64 NumPy blocks of about ``_GRAM_BLOCK`` entries: blocks of columns when the
     smaller Gram matrix is :math:`WW^\\top` (m <= n), of rows otherwise, so that the Gram matrix is the sum
-    of the blocks' own. Every block is a view of one reused buffer (named ``buffer``): use it before the next."""
+    of the blocks' own. Every block is a view of one reused buffer (named ``buffer``): use it before the next.
+    With ``minus`` (same shape), the blocks are those of ``w - minus``, subtracted in float64 (exact for
+    bfloat16, float16 and float32 values unless their exponents lie more than 29 binades apart)."""
     m, n = w.shape
     wide, k = gram_side(w)
     step = max(1, _GRAM_BLOCK // k)
     block = _BUFFERS.take(buffer, k * min(step, n if wide else m))
-    for blk in (w.split(step, dim=1) if wide else w.split(step, dim=0)):
+    blocks = w.split(step, dim=1 if wide else 0)
+    subs = minus.split(step, dim=1 if wide else 0) if minus is not None else (None,) * len(blocks)
+    for blk, sub in zip(blocks, subs, strict=True):
         rows, cols = blk.shape
         b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
         b.copy_(blk)
+        if sub is not None:
+            b.sub_(sub)
         yield b.numpy()
 
 

@@ -222,17 +222,41 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
             if not bool(torch.isfinite(g).all()):
                 _raise_nonfinite(w)
             lam = torch.linalg.eigvalsh(g)
-        lam = lam.flip(0).clamp_min_(0.0)
-        s = lam.sqrt_()
-        floor = math.sqrt(big * _EPS64) * float(s[0])
-        if method == "auto" and w.dtype == torch.float64 and s.numel() > 1:
-            if float(s[-1]) <= float(s[0]) / _GRAM_MAX_COND:
-                s = _svd(w)
-            else:
-                s[s <= floor] = 0.0
+        s = lam.flip(0).clamp_min_(0.0).sqrt_()
+        if method == "auto" and w.dtype == torch.float64 and s.numel() > 1 \
+                and float(s[-1]) <= float(s[0]) / _GRAM_MAX_COND:
+            s = _svd(w)
         else:
-            s[s <= floor] = 0.0
+            s = resolved(s, big)
     return s.cpu()
+
+
+def resolved(s: torch.Tensor, big: int) -> torch.Tensor:
+    r"""``s`` (descending singular values from a float64 Gram matrix) with the values at or below the Gram
+    route's floor :math:`\sqrt{\max(m, n)\,\epsilon_{64}}\,\sigma_{max}` set to 0 (in place), ``big`` = max(m, n)."""
+    s[s <= math.sqrt(big * _EPS64) * float(s[0])] = 0.0
+    return s
+
+
+def difference_singular_values(base: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    r"""Singular values of :math:`\Delta W = T - B` of two CPU tensors as stored, float64, descending.
+
+    The route of :func:`singular_values` (``method="gram"``, float64): one
+    float64 Gram matrix of :math:`\Delta W`, summed from float64 blocks of the
+    difference (:func:`toolkit.metrics.gram.float64_blocks`; no float32 or
+    float64 copy of either side or of :math:`\Delta W`), and ``eigvalsh``.
+    Same accuracy and floor as :func:`singular_values`; :math:`\Delta W` is
+    formed in float64, exact for bf16/fp16/float32 values.
+
+    Raises
+    ------
+    DegenerateMatrix
+        NaN/Inf entries, an empty matrix or a tensor that is not 2-D.
+    """
+    if base.ndim != 2 or base.numel() == 0:
+        raise DegenerateMatrix(f"expected a non-empty 2-D matrix, got shape {tuple(base.shape)}")
+    s = _gram_eigenvalues_cpu(target, base).flip(0).clamp_min_(0.0).sqrt_()
+    return resolved(s, max(base.shape))
 
 
 def _svd(w: torch.Tensor) -> torch.Tensor:
