@@ -580,9 +580,11 @@ def test_open_source_options_of_the_wrong_type(tiny_gguf_dir):
     """An option of the wrong type is an InvalidOptionError naming the option, not a 'cannot open checkpoint'."""
     from toolkit.errors import InvalidOptionError
 
-    with pytest.raises(InvalidOptionError, match=r"gguf_file=3 is not valid: gguf_file must be None or a str"):
+    with pytest.raises(InvalidOptionError, match=r"gguf_file=3 is not valid: gguf_file must be None or a non-empty "
+                       r"str"):
         open_source(tiny_gguf_dir, gguf_file=3)
-    with pytest.raises(InvalidOptionError, match=r"revision=\['main'\] is not valid: revision must be None or a str"):
+    with pytest.raises(InvalidOptionError, match=r"revision=\[.main.\] is not valid: revision must be None or a "
+                       r"non-empty str"):
         open_source("org/name", revision=["main"])
 
 
