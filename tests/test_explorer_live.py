@@ -110,7 +110,7 @@ def test_the_form_measures_another_selection(ckpt, tmp_path):
                                                                                         "attn.v", "attn.o"]
     assert live.explorer.current.rows == (1, 2) and live.explorer.current.cols == ("attn.q", "attn.k", "attn.v",
                                                                                    "attn.o")  # controls of this grid
-    assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
+    assert live.explorer.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, on .explorer
 
 
 def test_a_typo_in_the_model_box_keeps_the_heatmap_on_screen(ckpt, tmp_path):
@@ -190,30 +190,43 @@ def test_the_computing_state_is_shown_while_the_spectrum_is_read(ckpt, monkeypat
     assert ex.cell.kinds == ["esd", "singular_values", "entries"] and ex.drill.spec["status"] == ""
 
 
-def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
-    import toolkit.widgets._model as model_mod
+def _cells_of(ds) -> set:
+    names = ds.parameter_name
+    return {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
+            if names.sel(layer=la, component=c).item()}
 
-    monkeypatch.setattr(model_mod, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
-    first = {}
+
+def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
+    """Issue 36, item 4: the first look measured layer 0's two smallest matrices, then the pass went on in
+    file order (a 7B model's 3rd cell 27 s later), where the README promises the smallest matrices first:
+    now the smallest kinds of every layer come first, then the rest."""
+    import toolkit.widgets._model as model_mod
+    import toolkit.widgets.live_pass as live_pass
+
+    monkeypatch.setattr(live_pass, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
+    shown = []
     original = model_mod.ModelExplorer._show
 
     def watching(self, ds, *, final=False):
         original(self, ds, final=final)
-        if not first:
-            first["measured"] = {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
-                                 if ds.parameter_name.sel(layer=la, component=c).item()}
-            first["hover"] = self.explorer.hover_text(2, "mlp.up")
-            first["layers"] = ds.sizes["layer"]
+        if not shown:
+            shown.append(("hover", self.explorer.hover_text(2, "mlp.up"), ds.sizes["layer"]))
+        shown.append(_cells_of(ds))
 
     monkeypatch.setattr(model_mod.ModelExplorer, "_show", watching)
     live = explore_model(ckpt, METRICS, refresh=0, background=False)
     plan = toolkit.collect.plan.plan_pieces(ckpt)
     sizes = sorted((int(np.prod(t.record.shape)), p.component) for t in plan.tensors for p in t.pieces
                    if p.layer == 0)
-    assert first["measured"] == {(0, c) for _, c in sizes[:2]}  # the two smallest of layer 0, at once
-    assert first["layers"] == 3 and "not measured yet" in first["hover"]  # the whole grid from the start
+    smallest = {c for _, c in sizes[:2]}
+    look = {(la, c) for la in range(3) for c in smallest}
+    (_, hover, layers), views = shown[0], shown[1:]
+    assert layers == 3 and "not measured yet" in hover  # the whole grid from the start
+    first_other = next(i for i, v in enumerate(views) if v - look)
+    assert views[first_other - 1] == look  # every layer's smallest matrices before any other cell
+    assert all(v <= look for v in views[:first_other])
     assert live.state == "done" and _measured(live.ds) == 21
-    assert model_mod.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
+    assert live_pass.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
 
 
 def test_explore_given_a_checkpoint_measures_it_live(ckpt):
