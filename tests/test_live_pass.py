@@ -5,16 +5,15 @@ No sleep races a thread here: a tensor read waits on an event the test sets."""
 
 import subprocess
 import sys
-import threading
 
 import pytest
 
+from _gate import TIMEOUT, Gate
 from toolkit.testing import write_tiny_checkpoint
 from toolkit.widgets.live_pace import Pace, time_left
 from toolkit.widgets.live_pass import LivePass, measured
 
 METRICS = ["frobenius_norm"]
-TIMEOUT = 120  # generous: a bound on a hang, never a measure of speed
 
 
 class FakeClock:
@@ -43,27 +42,6 @@ def _recorder(events):
         cells = measured(live.partial) if kind == "cells" else None
         events.append((kind, int(cells.sum()) if cells is not None else None))
     return on_event
-
-
-class Gate:
-    """Holds the read of the ``n``-th tensor (counting from 1) until :meth:`open`; says when it is held."""
-
-    def __init__(self, monkeypatch, n: int):
-        from toolkit.sources.base import TensorRecord
-
-        self.entered, self.gate, self.count, original = threading.Event(), threading.Event(), 0, TensorRecord.read
-
-        def held(record):
-            self.count += 1
-            if self.count == n:
-                self.entered.set()
-                assert self.gate.wait(TIMEOUT), "the test never opened the gate"
-            return original(record)
-
-        monkeypatch.setattr(TensorRecord, "read", held)
-
-    def open(self):
-        self.gate.set()
 
 
 # -- the pace, on a fake clock -------------------------------------------------------------------

@@ -70,14 +70,15 @@ class Deferred:
                                                    "ends (the panel above fills in meanwhile) \u2026</i>"))
             live.when_done(lambda _: self._fill())
 
-    def _results(self) -> list:
-        return _items(self.show(self.panel.wait()))
+    def _results(self, ended: bool = False) -> list:
+        """``show(ds)`` as a list; ``ended``: in the pass's thread as it ends (its result, no wait)."""
+        return _items(self.show(self.panel.live.outcome() if ended else self.panel.wait()))
 
     def _fill(self) -> None:
         """Put the result in the placeholder (in the pass's thread, once it ended)."""
         out = self.output
         try:
-            items = self._results()
+            items = self._results(ended=True)
         except Exception as err:  # noqa: BLE001 - shown where the result would be
             out.outputs = ()
             out.append_stderr(f"{type(err).__name__}: {err}\n")

@@ -210,6 +210,18 @@ class LivePass:
             raise self.error
         return self._result
 
+    def outcome(self):
+        """The Dataset of the segment that ended, without waiting (for :meth:`when_done` callbacks, which
+        run before :meth:`wait` returns); None while one runs.
+
+        Raises
+        ------
+        Whatever :func:`toolkit.weight_stats` raised.
+        """
+        if self.error is not None:
+            raise self.error
+        return None if self.state == "running" else self._result
+
     @property
     def ds(self):
         """The statistics: waits for the pass (a stopped pass gives the cells it finished)."""
