@@ -255,13 +255,13 @@ def test_stop_says_stopping_at_once_and_the_final_line_is_the_whole_run(ckpt, mo
     from _gate import TIMEOUT, Gate
     from toolkit.widgets.live_pace import clock
 
-    gate = Gate(monkeypatch, 5)
     ticks = iter(range(0, 10**6, 7))  # a clock 7 s further at each look: the run's times are long
     panel = _panel(ckpt)
     panel.live.now = lambda: float(next(ticks))
+    gate = Gate.on_progress(panel.live, 5)  # the pass's thread busy after its 5th tensor
     panel.start(background=True)
     try:
-        assert gate.entered.wait(TIMEOUT)  # a tensor is being read
+        assert gate.entered.wait(TIMEOUT)
         panel.form["stop"].click()
         assert "Stopping after the current tensor" in panel.progress.label.value  # at once
         assert "left" not in panel.progress.detail.value and panel.form["stop"].disabled
@@ -288,7 +288,7 @@ def test_no_attribute_of_the_panel_waits_for_the_pass(ckpt, monkeypatch):
 
     from _gate import TIMEOUT, Gate
 
-    gate = Gate(monkeypatch, 2)
+    gate = Gate.on_read(monkeypatch, 2)
     panel = _panel(ckpt).start(background=True)
     got = {}
     probe = threading.Thread(target=lambda: got.update(has=hasattr(panel, "save_png"), partial=panel.partial))
@@ -310,7 +310,7 @@ def test_when_done_shows_a_placeholder_in_voila_and_fills_it_when_the_pass_ends(
     from toolkit.widgets.deferred import Deferred
 
     monkeypatch.setenv("VOILA_KERNEL_ID", "test")
-    gate = Gate(monkeypatch, 2)
+    gate = Gate.on_read(monkeypatch, 2)
     panel = _panel(ckpt).start(background=True)
     try:
         assert gate.entered.wait(TIMEOUT)

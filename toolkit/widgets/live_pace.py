@@ -7,8 +7,8 @@ segments long (a first look, then the pass; a Stop, then a Resume).
 The time left comes only from tensors this run **computed**: a tensor measured by an earlier segment of
 the run comes back from the result cache in a burst when the next segment starts, and counting it as
 pace made the estimate 2x too low after a Resume and "about 0 s left" at 2 of 28. The pace is seconds
-per matrix entry (the plan's shapes), so two small matrices measured first do not promise the large
-ones at their speed.
+per unit of work (each tensor's from the plan's shapes: :func:`toolkit.widgets.live_pass.work_of`), so
+two small matrices measured first do not promise the large ones at their speed.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ class Pace:
     Parameters
     ----------
     sizes : dict of str to int, optional
-        Entries of each tensor the run measures (its plan, selection applied); the count and the time
-        left are then the run's, whatever segment reports. Without it: the reported ``done / total``
-        and a pace per tensor.
+        The work of each tensor the run measures (its plan, selection applied: entries, or entries times
+        the smaller side); the count and the time left are then the run's, whatever segment reports.
+        Without it: the reported ``done / total`` and a pace per tensor.
     now : callable, default time.monotonic
         The clock.
     known : iterable of str, optional
@@ -60,8 +60,8 @@ class Pace:
         self._known = frozenset(known)
         self._before: set[str] = set(self._known)  # what earlier segments measured: from the cache in this one
         self.computed = 0
-        self._seconds = 0.0  # spent computing the tensors counted in _entries
-        self._entries = 0
+        self._seconds = 0.0  # spent computing the tensors whose work is in _work
+        self._work = 0
         self._active = 0.0  # seconds of the segments that ended
         self._segment: float | None = None  # start of the running segment
         self._last = 0.0  # the last report (or the segment's start)
@@ -82,7 +82,7 @@ class Pace:
         if name not in self._before and name not in self.finished:
             self.computed += 1
             self._seconds += t - self._last
-            self._entries += self.sizes.get(name, 1) if self.sizes else 1
+            self._work += self.sizes.get(name, 1) if self.sizes else 1
         self.finished.add(name)
         self._last = t
 
@@ -117,13 +117,13 @@ class Pace:
     def eta(self) -> float | None:
         """Seconds left at the pace of the computed tensors; None before the first one is computed, when
         nothing runs (after a Stop) or when all is done."""
-        if not self.running or not self._entries or self.done >= self.total:
+        if not self.running or not self._work or self.done >= self.total:
             return None
         if self.sizes:
             left = sum(n for name, n in self.sizes.items() if name not in self.finished)
         else:
             left = self.total - self.done
-        return self._seconds / self._entries * left
+        return self._seconds / self._work * left
 
     def line(self, name: str = "") -> str:
         """The progress line: ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``."""
