@@ -148,8 +148,11 @@ class ModelExplorer:
         self.progress.first_look(live.look)
 
     def _on_progress(self, live: LivePass) -> None:
-        if not live.stopping:  # "stopping" stays until the pass has stopped
-            self.progress.show(live.pace, live.name)
+        if live.stopping:  # "stopping" stays until the pass has stopped
+            return
+        self.progress.show(live.pace, live.name)
+        if live.stopping:  # Stop came while this line was written: say it again, over it
+            self.progress.stopping(live.pace)
 
     def _on_cells(self, live: LivePass) -> None:
         self._show(live.partial)
