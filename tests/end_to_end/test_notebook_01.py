@@ -38,6 +38,25 @@ def test_notebook_is_committed_without_outputs():
     assert "Qwen/Qwen2.5-7B" in sources and "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B" in sources
 
 
+def test_no_cell_after_the_live_panel_waits_for_the_pass():
+    """Issue 36, item 4: Voilà showed notebook 01 as a spinner for 41 s, then everything at once, because a
+    cell after ``explore_model`` waited for ``.ds`` (Voilà renders a page once its cells have run). What
+    needs the finished Dataset is in a function given to ``live.when_done``, which does not hold the page."""
+    import ast
+
+    import nbformat
+
+    cells = [c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"]
+    start = next(i for i, c in enumerate(cells) if "explore_model(" in c)
+    for source in cells[start + 1:]:
+        for statement in ast.parse(source).body:
+            if isinstance(statement, (ast.FunctionDef, ast.ClassDef)):
+                continue  # run by when_done, once the pass has ended
+            waits = [n.attr for n in ast.walk(statement) if isinstance(n, ast.Attribute) and n.attr in ("ds", "wait")]
+            assert not waits, f"a cell waits for the pass at the top level: {ast.unparse(statement)}"
+    assert any("live.when_done(" in c for c in cells[start + 1:])
+
+
 @pytest.mark.slow
 def test_notebook_runs_headless(tmp_path, monkeypatch):
     out = tmp_path / "out"

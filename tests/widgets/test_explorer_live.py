@@ -82,20 +82,24 @@ def test_the_live_explorer_fills_in_stops_and_resumes(ckpt, reads):
     model_mod.ModelExplorer._show = watching
     try:
         live = explore_model(ckpt, METRICS, refresh=0, background=False)
+        assert live.state == "stopped" and live.first_cells_s is not None and len(live.updates) >= stop_at
+        assert shown == sorted(shown) and shown[0] >= 1  # the cells arrived one tensor at a time
+        partial = live.ds  # the finished cells, kept
+        kept = _measured(partial)
+        assert stop_at <= kept < 21 and "stopped" in partial.attrs
+        assert "Resume" in live.form["stop"].description and "Stopped after" in live.progress.label.value
+        assert "left" not in live.progress.detail.value  # no time left once stopped
+        assert "not measured yet" in live.explorer.hover_text(2, "mlp.gate")
+        before, on_screen = len(reads), len(shown)
+        live.start(background=False)  # Resume: the finished cells come from the cache
     finally:
         model_mod.ModelExplorer._show = original
-    assert live.state == "stopped" and live.first_cells_s is not None and len(live.updates) >= stop_at
-    assert shown == sorted(shown) and shown[0] >= 1  # the cells arrived one tensor at a time
-    partial = live.ds  # the finished cells, kept
-    kept = _measured(partial)
-    assert stop_at <= kept < 21 and "stopped" in partial.attrs
-    assert "Resume" in live.form["stop"].description and "Stopped after" in live.progress.label.value
-    assert "not measured yet" in live.explorer.hover_text(2, "mlp.gate")
-    before = len(reads)
-    live.start(background=False)  # Resume: the finished cells come from the cache
+    # issue 36, item 4: the Resume showed its first cached cell in place of the cells on screen
+    assert shown[on_screen:] and min(shown[on_screen:]) >= kept and shown == sorted(shown)
     assert live.state == "done" and _measured(live.ds) == 21
     assert len(reads) - before <= 21 - kept
     assert "Measured" in live.progress.label.value and live.explorer.pending is False
+    assert "21 cells, 21 tensors in" in live.progress.label.value  # the whole run, not the Resume alone
     full = toolkit.weight_stats(ckpt, METRICS, progress=False)
     np.testing.assert_array_equal(live.ds.stable_rank.values, full.stable_rank.values)
 
@@ -110,7 +114,7 @@ def test_the_form_measures_another_selection(ckpt, tmp_path):
                                                                                         "attn.v", "attn.o"]
     assert live.explorer.current.rows == (1, 2) and live.explorer.current.cols == ("attn.q", "attn.k", "attn.v",
                                                                                    "attn.o")  # controls of this grid
-    assert live.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, through the live panel
+    assert live.explorer.save_png(tmp_path / "grid.png").exists()  # the explorer's methods, on .explorer
 
 
 def test_a_typo_in_the_model_box_keeps_the_heatmap_on_screen(ckpt, tmp_path):
@@ -190,30 +194,43 @@ def test_the_computing_state_is_shown_while_the_spectrum_is_read(ckpt, monkeypat
     assert ex.cell.kinds == ["esd", "singular_values", "entries"] and ex.drill.spec["status"] == ""
 
 
-def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
-    import toolkit.widgets._model as model_mod
+def _cells_of(ds) -> set:
+    names = ds.parameter_name
+    return {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
+            if names.sel(layer=la, component=c).item()}
 
-    monkeypatch.setattr(model_mod, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
-    first = {}
+
+def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
+    """Issue 36, item 4: the first look measured layer 0's two smallest matrices, then the pass went on in
+    file order (a 7B model's 3rd cell 27 s later), where the README promises the smallest matrices first:
+    now the smallest kinds of every layer come first, then the rest."""
+    import toolkit.widgets._model as model_mod
+    import toolkit.widgets.live_pass as live_pass
+
+    monkeypatch.setattr(live_pass, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
+    shown = []
     original = model_mod.ModelExplorer._show
 
     def watching(self, ds, *, final=False):
         original(self, ds, final=final)
-        if not first:
-            first["measured"] = {(int(la), str(c)) for la in ds.layer.values for c in ds.component.values
-                                 if ds.parameter_name.sel(layer=la, component=c).item()}
-            first["hover"] = self.explorer.hover_text(2, "mlp.up")
-            first["layers"] = ds.sizes["layer"]
+        if not shown:
+            shown.append(("hover", self.explorer.hover_text(2, "mlp.up"), ds.sizes["layer"]))
+        shown.append(_cells_of(ds))
 
     monkeypatch.setattr(model_mod.ModelExplorer, "_show", watching)
     live = explore_model(ckpt, METRICS, refresh=0, background=False)
     plan = toolkit.collect.plan.plan_pieces(ckpt)
     sizes = sorted((int(np.prod(t.record.shape)), p.component) for t in plan.tensors for p in t.pieces
                    if p.layer == 0)
-    assert first["measured"] == {(0, c) for _, c in sizes[:2]}  # the two smallest of layer 0, at once
-    assert first["layers"] == 3 and "not measured yet" in first["hover"]  # the whole grid from the start
+    smallest = {c for _, c in sizes[:2]}
+    look = {(la, c) for la in range(3) for c in smallest}
+    (_, hover, layers), views = shown[0], shown[1:]
+    assert layers == 3 and "not measured yet" in hover  # the whole grid from the start
+    first_other = next(i for i, v in enumerate(views) if v - look)
+    assert views[first_other - 1] == look  # every layer's smallest matrices before any other cell
+    assert all(v <= look for v in views[:first_other])
     assert live.state == "done" and _measured(live.ds) == 21
-    assert model_mod.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
+    assert live_pass.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
 
 
 def test_explore_given_a_checkpoint_measures_it_live(ckpt):
@@ -224,3 +241,87 @@ def test_explore_given_a_checkpoint_measures_it_live(ckpt):
     assert list(live.ds.layer.values) == [2] and live.explorer.controls["metric"].value == "stable_rank"
     with pytest.raises(TypeError, match="layers"):
         explore(live.ds, layers=[0])  # a Dataset is shown as it is: no selection to measure
+
+
+def _panel(ckpt, **kws):
+    from toolkit.widgets import ModelExplorer
+
+    return ModelExplorer(ckpt, METRICS, refresh=0, stats_kws=kws)
+
+
+def test_stop_says_stopping_at_once_and_the_final_line_is_the_whole_run(ckpt, monkeypatch):
+    """Issue 36, item 4: Stop gave no sign for 8-21 s while a large tensor finished, the line kept a time
+    left after the Stop, and the final line gave only the Resume's count and time."""
+    from _gate import TIMEOUT, Gate
+    from toolkit.widgets.live_pace import clock
+
+    ticks = iter(range(0, 10**6, 7))  # a clock 7 s further at each look: the run's times are long
+    panel = _panel(ckpt)
+    panel.live.now = lambda: float(next(ticks))
+    gate = Gate.on_progress(panel.live, 5)  # the pass's thread busy after its 5th tensor
+    panel.start(background=True)
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        panel.form["stop"].click()
+        assert "Stopping after the current tensor" in panel.progress.label.value  # at once
+        assert "left" not in panel.progress.detail.value and panel.form["stop"].disabled
+        assert panel.state == "running"
+    finally:
+        gate.open()
+    panel.wait(TIMEOUT)
+    first = panel.live.pace.elapsed()
+    assert panel.state == "stopped" and "Stopped after" in panel.progress.label.value
+    assert "left" not in panel.progress.detail.value and not panel.form["stop"].disabled
+    panel.form["stop"].click()  # Resume
+    panel.wait(TIMEOUT)
+    total = panel.live.pace.elapsed()
+    assert panel.state == "done" and total > first
+    label = panel.progress.label.value
+    assert f"21 cells, 21 tensors in {clock(total)}" in label, label
+    assert panel.progress.detail.value.startswith("21 / 21 tensors") and "left" not in panel.progress.detail.value
+
+
+def test_no_attribute_of_the_panel_waits_for_the_pass(ckpt, monkeypatch):
+    """The panel's __getattr__ waited for the pass on any unknown name (``hasattr``, a typo, a notebook's
+    tab completion held the kernel until the pass ended); what needs the result is asked for by name."""
+    import threading
+
+    from _gate import TIMEOUT, Gate
+
+    gate = Gate.on_read(monkeypatch, 2)
+    panel = _panel(ckpt).start(background=True)
+    got = {}
+    probe = threading.Thread(target=lambda: got.update(has=hasattr(panel, "save_png"), partial=panel.partial))
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        probe.start()
+        probe.join(TIMEOUT)
+        assert not probe.is_alive() and got["has"] is False
+        assert panel.state == "running"
+    finally:
+        gate.open()
+    assert _measured(panel.wait(TIMEOUT)) == 21 and panel.explorer.save_png is not None
+
+
+def test_when_done_shows_a_placeholder_in_voila_and_fills_it_when_the_pass_ends(ckpt, monkeypatch):
+    """Issue 36, item 4: notebook 01 in Voilà showed a spinner for 41 s, then everything at once: a later
+    cell waited for ``.ds``. ``when_done`` shows its result later without holding the page."""
+    from _gate import TIMEOUT, Gate
+    from toolkit.widgets.deferred import Deferred
+
+    monkeypatch.setenv("VOILA_KERNEL_ID", "test")
+    gate = Gate.on_read(monkeypatch, 2)
+    panel = _panel(ckpt).start(background=True)
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        later = panel.when_done(lambda ds: f"{ds.sizes['layer']} layers")
+        assert isinstance(later, Deferred) and later.defer and panel.state == "running"
+        assert "shown when the measuring" in str(later.output.outputs)
+    finally:
+        gate.open()
+    panel.wait(TIMEOUT)
+    assert [o.get("text") for o in later.output.outputs] == ["3 layers\n"]
+    assert not panel.when_done(lambda ds: None).defer  # the pass has ended: shown in the cell itself
+    monkeypatch.delenv("VOILA_KERNEL_ID")
+    running = _panel(ckpt, layers=[0])
+    assert not running.when_done(lambda ds: None).defer  # the pass is not running in the background

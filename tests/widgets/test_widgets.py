@@ -172,7 +172,7 @@ def test_explore_model_reports_progress_then_shows_the_panel(monkeypatch):
     assert seen["source"] == "some/model" and seen["metrics"] == ["stable_rank"]
     assert seen["kws"] == {"revision": "main", "layers": slice(0, 6, 2)}  # the selection reaches the pass
     assert ex.form["layers"].value == "0:6:2"  # and the form shows it
-    bar = seen["progress"].bar
+    bar = ex.progress.bar
     assert (bar.value, bar.max) == (3, 3) and "3 / 3 tensors" in ex.progress.detail.value
     assert ex.ds is ds and ex.state == "done" and ex.explorer.ds is ds
     assert ex.body.children and ex.explorer.view in ex.explorer.widget.children[-3].children[0].children

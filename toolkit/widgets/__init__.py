@@ -2,7 +2,8 @@
 
 - :func:`explore` -- interactive heatmap panel over any statistics Dataset.
 - :func:`explore_model` -- measure a model's weights and watch the cells arrive
-  in the same panel (progress, time left, Stop / Resume, a selection form).
+  in the same panel (progress, time left, Stop / Resume, a selection form); the pass itself is a
+  :class:`LivePass` (no widgets).
 - :func:`lab_explorer` -- the attention-activation lab's panel.
 - :func:`prompt_box` -- a text box and Run button over one text's activation statistics.
 - :func:`export_html` -- the explorer as one self-contained HTML file (no kernel, no network).
@@ -17,6 +18,7 @@ _LAZY = {
     "Explorer": "toolkit.widgets.explorer",
     "explore_model": "toolkit.widgets._model",
     "ModelExplorer": "toolkit.widgets._model",
+    "LivePass": "toolkit.widgets.live_pass",
     "lab_explorer": "toolkit.widgets.lab",
     "prompt_box": "toolkit.widgets.prompt",
     "PromptBox": "toolkit.widgets.prompt",

@@ -1,63 +1,72 @@
 """The progress line of a live pass (:func:`toolkit.widgets.explore_model`): a bar, the count, the
-time spent and an estimate of the time left."""
+time spent and an estimate of the time left, drawn from the run's
+:class:`~toolkit.widgets.live_pace.Pace` (the numbers are computed there, without widgets)."""
 
 from __future__ import annotations
 
 import html
-import time
 
 import ipywidgets as W
 
 from toolkit.widgets import _controls as C
+from toolkit.widgets.live_pace import Pace, clock
 
-
-def clock(seconds: float) -> str:
-    """``seconds`` as ``m:ss`` past a minute, else ``N s``."""
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}:{seconds % 60:02d}" if seconds >= 60 else f"{seconds} s"
+__all__ = ["WidgetProgress", "clock"]
 
 
 class WidgetProgress:
-    """The progress line of a pass, usable as ``weight_stats(progress=...)``.
+    """The progress line of a pass: a label (what is measured, or how it ended), a bar and a detail line.
 
-    Called as ``progress(done, total, name)`` after each stored tensor (the
-    contract of :func:`toolkit.weight_stats`): the bar, ``done / total``,
-    the time spent, an estimate of the time left (from the pace since the
-    first tensor) and the last tensor's name.
+    Attributes
+    ----------
+    bar : ipywidgets.IntProgress
+    label : ipywidgets.HTML
+    detail : ipywidgets.Label
+        ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``.
+    widget : ipywidgets.VBox
     """
 
     def __init__(self, what: str):
         self.bar = W.IntProgress(value=0, min=0, max=1, bar_style="info", description="measuring",
                                  style=C.WIDE)
-        self.label = W.HTML(f"Measuring <b>{html.escape(what)}</b> …")
-        self.detail = W.Label("opening the checkpoint \u2026")  # until the first tensor is done
+        self.label = W.HTML()
+        self.detail = W.Label()
         self.widget = W.VBox([self.label, W.HBox([self.bar, self.detail], layout=W.Layout(flex_flow="row wrap"))])
-        self.started = time.monotonic()
-        self._first: tuple | None = None  # (time, done) of the first report: cached tensors come in a burst
-        self.eta: float | None = None
+        self.restart(what)
 
-    def restart(self, what: str) -> None:
-        self.bar.bar_style, self.bar.value, self.bar.max = "info", 0, 1
+    def restart(self, what: str, pace: Pace | None = None) -> None:
+        """A segment starts: ``Measuring <what> …``; the count of a resumed run stays."""
+        self.bar.bar_style = "info"
         self.label.value = f"Measuring <b>{html.escape(what)}</b> …"
-        self.detail.value = "opening the checkpoint \u2026"
-        self.started, self._first, self.eta = time.monotonic(), None, None
+        if pace is not None and pace.done:
+            self.show(pace)
+        else:
+            self.bar.value, self.bar.max = 0, 1
+            self.detail.value = "opening the checkpoint \u2026"  # until the first tensor is done
 
-    def __call__(self, done: int, total: int, name: str = "") -> None:
-        now = time.monotonic()
-        if self._first is None:
-            self._first = (now, done)
-        t0, d0 = self._first
-        self.eta = (now - t0) / (done - d0) * (total - done) if done > d0 else None
-        self.bar.max = max(int(total), 1)
-        self.bar.value = min(int(done), self.bar.max)
-        left = f" · about {clock(self.eta)} left" if self.eta is not None and done < total else ""
-        self.detail.value = f"{done} / {total} tensors · {clock(now - self.started)}{left} · {name[-60:]}"
+    def first_look(self, components) -> None:
+        self.detail.value = f"first look: {', '.join(components)} of every layer \u2026"
 
-    def finish(self, text: str, style: str = "success") -> None:
+    def show(self, pace: Pace, name: str = "") -> None:
+        """The bar and the detail line from ``pace``."""
+        self.bar.max = max(int(pace.total), 1)
+        self.bar.value = min(int(pace.done), self.bar.max)
+        self.detail.value = pace.line(name)
+
+    def stopping(self, pace: Pace) -> None:
+        """Stop was pressed: said at once (a large tensor can take 20 s to finish), no time left."""
+        self.bar.bar_style = "warning"
+        self.label.value = "Stopping after the current tensor \u2026"
+        self.detail.value = f"{pace.done} / {pace.total} tensors · {clock(pace.elapsed())} · stopping"
+
+    def finish(self, text: str, style: str = "success", pace: Pace | None = None) -> None:
+        """The segment ended: ``text`` as the label; the detail line without a time left."""
         self.bar.bar_style = style
         self.label.value = text
+        if pace is not None:
+            self.show(pace)
 
-    def fail(self, err: BaseException) -> None:
+    def fail(self, err: BaseException, elapsed: float) -> None:
         self.bar.bar_style = "danger"
         self.label.value = f"Could not compute the statistics: {html.escape(str(err))}"
-        self.detail.value = f"failed after {clock(time.monotonic() - self.started)} ({type(err).__name__})"
+        self.detail.value = f"failed after {clock(elapsed)} ({type(err).__name__})"

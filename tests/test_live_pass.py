@@ -1,0 +1,201 @@
+"""The live pass without widgets (issue 36, item 4): :class:`toolkit.widgets.live_pass.LivePass` on a tiny
+checkpoint (the thread, Stop and Resume, the cells offered to the view) and its
+:class:`~toolkit.widgets.live_pace.Pace` on a fake clock (the count, the time spent, the time left).
+No sleep races a thread here: a tensor read waits on an event the test sets."""
+
+import subprocess
+import sys
+
+import pytest
+
+from _gate import TIMEOUT, Gate
+from toolkit.testing import write_tiny_checkpoint
+from toolkit.widgets.live_pace import Pace, time_left
+from toolkit.widgets.live_pass import LivePass, measured, work_of
+
+METRICS = ["frobenius_norm"]
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+    def tick(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("livepass") / "m", "llama", num_layers=3, seed=3)
+
+
+@pytest.fixture
+def events():
+    return []
+
+
+def _recorder(events):
+    def on_event(kind, live):
+        cells = measured(live.partial) if kind == "cells" else None
+        events.append((kind, int(cells.sum()) if cells is not None else None))
+    return on_event
+
+
+# -- the pace, on a fake clock -------------------------------------------------------------------
+
+def _sizes(n_small=2, n_large=26):
+    sizes = {f"small.{i}": 100_000 for i in range(n_small)}
+    sizes.update({f"large.{i}": 10_000_000 for i in range(n_large)})
+    return sizes
+
+
+def test_the_time_left_after_a_first_look_counts_the_large_matrices_to_come():
+    """At 2 of 28 (the first look's two small matrices, computed, then found in the cache by the pass)
+    the old line said "about 0 s left": the burst from the cache was the pace, and the small ones stood
+    for the large ones. The pace is per unit of work, from computed tensors only."""
+    clock = FakeClock()
+    pace = Pace(_sizes(), now=clock)
+    pace.begin()
+    for name in ("small.0", "small.1"):  # the first look: 0.1 s each
+        clock.tick(0.1)
+        pace.report(1, 2, name)
+    for i, name in enumerate(("small.0", "small.1")):  # the pass finds them in the cache at once
+        clock.tick(0.001)
+        pace.report(i + 1, 28, name)
+    assert (pace.done, pace.total, pace.computed, pace.from_cache) == (2, 28, 2, 0)
+    assert pace.eta() == pytest.approx(0.2 / 200_000 * 260_000_000)  # 260 s: 26 large matrices to come
+    assert "about 4:20 left" in pace.line("small.1")
+
+
+def test_the_time_left_after_a_resume_ignores_the_cells_from_the_cache():
+    """After a Resume the cached tensors came back in a burst and counted as pace: the estimate ran 2x too
+    low. Only computed tensors set the pace; a Stop leaves no time left; the summary is the whole run."""
+    clock = FakeClock()
+    sizes = {f"t.{i}": 1_000 for i in range(28)}
+    pace = Pace(sizes, now=clock)
+    pace.begin()
+    for i in range(8):
+        clock.tick(10)
+        pace.report(i + 1, 28, f"t.{i}")
+    assert pace.eta() == pytest.approx(200)
+    pace.end()  # Stop
+    assert pace.eta() is None and "left" not in pace.line()
+    clock.tick(3600)  # an hour before the Resume: not measuring time
+    pace.begin()
+    for i in range(8):  # the burst from the cache
+        clock.tick(0.01)
+        pace.report(i + 1, 28, f"t.{i}")
+    assert pace.eta() == pytest.approx(200)  # not 2x lower
+    clock.tick(10)
+    pace.report(9, 28, "t.8")
+    assert pace.eta() == pytest.approx(190) and pace.computed == 9 and pace.from_cache == 0
+    for i in range(9, 28):
+        clock.tick(10)
+        pace.report(i + 1, 28, f"t.{i}")
+    pace.end()
+    assert pace.eta() is None and pace.done == 28
+    assert pace.elapsed() == pytest.approx(280.08)
+    assert pace.summary() == "28 tensors in 4:40"
+
+
+def test_the_work_of_a_matrix_grows_as_its_singular_values_cost():
+    k, down = work_of((512, 3584)), work_of((3584, 18944))  # a 7B model's attn.k and mlp.down
+    assert 150 < down / k < 400  # measured about 200x on 2 cores; entries alone say 37x
+    assert work_of((8, 64, 32)) == 8 * 64 * 32 * 32 and work_of((10,)) == 10
+
+
+def test_tensors_found_in_the_cache_by_a_new_run_are_said_so_and_no_zero_time_left():
+    clock = FakeClock()
+    pace = Pace({"a": 10, "b": 10, "c": 10}, now=clock)
+    pace.begin()
+    assert pace.eta() is None  # nothing computed yet: no guess
+    pace.finished.add("a")  # measured by an earlier segment
+    pace.begin()
+    pace.report(1, 3, "a")
+    assert pace.eta() is None and pace.from_cache == 1
+    clock.tick(0.2)
+    pace.report(2, 3, "b")
+    assert time_left(pace.eta()) == "less than 1 s left"
+    assert time_left(0.0) == "less than 1 s left" and time_left(65) == "about 1:05 left"
+    assert "(1 from the cache)" in pace.summary()
+
+
+# -- the pass, on a tiny checkpoint ----------------------------------------------------------------
+
+def test_live_pass_imports_no_widgets():
+    code = "import sys, toolkit.widgets.live_pass as m; assert 'ipywidgets' not in sys.modules, 'ipywidgets'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=TIMEOUT)
+
+
+def test_a_resume_never_offers_fewer_cells_than_the_view_shows(ckpt, cache, events, monkeypatch):
+    """Resume re-ran the first look and showed its 2 cells in place of the 8 on screen for about 7 s
+    (it looked like lost work), then the cached burst one cell at a time."""
+    import toolkit.widgets.live_pass as live_pass
+
+    monkeypatch.setattr(live_pass, "FIRST_LOOK_ENTRIES", 0)  # the tiny model gets a first look
+
+    def on_event(kind, live):
+        _recorder(events)(kind, live)
+        if kind == "cells" and events[-1][1] >= 8 and live.look is None:
+            live.stop()
+
+    live = LivePass(ckpt, METRICS, refresh=0, on_event=on_event)
+    live.start()
+    assert live.state == "stopped" and ("stopping", None) in events
+    kept = int(measured(live.ds).sum())
+    assert 8 <= kept < 21
+    events.clear()
+    live.on_event = _recorder(events)
+    live.start()  # Resume
+    assert live.state == "done" and int(measured(live.ds).sum()) == 21
+    kinds = [k for k, _ in events]
+    assert "first_look" not in kinds  # the view holds cells: no first look again
+    offered = [n for k, n in events if k == "cells"]
+    assert offered and offered[0] >= kept and offered == sorted(offered)  # never fewer than shown
+    assert live.pace.done == live.pace.computed == 21  # the whole run: the cells from the cache were its own
+
+
+def test_stop_is_said_at_once_while_a_tensor_is_still_measured(ckpt, cache, events, monkeypatch):
+    live = LivePass(ckpt, METRICS, refresh=0, on_event=_recorder(events))
+    gate = Gate.on_progress(live, 4)  # the pass's thread busy after its 4th tensor, as with a large one
+    live.start(background=True)
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        live.stop()
+        assert events[-1] == ("stopping", None) and live.stopping and live.state == "running"  # at once
+        assert not live.done and live.pace.eta() is not None or live.pace.computed == 0
+    finally:
+        gate.open()
+    ds = live.wait(TIMEOUT)
+    assert live.state == "stopped" and events[-1] == ("ended", None) and not live.stopping
+    assert live.pace.eta() is None and "left" not in live.pace.line()
+    assert int(measured(ds).sum()) == 4 == live.pace.done and "stopped" in ds.attrs  # the 4th one kept too
+
+
+def test_when_done_runs_before_wait_returns_and_at_once_when_nothing_runs(ckpt, cache, monkeypatch):
+    gate = Gate.on_read(monkeypatch, 2)
+    live = LivePass(ckpt, METRICS)
+    got = []
+    live.start(background=True)
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        live.when_done(lambda lv: got.append(lv.state))
+        assert got == []
+    finally:
+        gate.open()
+    live.wait(TIMEOUT)
+    assert got == ["done"]
+    live.when_done(lambda lv: got.append("again"))
+    assert got == ["done", "again"]
+
+
+def test_a_new_selection_is_a_new_run_and_the_same_one_resumes(ckpt, cache):
+    live = LivePass(ckpt, METRICS, stats_kws={"layers": [0]})
+    live.start()
+    assert live.state == "done" and live.pace.total == 7 and live.pace.summary().startswith("7 tensors")
+    live.start(layers=[0, 1])
+    assert live.pace.total == 14 and live.pace.from_cache == 7 and list(live.ds.layer.values) == [0, 1]
+    assert live.partial is live.ds

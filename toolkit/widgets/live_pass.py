@@ -1,0 +1,370 @@
+"""A pass of :func:`toolkit.weight_stats` watched while it runs: the thread, Stop and Resume, the cells
+so far and the progress of the whole run. No widget here: the panel of
+:func:`toolkit.widgets.explore_model` listens to it (``on_event``), and a test drives it in plain pytest.
+
+A run is one source and selection, measured in one or more segments: a large model's first look (its
+smallest matrices, every layer), then the pass over the rest (which finds the first look in the result
+cache); a Stop ends a segment after the tensor being measured, a Resume starts the next one (the
+finished cells come from the cache). The cells offered to the view only ever grow: a segment's first
+Datasets, with fewer cells than the view shows, are never offered.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from toolkit.errors import PassStopped
+from toolkit.widgets.live_pace import Pace
+
+#: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
+#: measured before the rest (SmolLM2's largest has 0.9 M; a 7B model's 68 M).
+FIRST_LOOK_ENTRIES = 4_000_000
+#: Options a plan takes besides the address (SourceRequest's; the others are the pass's).
+PLAN_OPTIONS = ("mapping", "cache")
+SELECTION_KEYS = ("layers", "components", "experts")
+#: What ``on_event(kind, live)`` hears: a segment starts, the first look starts, a tensor is stored, cells to
+#: show, Stop asked (at once, while the tensor being measured finishes), the segment ended (``live.state``).
+EVENTS = ("started", "first_look", "progress", "cells", "stopping", "ended")
+
+
+def first_look(plan, stats_kws: dict, *, count: int = 2) -> list | None:
+    """The ``count`` smallest components of a large model (measured in every layer before the rest), when
+    no selection was asked for; else None.
+
+    A pass reads its tensors in file order, where a 7B model's first layer starts with its largest
+    matrices (``mlp.down_proj``: 40 s to the first cell on 2 cores). Measuring the smallest kinds first
+    (``attn.k`` and ``attn.v``, a fraction of a second each) fills two columns of the heatmap in seconds;
+    the pass that follows finds them in the cache. Only the plan is read here (the stored tensors'
+    shapes), no tensor.
+    """
+    if plan is None or any(stats_kws.get(k) is not None for k in SELECTION_KEYS) or not stats_kws.get("cache", True):
+        return None
+    sizes = [(math.prod(t.record.shape) // len(t.pieces), p) for t in plan.tensors for p in t.pieces
+             if p.expert is None]
+    if not sizes or max(n for n, _ in sizes) <= FIRST_LOOK_ENTRIES:
+        return None
+    first = min(p.layer for _, p in sizes)
+    smallest = sorted((n, p.component) for n, p in sizes if p.layer == first)[:count]
+    return sorted({c for _, c in smallest}, key=plan.model_components.index)
+
+
+def work_of(shape) -> int:
+    """The relative cost of measuring a tensor of ``shape``: its entries times its smaller matrix side (the
+    singular values dominate a pass: a 7B model's ``mlp.down`` takes about 200x its ``attn.k``, where its
+    entries are 37x and this is 260x). Entry-only metrics cost less on large matrices: their time left
+    starts high and comes down as the large ones are measured."""
+    dims = [int(d) for d in shape]
+    return math.prod(dims) * (min(dims[-2:]) if len(dims) >= 2 else 1)
+
+
+def tensor_sizes(plan, stats_kws: dict) -> dict | None:
+    """:func:`work_of` each tensor the pass will measure (``plan`` with the selection applied); None when
+    unknown."""
+    if plan is None:
+        return None
+    from toolkit.collect.plan.selection import Selection
+
+    try:
+        selected = plan.select(Selection.of(*(stats_kws.get(k) for k in SELECTION_KEYS)))
+    except Exception:  # noqa: BLE001 - the pass itself says what is wrong with the selection
+        return None
+    return {t.record.name: work_of(t.record.shape) for t in selected.tensors} or None
+
+
+def measured(ds) -> np.ndarray | None:
+    """Which cells of ``ds`` hold a measured matrix (None when it does not say)."""
+    return ds.parameter_name.values != "" if "parameter_name" in ds.coords else None
+
+
+def covers(new, old) -> bool:
+    """Whether showing ``new`` in place of ``old`` loses no cell (another grid always replaces)."""
+    if old is None:
+        return True
+    a, b = measured(new), measured(old)
+    if a is None or b is None or a.shape != b.shape:
+        return True
+    return bool((a | ~b).all())
+
+
+def _look_fixed(ds):
+    """A first look's Dataset with its cells still to come unmarked (here "not selected" means "not yet")."""
+    reason = ds.nan_reason.values.astype(str)
+    unmeasured = np.char.startswith(reason, "not selected")
+    return ds.assign_coords(nan_reason=(ds.nan_reason.dims, np.where(unmeasured, "", reason)))
+
+
+class LivePass:
+    """One source and selection measured in the background, stoppable and resumable.
+
+    Parameters
+    ----------
+    source, metrics
+        As :func:`toolkit.weight_stats` takes them.
+    stats_kws : dict, optional
+        Its other options (``layers``, ``components``, ``experts``, ``cache`` ...).
+    refresh : float, default 0.5
+        Least seconds between two ``"cells"`` events (the first cells at once).
+    on_event : callable, optional
+        ``on_event(kind, live)`` for each of :data:`EVENTS`, in the pass's thread (``"stopping"`` in the
+        caller's).
+    now : callable, default time.monotonic
+        The clock (of the progress, the time left and ``refresh``).
+
+    Attributes
+    ----------
+    state : str
+        ``"idle"``, ``"running"``, ``"done"``, ``"stopped"`` or ``"failed"``.
+    pace : Pace
+        The run's count, time spent and time left.
+    plan
+        The checkpoint's plan (None before the first segment or when it cannot be made).
+    look : list of str or None
+        The components of the first look, while it runs.
+    error : Exception or None
+    first_cells_s : float or None
+        Seconds from the segment's start to its first cells offered.
+    name : str
+        The last tensor stored.
+    """
+
+    def __init__(self, source=None, metrics=None, *, stats_kws=None, refresh=0.5,
+                 on_event: Callable | None = None, now: Callable[[], float] = time.monotonic):
+        self.source, self.metrics, self.refresh, self.now = source, metrics, refresh, now
+        self.stats_kws = {k: v for k, v in (stats_kws or {}).items() if not (k in SELECTION_KEYS and v is None)}
+        self.on_event = on_event
+        self.state, self.error, self.plan, self.look, self.first_cells_s, self.name = "idle", None, None, None, None, ""
+        self.pace = Pace(now=now)
+        self._new_run = True
+        self._result = self._best = self._latest = None
+        self._best_units = self._units = 0  # tensors stored when _best was taken, and so far in this call
+        self._last_offer = self._started = 0.0
+        self._thread: threading.Thread | None = None
+        self._stop, self._done = threading.Event(), threading.Event()
+        self._done.set()
+        self._lock = threading.Lock()
+        self._callbacks: list = []
+        self._known: frozenset = frozenset()  # tensors measured by earlier runs of this source
+
+    # -- control --------------------------------------------------------------
+    def start(self, *, source=..., layers=..., components=..., experts=..., background: bool = False) -> LivePass:
+        """(Re)start: another ``source`` or selection starts a new run; the same one after a Stop or a
+        failure resumes the run (its finished cells come from the cache). In a thread with ``background``."""
+        self._join()
+        previous = self.source
+        changed = source is not ... and source != self.source
+        if source is not ...:
+            self.source = source
+        for key, value in (("layers", layers), ("components", components), ("experts", experts)):
+            if value is not ... and value != self.stats_kws.get(key):
+                changed = True
+                self.stats_kws.pop(key, None)
+                if value is not None:
+                    self.stats_kws[key] = value
+        if changed or self.state in ("idle", "done"):
+            same = self.state != "idle" and self.source == previous
+            self._known = self._known | self.pace.finished if same else frozenset()  # in the cache
+            self._new_run, self._best, self._best_units, self.plan = True, None, 0, None
+        self._stop.clear()
+        self._done.clear()
+        self.state, self.error, self._result, self.first_cells_s = "running", None, None, None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="toolkit-live-pass", daemon=True)
+            self._thread.start()
+        else:
+            self._run()
+        return self
+
+    def stop(self) -> None:
+        """Stop after the tensor being measured (the finished cells stay, and are cached); says so at once."""
+        if self.state == "running" and not self._stop.is_set():
+            self._stop.set()
+            self._emit("stopping")
+
+    def fail(self, err: BaseException) -> None:
+        """End the run with ``err`` (the form's text is no selection): a running segment stops first, and
+        ``.ds`` / :meth:`wait` raise ``err``."""
+        self._join()
+        self._done.clear()
+        self.state, self.error, self._result = "failed", err, None
+        self._end()
+
+    @property
+    def stopping(self) -> bool:
+        """Stop was asked and the tensor being measured is not finished yet."""
+        return self.state == "running" and self._stop.is_set()
+
+    def _join(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._stop.set()
+            self._thread.join()
+
+    # -- results ---------------------------------------------------------------
+    def wait(self, timeout: float | None = None):
+        """Wait for the segment; return the run's Dataset (the finished cells after a Stop).
+
+        Raises
+        ------
+        TimeoutError
+            Still running after ``timeout`` seconds.
+        Whatever :func:`toolkit.weight_stats` raised.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the pass over {self.what} is still running")
+        if self.error is not None:
+            raise self.error
+        return self._result
+
+    def outcome(self):
+        """The Dataset of the segment that ended, without waiting (for :meth:`when_done` callbacks, which
+        run before :meth:`wait` returns); None while one runs.
+
+        Raises
+        ------
+        Whatever :func:`toolkit.weight_stats` raised.
+        """
+        if self.error is not None:
+            raise self.error
+        return None if self.state == "running" else self._result
+
+    @property
+    def ds(self):
+        """The statistics: waits for the pass (a stopped pass gives the cells it finished)."""
+        return self.wait()
+
+    @property
+    def partial(self):
+        """The Dataset of the cells finished so far (None before the first): it never loses a cell."""
+        return self._result if self._result is not None else self._best
+
+    @property
+    def done(self) -> bool:
+        """No segment is running."""
+        return self._done.is_set()
+
+    def when_done(self, callback: Callable) -> None:
+        """``callback(live)`` once the segment running ends (at once when none runs), in the pass's thread."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    @property
+    def what(self) -> str:
+        return str(self.source) if self.source is not None else "the embedded default model"
+
+    # -- the segment -------------------------------------------------------------
+    def _emit(self, kind: str) -> None:
+        if self.on_event is not None:
+            self.on_event(kind, self)
+
+    def _run(self) -> None:
+        import toolkit
+
+        self._started = self._last_offer = self.now()
+        try:
+            if self._new_run:
+                self.plan = self._open_plan()
+                self.pace, self._new_run = Pace(tensor_sizes(self.plan, self.stats_kws), now=self.now,
+                                                  known=self._known), False
+            self.pace.begin()
+            self._emit("started")
+            self._first_look()
+            self._units = 0
+            ds = toolkit.weight_stats(self.source, self.metrics, progress=self._progress,
+                                      on_cells=lambda p: self._cells(p), **self.stats_kws)
+        except PassStopped:
+            self._stopped()
+        except Exception as err:  # noqa: BLE001 - shown by the panel, raised again by .ds / wait()
+            self.state, self.error = "failed", err
+        else:
+            self._best = self._result = ds
+            self.state = "done"
+        finally:
+            self.look = None
+            self.pace.end()
+            self._end()
+
+    def _end(self) -> None:
+        """Say the segment ended, run the :meth:`when_done` callbacks, then let :meth:`wait` return."""
+        self._emit("ended")
+        while True:
+            with self._lock:
+                callbacks, self._callbacks = self._callbacks, []
+                if not callbacks:
+                    self._done.set()
+                    return
+            for callback in callbacks:
+                try:
+                    callback(self)
+                except Exception as err:  # noqa: BLE001 - one callback's failure must not hold wait()
+                    warnings.warn(f"a when_done callback of the pass over {self.what} failed: {err!r}",
+                                  RuntimeWarning, stacklevel=1)
+
+    def _stopped(self) -> None:
+        if self._latest is not None:
+            self._offer(self._latest())
+        ds = self._best
+        if ds is not None:
+            ds = ds.copy()
+            ds.attrs["stopped"] = f"after {self.pace.done} of {self.pace.total} tensors"
+        self.state, self._result = "stopped", ds
+
+    def _open_plan(self):
+        """The checkpoint's plan (cached: the pass reads it again for free): which matrices the model
+        has and their shapes. None when it cannot be made here (the pass then says why)."""
+        from toolkit.collect.plan import plan_pieces
+        from toolkit.errors import ToolkitError
+        from toolkit.sources import SourceRequest
+
+        try:
+            return plan_pieces(SourceRequest.from_options(self.source, self.stats_kws),
+                               **{k: self.stats_kws[k] for k in PLAN_OPTIONS if k in self.stats_kws})
+        except (ToolkitError, OSError):
+            return None
+
+    def _first_look(self) -> None:
+        """Measure a large model's smallest components first, every layer (:func:`first_look`); not on a
+        Resume, whose view already holds cells."""
+        import toolkit
+
+        look = first_look(self.plan, self.stats_kws) if self._best is None else None
+        if look is None:
+            return
+        self.look, self._units = look, 0
+        self._emit("first_look")
+        toolkit.weight_stats(self.source, self.metrics, progress=self._progress, fill=True, components=look,
+                             on_cells=lambda p: self._cells(lambda: _look_fixed(p())), **self.stats_kws)
+        self.look = None
+
+    def _progress(self, done: int, total: int, name: str = "") -> None:
+        self.pace.report(done, total, name)
+        self.name = name
+        self._emit("progress")
+
+    def _cells(self, partial) -> None:
+        """``on_cells`` of a pass: stop if asked; offer the cells at most every ``refresh`` s (the first at once)."""
+        self._units += 1
+        self._latest = partial  # stored: shown after a Stop too
+        if self._stop.is_set():
+            raise PassStopped
+        if self._units < self._best_units:  # still the cached burst of cells already on view: nothing new
+            return
+        if self._best is not None and self.now() - self._last_offer < self.refresh:
+            return
+        self._offer(partial())
+
+    def _offer(self, ds) -> None:
+        """Make ``ds`` the cells so far if it loses none of them, and say so."""
+        if not covers(ds, self._best):
+            return
+        self._best, self._best_units, self._last_offer = ds, max(self._units, 1), self.now()
+        if self.first_cells_s is None:
+            self.first_cells_s = self._last_offer - self._started
+        self._emit("cells")
