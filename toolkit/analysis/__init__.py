@@ -1,6 +1,6 @@
 """What a Dataset's statistics suggest doing to the model, and doing it: per-cell allocations computed from a
 Dataset (pure: :mod:`.allocation`), magnitude pruning of a loaded model by such an allocation (:mod:`.pruning`)
-and the perplexity that judges it (:mod:`.perplexity`).
+and the perplexity that judges it (:mod:`.held_out`).
 
 Arrows: analysis reads Datasets (``xarray``) and loaded models (:mod:`toolkit.activations`); nothing below it
 imports it. :mod:`.allocation` does no I/O and needs no torch.
@@ -23,8 +23,8 @@ from toolkit.analysis.allocation import alpha_allocation
 
 __all__ = ["HELD_OUT_TEXT", "alpha_allocation", "perplexity", "pruned"]
 
-_LAZY = {"pruned": "toolkit.analysis.pruning", "perplexity": "toolkit.analysis.perplexity",
-         "HELD_OUT_TEXT": "toolkit.analysis.perplexity"}
+_LAZY = {"pruned": "toolkit.analysis.pruning", "perplexity": "toolkit.analysis.held_out",
+         "HELD_OUT_TEXT": "toolkit.analysis.held_out"}
 
 
 def __getattr__(name: str):
