@@ -255,6 +255,7 @@ INDEX = [
     ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
     ("activations", "7. `activation_stats` against a bare forward of the same batches, SmolLM2"),
+    ("alpha_pruning", "notebook 05: perplexity of SmolLM2 magnitude-pruned by uniform, alpha and reverse allocations"),
 ]
 
 
@@ -559,11 +560,28 @@ def bench_activations(rec: dict, res: dict) -> str:
             + table(["run", "median", "range", "ratio", "target"], rows))
 
 
+@needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
+def readme_alpha_pruning(rec: dict, res: dict) -> str:
+    """Notebook 05's perplexity table and its reading (written by the notebook from the same numbers)."""
+    f = rec["figures"]
+    allocations = f["settings"]["allocations"]
+    by = {(r["sparsity"], r["allocation"]): r for r in f["rows"]}
+    rows = [["dense", *[f"{f['dense_perplexity']:.1f}"] * len(allocations)]]
+    for s in f["settings"]["sparsities"]:
+        rows.append([f"{s:.0%}", *(f"{by[s, a]['perplexity']:.1f}" for a in allocations)])
+    eps = f["settings"]["epsilon"]
+    return (f"Perplexity of the embedded SmolLM2-135M-Instruct on {f['tokens']} tokens of `data/heldout.txt` "
+            f"(windows of {f['settings']['window']}), magnitude-pruned per matrix with each allocation of the "
+            f"global sparsity (`toolkit.analysis.alpha_allocation`, ε = {eps:g}, per layer); {when(rec)}, "
+            f"{f['threads']} thread(s), {secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
+            + table(["sparsity", *allocations], rows) + "\n" + f["reading"] + "\n")
+
+
 # ---------------------------------------------------------------- the documents
 
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
-    "readme-explorer": readme_explorer,
+    "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations,

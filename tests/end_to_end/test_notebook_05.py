@@ -39,7 +39,7 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
         assert len(r["layer_sparsity"]) == 30
     assert max(rows["uniform"]["layer_sparsity"]) == min(rows["uniform"]["layer_sparsity"]) == 0.5
     alpha_layers, reverse_layers = rows["alpha"]["layer_sparsity"], rows["reverse alpha"]["layer_sparsity"]
-    assert max(alpha_layers) > 0.6 and min(alpha_layers) < 0.4  # spread over [1 - 0.3, 1 + 0.3] x budget
+    assert max(alpha_layers) > 0.6 and min(alpha_layers) < 0.45  # spread over [1 - 0.2, 1 + 0.2] x budget
     assert alpha_layers.index(max(alpha_layers)) == reverse_layers.index(min(reverse_layers))  # the mirror
     assert record["reading"] and "50%" in record["reading"]
     text = "".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells if c.cell_type == "code"

@@ -121,7 +121,8 @@ def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequan
     caveat = (f"Read it with its limits: one {model}, dense perplexity {dense:.1f} on {result['tokens']} tokens of "
               f"one held-out text; plain magnitude pruning, no update of the remaining weights (the paper's LLaMA-7B "
               "figures use Wanda and SparseGPT as well); ε = "
-              f"{result['settings']['epsilon']:g}, the authors' value for LLaMA-7B, not tuned here. "
+              f"{result['settings']['epsilon']:g}, within the authors' LLaMA-7B values (0.2 to 0.3), not tuned "
+              "here. "
               + (f"Perplexities up to {worst:.0f} mean the pruned model no longer writes usable text at these "
                  "sparsities, whichever allocation: a 135M model quantized to 4 bits has little redundancy to "
                  "spare, unlike the 7B models of the paper. " if worst > 10 * dense else "")
