@@ -113,7 +113,7 @@ def test_a_missing_matrix_gets_no_sparsity_and_no_weight():
 def test_bad_options_are_one_typed_error(kwargs, option):
     with pytest.raises(InvalidOptionError) as info:
         alpha_allocation(grid([[2.0]], 4, 4), **kwargs)
-    assert info.value.option == option
+    assert info.value.option == option and info.value.where == "toolkit.analysis.alpha_allocation"
 
 
 def test_a_dataset_without_alpha_is_refused_with_the_way_out():
@@ -130,4 +130,4 @@ def test_an_epsilon_too_wide_for_the_budget_is_refused_not_clipped():
     ds = grid([[1.0], [9.0]], [[100], [1]], 100)
     with pytest.raises(InvalidOptionError, match=r"layer 1 c0 a sparsity of 14.5\d\d >= 1") as info:
         alpha_allocation(ds, 0.9, epsilon=0.9)
-    assert info.value.option == "epsilon"
+    assert info.value.option == "epsilon" and info.value.where == "toolkit.analysis.alpha_allocation"

@@ -171,7 +171,7 @@ def alpha_allocation(ds: xr.Dataset, sparsity: float, *, epsilon: float = DEFAUL
         raise InvalidOptionError(
             "epsilon", epsilon, f"a smaller value: with sparsity={sparsity:g} it allots layer "
             f"{int(alpha.layer[layer])} {alpha.component.values[comp]} a sparsity of {out[layer, comp]:.3f} >= 1",
-            "toolkit.alpha_allocation")
+            "toolkit.analysis.alpha_allocation")
     which = "reverse alpha" if reverse else "alpha"
     return xr.DataArray(
         out, dims=("layer", "component"),
