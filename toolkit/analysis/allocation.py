@@ -1,6 +1,6 @@
 """Per-(layer, component) sparsity for a global budget from a Dataset's ``alpha``: AlphaPruning's allocation.
 
-AlphaPruning (Lu et al., NeurIPS 2024, arXiv 2410.10912, §3.3 "allocating layer-wise sparsity") reads the
+AlphaPruning (Lu et al., NeurIPS 2024, arXiv 2410.10912, §3, the layer-wise sparsity allocation) reads the
 heavy-tail exponent of each layer's empirical spectral density as how well trained the layer is: a smaller
 alpha (a heavier tail) marks a better-trained layer, which is pruned less. :func:`alpha_allocation` turns the
 ``alpha`` variable of a :func:`toolkit.weight_stats` Dataset into that allocation, with the reverse one
@@ -26,7 +26,7 @@ __all__ = ["DEFAULT_EPSILON", "alpha_allocation"]
 DEFAULT_EPSILON = 0.3
 
 REFERENCE = ("Lu, Zhou, Liu, Hu, Mahoney, Yang, 'AlphaPruning: Using Heavy-Tailed Self Regularization Theory for "
-             "Improved Layer-wise Pruning of Large Language Models', NeurIPS 2024, arXiv:2410.10912, §3.3 (the "
+             "Improved Layer-wise Pruning of Large Language Models', NeurIPS 2024, arXiv:2410.10912, §3 (the "
              "linear mapping of the layer metric to [s1, s2] = [1 - ε, 1 + ε], then scaled to the global budget), "
              "and the authors' code (ww_sparsity: block-wise mean of the metric, parameter-weighted scaling)")
 
@@ -122,14 +122,14 @@ def alpha_allocation(ds: xr.Dataset, sparsity: float, *, epsilon: float = DEFAUL
         m_i = (1 - ε) + 2ε \\frac{q_i - q_{min}}{q_{max} - q_{min}}, \\qquad
         s_i = m_i \\, S \\frac{\\sum_j w_j}{\\sum_j w_j m_j}
 
-    (paper §3.3: the linear map to ``[s1, s2]`` with ``(s1, s2) = (1 - ε, 1 + ε)``, then one factor so the
+    (paper §3: the linear map to ``[s1, s2]`` with ``(s1, s2) = (1 - ε, 1 + ε)``, then one factor so the
     parameter-weighted mean sparsity is S, as the authors' ``ww_sparsity`` does). ``reverse`` uses
     ``2 - m_i``. Choices the paper does not fix, made here:
 
-    - Metric: the Dataset's ``alpha`` (WeightWatcher's default power-law fit). The paper's default metric is
-      the Hill estimator of the tail (PL_Alpha_Hill); the authors' code reads WeightWatcher's alpha with
-      ``fix_fingers="xmin_peak"``. Pass a Dataset measured with ``fit=toolkit.FitOptions(fix_fingers=
-      "xmin_peak")`` for the latter.
+    - Metric: the Dataset's ``alpha`` (WeightWatcher's default power-law fit). The paper describes its metric
+      as PL_Alpha_Hill (a Hill estimate of the tail exponent); the metric file its released scripts read is
+      named ``alpha_peak`` (WeightWatcher's alpha with ``fix_fingers="xmin_peak"``, as we read it). For the
+      latter, pass a Dataset measured with ``fit=toolkit.FitOptions(fix_fingers="xmin_peak")``.
     - NaN alpha (a matrix the fit skipped): left out of its layer's mean; a cell whose metric is still NaN
       (``"matrix"``, or a layer with no fitted matrix) gets the middle of the range, ``m_i = 1``, as if of
       average alpha; it is still pruned and still counts in the budget.
@@ -140,7 +140,9 @@ def alpha_allocation(ds: xr.Dataset, sparsity: float, *, epsilon: float = DEFAUL
     ----------
     Lu, H., Zhou, Y., Liu, S., Wang, Z., Mahoney, M. W., Yang, Y. AlphaPruning: Using Heavy-Tailed Self
     Regularization Theory for Improved Layer-wise Pruning of Large Language Models. NeurIPS 2024,
-    arXiv:2410.10912, §3.3.
+    arXiv:2410.10912, §3 (the method; its subsection number is cited from memory). Code: the authors'
+    repository, ``lib/prune.py``, ``ww_sparsity`` (s1, s2 = 1 - ε, 1 + ε; block-wise mean of the metric;
+    parameter-weighted scaling to the budget).
 
     Examples
     --------
