@@ -258,6 +258,7 @@ INDEX = [
     ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
                    "modeldelta 0.4.4"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
+    ("alpha_pruning", "notebook 05: perplexity of SmolLM2 magnitude-pruned by uniform, alpha and reverse allocations"),
 ]
 
 
@@ -629,13 +630,28 @@ def bench_compare_remote(rec: dict, res: dict) -> str:
             f"plus headers: {_pass(f['moved_bytes'] <= f['target'] * f['selected_bytes'] + f['header_bytes'])}); "
             f"{secs(f['remote_s'])} against {secs(f['local_s'])} from the local folder; values equal: "
             f"{f['values_equal_local']}.\n")
+@needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
+def readme_alpha_pruning(rec: dict, res: dict) -> str:
+    """Notebook 05's perplexity table and its reading (written by the notebook from the same numbers)."""
+    f = rec["figures"]
+    allocations = f["settings"]["allocations"]
+    by = {(r["sparsity"], r["allocation"]): r for r in f["rows"]}
+    rows = [["dense", *[f"{f['dense_perplexity']:.1f}"] * len(allocations)]]
+    for s in f["settings"]["sparsities"]:
+        rows.append([f"{s:.0%}", *(f"{by[s, a]['perplexity']:.1f}" for a in allocations)])
+    eps = f["settings"]["epsilon"]
+    return (f"Perplexity of the embedded SmolLM2-135M-Instruct on {f['tokens']} tokens of `data/heldout.txt` "
+            f"(windows of {f['settings']['window']}), magnitude-pruned per matrix with each allocation of the "
+            f"global sparsity (`toolkit.analysis.alpha_allocation`, ε = {eps:g}, per layer); {when(rec)}, "
+            f"{f['threads']} thread(s), {secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
+            + table(["sparsity", *allocations], rows) + "\n" + f["reading"] + "\n")
 
 
 # ---------------------------------------------------------------- the documents
 
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
-    "readme-explorer": readme_explorer,
+    "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations, "bench-compare": bench_compare,

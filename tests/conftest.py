@@ -250,6 +250,7 @@ SLOW_MODULES = {
     "test_notebook_01", "test_notebook_02", "test_notebook_03", "test_lab_notebook", "test_weightwatcher_golden",
     "test_fuzz_configs", "test_fuzz_sources", "test_properties", "test_activations_smollm2", "test_sources_gguf",
     "test_packaged_data", "test_float32_certified", "test_probe_headless_encoder", "test_distributed",
+    "test_notebook_05",
 }
 #: Fixtures of the bundled real models: a test that takes one is slow too.
 REAL_MODEL_FIXTURES = {"smollm2_path", "gemma3_path", "minilm_dir"}

@@ -349,6 +349,6 @@ def declared_options(fn) -> Mapping[str, Constraint]:
 def _public_module(fn) -> str:
     """``toolkit`` for the top-level front doors, else the public subpackage (``toolkit.plot``)."""
     parts = fn.__module__.split(".")
-    if len(parts) > 1 and parts[1] in ("plot", "widgets", "activations"):
+    if len(parts) > 1 and parts[1] in ("plot", "widgets", "activations", "analysis"):
         return "toolkit" if parts[1] == "activations" else f"toolkit.{parts[1]}"
     return "toolkit"

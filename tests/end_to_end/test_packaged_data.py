@@ -25,10 +25,12 @@ WHEEL_FOLDER = "toolkit/data/files"
 
 def _defaults() -> dict[str, Path]:
     from toolkit.activations.inputs import DEFAULT_PROMPTS
+    from toolkit.analysis.held_out import HELD_OUT_TEXT
     from toolkit.finetune.run import DEFAULT_TEXT
     from toolkit.lab import RESULT_PATH, RESULTS
 
-    return {"prompts.txt": DEFAULT_PROMPTS, "finetune.txt": DEFAULT_TEXT, "attention_lab.nc": RESULT_PATH,
+    return {"prompts.txt": DEFAULT_PROMPTS, "finetune.txt": DEFAULT_TEXT, "heldout.txt": HELD_OUT_TEXT,
+            "attention_lab.nc": RESULT_PATH,
             "attention_lab_n65.nc": RESULTS["up16"]}
 
 

@@ -8,6 +8,8 @@ file                      what
                           separated by ``---`` lines)
 ``finetune.txt``          default training text of ``python -m toolkit finetune``
                           (math word problems with worked answers)
+``heldout.txt``           held-out English prose of notebook 05's perplexity
+                          (:data:`toolkit.analysis.HELD_OUT_TEXT`), written for it
 ``attention_lab.nc``      the committed 200-epoch run of ``python -m toolkit lab``
                           (N = 17 tokens), read by :func:`toolkit.lab.load_result`
 ``attention_lab_n65.nc``  the committed N = 65 run (``--preset up16``),
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-FILES = ("prompts.txt", "finetune.txt", "attention_lab.nc", "attention_lab_n65.nc")
+FILES = ("prompts.txt", "finetune.txt", "heldout.txt", "attention_lab.nc", "attention_lab_n65.nc")
 
 _HERE = Path(__file__).resolve().parent
 
