@@ -139,6 +139,7 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
         from pathlib import Path
         import toolkit
         from toolkit.activations.inputs import DEFAULT_PROMPTS, load_prompts
+        from toolkit.analysis.held_out import HELD_OUT_TEXT
         from toolkit.data import FILES, data_path
         from toolkit.finetune.run import DEFAULT_TEXT
         from toolkit.lab import RESULT_PATH, RESULTS, load_result
@@ -148,7 +149,8 @@ def test_installed_wheel_finds_its_data(wheel, tmp_path):
         for name in FILES:
             path = data_path(name)
             assert path.resolve() == site / "toolkit" / "data" / "files" / name and path.is_file(), path
-        assert {DEFAULT_PROMPTS, DEFAULT_TEXT, RESULT_PATH, RESULTS["up16"]} == {data_path(n) for n in FILES}
+        assert {DEFAULT_PROMPTS, DEFAULT_TEXT, HELD_OUT_TEXT, RESULT_PATH, RESULTS["up16"]} == {
+            data_path(n) for n in FILES}
         assert len(load_prompts()) >= 30
         assert load_result().sizes["activation"] == 5 == load_result("up16").sizes["activation"]
         print("ok")
