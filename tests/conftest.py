@@ -251,6 +251,9 @@ SLOW_MODULES = {
     "test_fuzz_configs", "test_fuzz_sources", "test_properties", "test_activations_smollm2", "test_sources_gguf",
     "test_packaged_data", "test_float32_certified", "test_probe_headless_encoder", "test_distributed",
     "test_notebook_05",
+    # subprocesses, trainings or large declared shapes: seconds a test
+    "test_lab_train", "test_lab_presets", "test_hostile_quantized", "test_hostile_architectures", "test_hostile_inputs",
+    "test_collect_stream", "test_cache_adversarial", "test_hostile_network",
 }
 #: Fixtures of the bundled real models: a test that takes one is slow too.
 REAL_MODEL_FIXTURES = {"smollm2_path", "gemma3_path", "minilm_dir"}
