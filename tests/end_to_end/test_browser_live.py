@@ -20,10 +20,9 @@ def test_notebook_01_shows_the_live_panel_while_the_model_is_measured(tmp_path, 
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))  # nothing cached: the pass takes its time
     with B.voila(NOTEBOOK, tmp_path) as url, B.chromium(tmp_path) as page:
         page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
-        # on the page while the pass runs: the panel's progress line and the later cells' placeholders
-        page.get_by_text(PLACEHOLDER).first.wait_for(state="visible", timeout=B.PAGE_TIMEOUT_MS)
-        measuring = page.get_by_text(re.compile(r"^Measur(ing|ed) ")).first  # (it may just have ended)
-        measuring.wait_for(state="visible", timeout=B.PAGE_TIMEOUT_MS)  # the live panel's progress line
+        # the live panel's progress line (on a loaded machine the page may come only as the pass ends)
+        measuring = page.get_by_text(re.compile(r"^Measur(ing|ed) ")).first
+        measuring.wait_for(state="visible", timeout=B.PAGE_TIMEOUT_MS)
         measuring.scroll_into_view_if_needed()
         page.screenshot(path=str(B.ARTIFACTS / "notebook01_live_while_measuring.png"))
         done = page.get_by_text(re.compile(r"^Measured ")).first
@@ -34,6 +33,10 @@ def test_notebook_01_shows_the_live_panel_while_the_model_is_measured(tmp_path, 
         page.screenshot(path=str(B.ARTIFACTS / "notebook01_live_finished.png"))
         text = page.inner_text("body")
         assert "statistics:" in text and "cells flagged" in text
+        # the later cells did not wait for the pass: their results are in the placeholders (Output widgets)
+        # they put on the page, filled when it ended, and not in the cells' own outputs
+        deferred = page.locator(".widget-output").filter(has_text="cells flagged")
+        assert deferred.count() == 1 and "statistics:" in " ".join(page.locator(".widget-output").all_inner_texts())
         for bad in ("Traceback", "Error"):
             assert bad not in text, f"page shows {bad!r}: ...{text[max(0, text.find(bad) - 300):][:800]}"
         assert page.locator(".jp-OutputArea-output img, .widget-output img").count() >= 3  # the figures

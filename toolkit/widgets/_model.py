@@ -31,6 +31,7 @@ from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_form import form_row, make_form, read_form, set_button, show_selection
 from toolkit.widgets.live_pass import LivePass, measured
 from toolkit.widgets.live_progress import WidgetProgress
+from toolkit.widgets.main_thread import in_main_thread
 
 
 def _shell():
@@ -182,7 +183,7 @@ class ModelExplorer:
             count = f"{int(cells.sum())} cells, " if cells is not None else ""
             self.progress.finish(f"Measured <b>{what}</b>: {count}{pace.summary()}.", pace=pace)
             set_button(self.form, "off")
-            self._static()
+            in_main_thread(self._static)  # draws a PNG: never beside a cell that draws
 
     def _show(self, ds, *, final: bool = False) -> None:
         t0 = time.monotonic()

@@ -15,6 +15,8 @@ import html
 import os
 from collections.abc import Callable
 
+from toolkit.widgets.main_thread import in_main_thread
+
 #: Variables Voilà sets in the kernels it starts.
 VOILA_ENV = ("VOILA_KERNEL_ID", "VOILA_BASE_URL", "VOILA_SERVER_URL")
 
@@ -28,6 +30,15 @@ def _items(result) -> list:
     if result is None:
         return []
     return list(result) if isinstance(result, (list, tuple)) else [result]
+
+
+def _outcome(live) -> tuple:
+    """``(ds, None)`` of a pass that just ended, or ``(None, what it raised)``: taken in the pass's thread,
+    before another run could start."""
+    try:
+        return live.outcome(), None
+    except Exception as err:  # noqa: BLE001 - handed on to be shown
+        return None, err
 
 
 def _close(item) -> None:
@@ -68,17 +79,16 @@ class Deferred:
             self.output = W.Output()
             self.output.append_display_data(W.HTML(f"<i>shown when the measuring of {html.escape(live.what)} "
                                                    "ends (the panel above fills in meanwhile) \u2026</i>"))
-            live.when_done(lambda _: self._fill())
+            live.when_done(lambda ended: in_main_thread(self._fill, *_outcome(ended)))
 
-    def _results(self, ended: bool = False) -> list:
-        """``show(ds)`` as a list; ``ended``: in the pass's thread as it ends (its result, no wait)."""
-        return _items(self.show(self.panel.live.outcome() if ended else self.panel.wait()))
-
-    def _fill(self) -> None:
-        """Put the result in the placeholder (in the pass's thread, once it ended)."""
+    def _fill(self, ds, error: BaseException | None) -> None:
+        """Put ``show(ds)`` in the placeholder, or ``error`` (the pass's): in the kernel's main thread,
+        since ``show`` draws (:mod:`toolkit.widgets.main_thread`)."""
         out = self.output
         try:
-            items = self._results(ended=True)
+            if error is not None:
+                raise error
+            items = _items(self.show(ds))
         except Exception as err:  # noqa: BLE001 - shown where the result would be
             out.outputs = ()
             out.append_stderr(f"{type(err).__name__}: {err}\n")
@@ -97,7 +107,7 @@ class Deferred:
         if self.output is not None:
             display(self.output)
             return
-        for item in self._results():
+        for item in _items(self.show(self.panel.wait())):
             if isinstance(item, str):
                 print(item)
             else:
