@@ -27,6 +27,10 @@ gives the means over all matrices of both sides.
 ``analyze(fix_fingers="clip_xmax")``, same tolerance. (``xmin_peak``:
 WeightWatcher 0.7.7 fails it on every matrix, see ``bench_xmin_peak.py``.)
 
+``--erg`` compares the det X = 1 / ERG columns instead: the opt-in ``erg_*`` metrics
+(``toolkit.metrics.erg``) against ``analyze(ERG=True)``'s ``detX_num``, ``ERG_gap``,
+``detX_val`` and ``detX_val_unrescaled``, same tolerance.
+
 ``--ww-cache FILE`` keeps WeightWatcher's rows (its full run takes tens of
 minutes on 2 cores): read from FILE when it exists, else written there.
 ``--ww-golden`` reads them from the committed golden table instead
@@ -39,7 +43,7 @@ The figures are written to ``benchmarks/results/ww_columns_<model>_<run>.json``
 Usage::
 
     .venv/bin/python benchmarks/bench_ww_columns.py [--model smollm2|gemma3|minilm|PATH.gguf] [--seeds 5]
-        [--no-random] [--no-mp] [--fix-fingers clip_xmax] [--ww-cache FILE | --ww-golden] [--json FILE]
+        [--no-random] [--no-mp] [--fix-fingers clip_xmax | --erg] [--ww-cache FILE | --ww-golden] [--json FILE]
 """
 
 from __future__ import annotations
@@ -80,10 +84,18 @@ FIT_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_
 
 
 MP_COLUMNS = ("mp_softrank", "mp_num_spikes", "mp_bulk_max")
+# the columns of an ERG=True run (toolkit metric -> WeightWatcher column)
+ERG_COLUMNS = {"erg_num_spikes": "detX_num", "erg_gap": "ERG_gap", "erg_xmin": "detX_val",
+               "erg_xmin_rescaled": "detX_val_unrescaled"}
+# WeightWatcher columns where -1 is a value, not its mark of a failed fit (a gap of -1 spike)
+SIGNED = {"ERG_gap"}
 
 
-def columns(fix_fingers: str | None, mp: bool = True) -> dict:
-    """toolkit metric -> WeightWatcher column compared in a run (``mp=False``: without the MP fit's)."""
+def columns(fix_fingers: str | None, mp: bool = True, erg: bool = False) -> dict:
+    """toolkit metric -> WeightWatcher column compared in a run (``mp=False``: without the MP fit's;
+    ``erg``: the det X = 1 / ERG columns alone)."""
+    if erg:
+        return dict(ERG_COLUMNS)
     if fix_fingers is None:
         return {k: v for k, v in DETERMINISTIC.items() if mp or k not in MP_COLUMNS}
     return {k: DETERMINISTIC[k] for k in FIT_COLUMNS}
@@ -92,12 +104,13 @@ def columns(fix_fingers: str | None, mp: bool = True) -> dict:
 # ---------------------------------------------------------------- children
 
 
-def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None, mp: bool = True) -> list[str]:
+def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None, mp: bool = True,
+                  erg: bool = False) -> list[str]:
     """The metric names to compute: the ESD columns, opt-in ones included, and the randomized ones
     once per seed (seed 0 is the registered metric; the others are registered here, in this process)."""
     from toolkit.metrics import get_metric, register_metric
 
-    names = list(columns(fix_fingers, mp))
+    names = list(columns(fix_fingers, mp, erg))
     if random:
         for base in RANDOMIZED:
             m = get_metric(base)
@@ -110,11 +123,11 @@ def _metric_names(seeds: int, random: bool, fix_fingers: str | None = None, mp: 
 
 
 def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | None,
-                  fix_fingers: str | None = None, mp: bool = True) -> None:
+                  fix_fingers: str | None = None, mp: bool = True, erg: bool = False) -> None:
     import toolkit
 
     H.set_threads(threads)
-    names = _metric_names(seeds, random, fix_fingers, mp)
+    names = _metric_names(seeds, random, fix_fingers, mp, erg)
     t0 = time.perf_counter()
     ds = toolkit.weight_stats(gguf, metrics=names, progress=False, cache=False,
                               fit=toolkit.FitOptions(fix_fingers=fix_fingers))
@@ -131,16 +144,18 @@ def child_toolkit(gguf: str, out: str, seeds: int, random: bool, threads: int | 
     H.emit(seconds=work, matrices=len(rows))
 
 
-def ww_options(fix_fingers: str | None, random: bool, mp: bool = True) -> dict:
+def ww_options(fix_fingers: str | None, random: bool, mp: bool = True, erg: bool = False) -> dict:
     """WeightWatcher's ``analyze()`` keywords of a run: the default analysis (with the MP fit unless
-    ``mp`` is False), or the fix-fingers fit."""
+    ``mp`` is False), the fix-fingers fit, or the default fit with the ERG columns."""
+    if erg:
+        return {"ERG": True}
     if fix_fingers is None:
         return {"mp_fit": mp, "randomize": random}
     return {"fix_fingers": fix_fingers}
 
 
 def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers: str | None = None,
-             mp: bool = True) -> None:
+             mp: bool = True, erg: bool = False) -> None:
     import logging
 
     import torch
@@ -152,9 +167,10 @@ def child_ww(gguf: str, out: str, random: bool, threads: int | None, fix_fingers
     path = Path(gguf)
     t0 = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random, mp))
+    details = ww.WeightWatcher(model=model).analyze(**ww_options(fix_fingers, random, mp, erg))
     work = time.perf_counter() - t0
-    cols = list(columns(fix_fingers, mp).values()) + (list(RANDOMIZED.values()) if random and not fix_fingers else [])
+    cols = list(columns(fix_fingers, mp, erg).values()) + (
+        list(RANDOMIZED.values()) if random and not fix_fingers else [])
     rows = []
     for _, r in details.iterrows():
         rows.append({"name": str(r.get("longname", r.get("name"))), "M": int(r["M"]), "N": int(r["N"]),
@@ -178,7 +194,7 @@ def deterministic_agreement(pairs: list[tuple[dict, dict]], compared: dict | Non
         agree, devs, bad = 0, [], []
         for o, t in pairs:
             a, b = o[ours_key], t.get(ww_key, math.nan)
-            ua, ub = _undefined(a, False), _undefined(b, True)
+            ua, ub = _undefined(a, False), _undefined(b, ww_key not in SIGNED)
             if ua or ub:
                 ok = ua and ub
                 if not ok:
@@ -253,20 +269,24 @@ def main(argv=None) -> int:
     ap.add_argument("--no-mp", action="store_true", help="skip the Marchenko-Pastur fit on both sides")
     ap.add_argument("--fix-fingers", choices=FIX_FINGERS, default=None,
                     help="compare the fit columns of this fix-fingers mode (no MP fit, no randomized columns)")
+    ap.add_argument("--erg", action="store_true",
+                    help="compare the det X = 1 / ERG columns of analyze(ERG=True) (no MP fit, no randomized columns)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--gguf", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    random = not args.no_random and args.fix_fingers is None
-    mp = not args.no_mp and args.fix_fingers is None
+    if args.erg and args.fix_fingers:
+        ap.error("--erg compares the default fit's ERG columns: leave out --fix-fingers")
+    random = not args.no_random and args.fix_fingers is None and not args.erg
+    mp = not args.no_mp and args.fix_fingers is None and not args.erg
     if args.child == "toolkit":
-        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers, mp)
+        child_toolkit(args.gguf, args.out, args.seeds, random, args.threads, args.fix_fingers, mp, args.erg)
         return 0
     if args.child == "ww":
-        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers, mp)
+        child_ww(args.gguf, args.out, random, args.threads, args.fix_fingers, mp, args.erg)
         return 0
 
-    run = args.fix_fingers or "default"
+    run = "erg" if args.erg else args.fix_fingers or "default"
     rec = H.Results(f"ww_columns_{Path(args.model).stem if args.model not in MODELS else args.model}_{run}")
     gguf = model_path(args.model)
     golden = golden_rows(args.model, run, mp, random) if args.ww_golden else None
@@ -276,10 +296,12 @@ def main(argv=None) -> int:
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; model {gguf}; seeds {args.seeds}; randomized "
           f"{'on' if random else 'off'}; fix_fingers {args.fix_fingers or 'off'} (WeightWatcher analyze("
-          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random, mp).items())}))", flush=True)
+          f"{', '.join(f'{k}={v!r}' for k, v in ww_options(args.fix_fingers, random, mp, args.erg).items())}))",
+          flush=True)
     extra = ["--seeds", str(args.seeds)] + (["--no-random"] if not random else []) + (
         ["--threads", str(args.threads)] if args.threads else []) + (
-        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else []) + (["--no-mp"] if not mp else [])
+        ["--fix-fingers", args.fix_fingers] if args.fix_fingers else []) + (["--no-mp"] if not mp else []) + (
+        ["--erg"] if args.erg else [])
     with tempfile.TemporaryDirectory(prefix="bench-ww-cols-") as tmp:
         res = {}
         for side, py, child in (("toolkit", sys.executable, "toolkit"), ("weightwatcher", str(BW.WW_PY), "ww")):
@@ -305,7 +327,7 @@ def main(argv=None) -> int:
     if not pairs:
         print("no matrix matched by name")
         return 1
-    det = deterministic_agreement(pairs, columns(args.fix_fingers, mp))
+    det = deterministic_agreement(pairs, columns(args.fix_fingers, mp, args.erg))
     rnd = random_agreement(pairs, args.seeds) if random else {}
     rows = [[f"{k} [{m['ww']}]", f"{m['agree']}/{m['compared']}", f"{m['share'] * 100:.1f} %", f"{m['max_dev']:.2g}",
              f">= 99 % {H.verdict(m['share'] >= TARGET)}"] for k, m in det.items()]
@@ -321,7 +343,7 @@ def main(argv=None) -> int:
         if m["disagree"]:
             print(f"  {k}: {'; '.join(m['disagree'])}")
     print(f"{H.load()} at end")
-    figures = {"model": args.model, "run": run, "ww_options": ww_options(args.fix_fingers, random, mp),
+    figures = {"model": args.model, "run": run, "ww_options": ww_options(args.fix_fingers, random, mp, args.erg),
                "seeds": args.seeds if random else 0, "rtol": RTOL, "atol": ATOL, "matched": len(pairs),
                "deterministic": det, "random": rnd, "seconds": {s: res[s][0]["seconds"] for s in res},
                "ww_source": "golden table" if golden is not None else "run"}
@@ -341,6 +363,9 @@ def golden_rows(model: str, run: str, mp: bool, random: bool) -> tuple[dict, lis
     if run == "default" and (bool(options.get("mp_fit")) < mp or bool(options.get("randomize")) < random):
         raise SystemExit(f"ww_{model}_{run}.csv was written with {options}: pass --no-mp / --no-random, or rerun "
                          "benchmarks/ww_golden.py")
+    if run == "erg" and not options.get("ERG"):
+        raise SystemExit(f"ww_{model}_{run}.csv was written with {options}, without ERG=True: rerun "
+                         "benchmarks/ww_golden.py --run erg")
     return ({"seconds": header["ww_seconds"]},
             [{**r, "name": r["longname"]} for r in rows])
 

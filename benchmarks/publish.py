@@ -106,14 +106,16 @@ def needs(name: str, command: str):
 
 
 RUNS = [("smollm2", "default"), ("gemma3", "default"), ("minilm", "default"), ("smollm2", "clip_xmax"),
-        ("gemma3", "clip_xmax")]
+        ("gemma3", "clip_xmax"), ("smollm2", "erg"), ("gemma3", "erg"), ("minilm", "erg")]
+RUN_NAMES = {"default": "default fit", "erg": "`ERG=True`"}
 WW_COLUMNS = {
     "alpha": "alpha", "alpha_xmin": "xmin", "alpha_xmax": "xmax", "alpha_ks_distance": "D", "alpha_sigma": "sigma",
     "num_pl_spikes": "num_pl_spikes", "alpha_weighted": "alpha_weighted", "log_norm": "log_norm",
     "log_spectral_norm": "log_spectral_norm", "log_alpha_norm": "log_alpha_norm", "matrix_rank": "matrix_rank",
     "rank_loss": "rank_loss", "spectral_entropy": "entropy", "mp_softrank": "mp_softrank",
     "mp_num_spikes": "num_spikes", "mp_bulk_max": "bulk_max", "rand_distance": "rand_distance",
-    "rand_num_spikes": "rand_num_spikes",
+    "rand_num_spikes": "rand_num_spikes", "erg_num_spikes": "detX_num", "erg_gap": "ERG_gap",
+    "erg_xmin": "detX_val", "erg_xmin_rescaled": "detX_val_unrescaled",
 }
 
 
@@ -122,12 +124,9 @@ def fewest_agreeing(columns: dict) -> tuple[int, int]:
     return int(min(c["agree"] for c in columns.values())), min(c["compared"] for c in columns.values())
 
 
-def readme_agreement(res: dict) -> str:
-    runs = [(m, r, res[f"ww_columns_{m}_{r}"]) for m, r in RUNS if f"ww_columns_{m}_{r}" in res]
-    if not runs:
-        return missing("ww_columns_smollm2_default", ".venv/bin/python benchmarks/bench_ww_columns.py --ww-golden")
-    header = ["column [WeightWatcher]"] + [f"{MODEL_NAMES[m]}, {'default fit' if r == 'default' else r}"
-                                           for m, r, _ in runs]
+def agreement_table(runs: list) -> str:
+    """The agreement table of ``runs`` ((model, run, record) triples): a row per column some run compares."""
+    header = ["column [WeightWatcher]"] + [f"{MODEL_NAMES[m]}, {RUN_NAMES.get(r, r)}" for m, r, _ in runs]
     rows = []
     for col, ww in WW_COLUMNS.items():
         cells = []
@@ -144,11 +143,22 @@ def readme_agreement(res: dict) -> str:
         if any(c != "–" for c in cells):
             label = f"`{col}` [{ww}]" + (", in distribution" if col.startswith("rand_") else "")
             rows.append([label] + cells)
+    return table(header, rows)
+
+
+def readme_agreement(res: dict) -> str:
+    runs = [(m, r, res[f"ww_columns_{m}_{r}"]) for m, r in RUNS if f"ww_columns_{m}_{r}" in res]
+    if not runs:
+        return missing("ww_columns_smollm2_default", ".venv/bin/python benchmarks/bench_ww_columns.py --ww-golden")
     dates = sorted({rec["date"][:10] for _, _, rec in runs})
     out = [f"Figures of {', '.join(dates)} (`benchmarks/results/ww_columns_*.json`; WeightWatcher's side read from "
            "the golden tables `tests/data/ww_*.csv`, which the suite also checks column by column). Cells: matrices "
            "agreeing (largest min(relative, absolute) deviation among all); \"–\": a column that run does not "
-           "compare.\n", table(header, rows)]
+           "compare.\n", agreement_table([x for x in runs if x[1] != "erg"])]
+    erg = [x for x in runs if x[1] == "erg"]
+    if erg:
+        out += ["The det X = 1 / ERG columns of `analyze(ERG=True)` (the default fit), against the opt-in `erg_*` "
+                "metrics:\n", agreement_table(erg)]
     notes = []
     for m, r, rec in runs:
         f = rec["figures"]
@@ -246,6 +256,9 @@ INDEX = [
     ("ww_columns_minilm_default", "the same, MiniLM"),
     ("ww_columns_smollm2_clip_xmax", "the same, `fix_fingers=\"clip_xmax\"`, SmolLM2"),
     ("ww_columns_gemma3_clip_xmax", "the same, `fix_fingers=\"clip_xmax\"`, Gemma-3"),
+    ("ww_columns_smollm2_erg", "the same, the det X = 1 / ERG columns of `analyze(ERG=True)`, SmolLM2"),
+    ("ww_columns_gemma3_erg", "the same, the ERG columns, Gemma-3"),
+    ("ww_columns_minilm_erg", "the same, the ERG columns, MiniLM"),
     ("xmin_peak_smollm2", "`fix_fingers=\"xmin_peak\"` against the `powerlaw` package, SmolLM2"),
     ("xmin_peak_gemma3", "the same, Gemma-3"),
     ("dask_tasks", "per-task cost of the Dask path, Llama-2-7B shapes (docs/scaling.md)"),

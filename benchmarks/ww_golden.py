@@ -27,10 +27,12 @@ Runs (``--run``):
              Marchenko-Pastur fit and the randomized ones (``--no-mp`` /
              ``--no-random`` drop them; the file then says so)
   clip_xmax  ``analyze(fix_fingers="clip_xmax")``: the fit columns of that mode
+  erg        ``analyze(ERG=True)``: the default fit plus the detX / ERG columns (``detX_num``,
+             ``num_ERG_spikes``, ``ERG_gap``, ``detX_val``, ``detX_val_unrescaled``)
 
 Usage::
 
-    .venv/bin/python benchmarks/ww_golden.py --model smollm2|gemma3|minilm [--run default|clip_xmax]
+    .venv/bin/python benchmarks/ww_golden.py --model smollm2|gemma3|minilm [--run default|clip_xmax|erg]
         [--no-mp] [--no-random] [--out FILE]
 """
 
@@ -55,7 +57,7 @@ import bench_weightwatcher as BW  # noqa: E402
 
 DATA = H.ROOT / "tests" / "data"
 MODELS = {"smollm2": "default_model_path", "gemma3": "gemma3_path", "minilm": "minilm_dir"}
-RUNS = ("default", "clip_xmax")
+RUNS = ("default", "clip_xmax", "erg")
 VERSIONS = ("weightwatcher", "torch", "transformers", "numpy", "scipy", "sklearn", "powerlaw", "pandas")
 
 
@@ -67,6 +69,8 @@ def ww_options(run: str, mp: bool, random: bool) -> dict:
     """The ``analyze()`` keywords of a run."""
     if run == "clip_xmax":
         return {"fix_fingers": "clip_xmax"}
+    if run == "erg":
+        return {"ERG": True}
     return {"mp_fit": mp, "randomize": random}
 
 

@@ -13,7 +13,8 @@ that bound and never fails or passes by the BLAS's rounding). Each column's disa
 among the known ones listed in ``KNOWN`` (with the reason), so a change that moves one more matrix fails;
 a known one that agrees on this machine is reported as a warning, not failed (the list is one-sided).
 The randomized columns shuffle the entries at random on WeightWatcher's side (unseeded), so they are
-compared in distribution (the README's rule).
+compared in distribution (the README's rule). The ``ww_*_erg.csv`` tables (``analyze(ERG=True)``) add the
+det X = 1 / ERG columns, compared with the opt-in ``erg_*`` metrics.
 """
 
 from __future__ import annotations
@@ -46,10 +47,19 @@ COLUMNS = {
     "log_norm": "log_norm", "log_spectral_norm": "log_spectral_norm", "matrix_rank": "matrix_rank",
     "rank_loss": "rank_loss", "spectral_entropy": "entropy",
     "mp_softrank": "mp_softrank", "mp_num_spikes": "num_spikes", "mp_bulk_max": "bulk_max",
+    "erg_num_spikes": "detX_num", "erg_gap": "ERG_gap", "erg_xmin": "detX_val",
+    "erg_xmin_rescaled": "detX_val_unrescaled",
 }
 #: the columns of a clip_xmax run: the fit and what derives from it
 CLIP_COLUMNS = ("alpha", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_sigma", "num_pl_spikes",
                 "alpha_weighted", "log_alpha_norm")
+#: the columns of an ERG=True run: the det X = 1 tail and its gap to the default fit's tail
+ERG_COLUMNS = ("erg_num_spikes", "erg_gap", "erg_xmin", "erg_xmin_rescaled")
+#: the toolkit columns a run's table is compared on
+RUN_COLUMNS = {"clip_xmax": CLIP_COLUMNS, "erg": ERG_COLUMNS,
+               "default": tuple(c for c in COLUMNS if c not in ERG_COLUMNS)}
+#: toolkit columns where WeightWatcher's -1 is a value (a gap of -1 spike), not its mark of a failed fit
+SIGNED = {"erg_gap"}
 RANDOMIZED = {"rand_distance": "rand_distance", "rand_num_spikes": "rand_num_spikes"}
 #: WeightWatcher columns that are no toolkit metric, and why (every column is either compared or named here)
 NOT_METRICS = {
@@ -70,6 +80,7 @@ NOT_METRICS = {
     "max_rand_eval": "shuffled lambda_max", "rand_W_scale": "shuffled MP fit internal",
     "rand_bulk_max": "shuffled MP fit internal", "rand_bulk_min": "shuffled MP fit internal",
     "rand_sigma_mp": "shuffled MP fit internal", "rand_mp_softrank": "shuffled MP fit internal",
+    "num_ERG_spikes": "= detX_num (WeightWatcher writes the count twice; compared via erg_num_spikes)",
 }
 #: (model, run, toolkit column) -> matrices known to disagree, with the reason
 KNOWN: dict[tuple[str, str, str], set[str]] = {
@@ -121,7 +132,7 @@ _DATASETS: dict = {}
 def toolkit_side(model: str, run: str):
     """``weight_stats`` of the model with every compared column (once per module)."""
     if (model, run) not in _DATASETS:
-        names = list(CLIP_COLUMNS) if run == "clip_xmax" else list(COLUMNS)
+        names = list(RUN_COLUMNS[run])
         fit = toolkit.FitOptions(fix_fingers="clip_xmax") if run == "clip_xmax" else None
         _DATASETS[model, run] = toolkit.weight_stats(_model_path(model), names, progress=False, cache=False, fit=fit,
                                                      keep_spectra=run == "clip_xmax")
@@ -138,9 +149,10 @@ def ww_value(row: dict, column) -> float:
     return column(row) if callable(column) else row[column]
 
 
-def agreement(ours: float, ww: float, rtol: float = RTOL) -> tuple[bool, float]:
-    """(agrees, min(relative, absolute) deviation) by the README's rule, at relative tolerance ``rtol``."""
-    undefined_ours, undefined_ww = not math.isfinite(ours), not math.isfinite(ww) or ww == -1.0
+def agreement(ours: float, ww: float, rtol: float = RTOL, signed: bool = False) -> tuple[bool, float]:
+    """(agrees, min(relative, absolute) deviation) by the README's rule, at relative tolerance ``rtol``
+    (``signed``: WeightWatcher's -1 is a value, not undefined)."""
+    undefined_ours, undefined_ww = not math.isfinite(ours), not math.isfinite(ww) or (ww == -1.0 and not signed)
     if undefined_ours or undefined_ww:
         return undefined_ours and undefined_ww, 0.0 if undefined_ours and undefined_ww else math.inf
     dev = abs(ours - ww)
@@ -160,7 +172,7 @@ def compare_column(model: str, run: str, column: str) -> tuple[set[str], float, 
     for i, j, name in cells(ds):
         row = by_name[name]
         rtol = max(RTOL, bound(row)) if bound else RTOL
-        ok, dev = agreement(float(values[i, j]), ww_value(row, COLUMNS[column]), rtol)
+        ok, dev = agreement(float(values[i, j]), ww_value(row, COLUMNS[column]), rtol, column in SIGNED)
         if ok:
             worst = max(worst, dev * RTOL / rtol)
         else:
@@ -168,17 +180,18 @@ def compare_column(model: str, run: str, column: str) -> tuple[set[str], float, 
     return bad, worst, len(cells(ds))
 
 
-CASES = [(*_parse(g), c) for g in GOLDEN for c in (CLIP_COLUMNS if _parse(g)[1] == "clip_xmax" else COLUMNS)]
+CASES = [(*_parse(g), c) for g in GOLDEN for c in RUN_COLUMNS[_parse(g)[1]]]
 
 
 def test_golden_tables_are_committed_with_their_provenance():
     assert {_parse(g) for g in GOLDEN} >= {("smollm2", "default"), ("gemma3", "default"), ("minilm", "default"),
-                                           ("smollm2", "clip_xmax"), ("gemma3", "clip_xmax")}
+                                           ("smollm2", "clip_xmax"), ("gemma3", "clip_xmax"),
+                                           ("smollm2", "erg"), ("gemma3", "erg"), ("minilm", "erg")}
     for g in GOLDEN:
         header, rows = read_golden(g)
         assert header["versions"]["weightwatcher"] == "0.7.7"
         assert header["command"].startswith(".venv/bin/python benchmarks/ww_golden.py --model")
-        assert set(header["analyze_options"]) <= {"mp_fit", "randomize", "fix_fingers"}
+        assert set(header["analyze_options"]) <= {"mp_fit", "randomize", "fix_fingers", "ERG"}
         columns = set(rows[0])
         compared = {c for c in COLUMNS.values() if isinstance(c, str)} | set(RANDOMIZED.values())
         unnamed = columns - compared - set(NOT_METRICS)

@@ -43,7 +43,8 @@ BUILTINS = [
 ]
 #: Registered but computed only when asked for by name.
 OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes", "alpha_tpl", "tpl_lambda",
-          "alpha_ci_lower", "alpha_ci_upper", "alpha_farms"]
+          "alpha_ci_lower", "alpha_ci_upper", "alpha_farms", "erg_num_spikes", "erg_gap", "erg_xmin",
+          "erg_xmin_rescaled"]
 
 
 @pytest.fixture
