@@ -18,6 +18,11 @@ from toolkit.metrics.registry import DegenerateMatrix
 # Elements of W per float64 block while forming the Gram matrix (32 MiB; two
 # passes may run at once, see toolkit.collect.execute.stream).
 _GRAM_BLOCK = 1 << 22
+#: Elements per float64 block of the passes over a compared pair (the difference's Gram matrix, two buffers,
+#: and the Krylov products of toolkit.metrics.subspace): 4 MiB a buffer, so the buffers a thread keeps weigh
+#: nothing next to a 7B-shaped Gram matrix (issue 38). Measured on one thread, 3584-row blocks: dsyrk
+#: 0.43 s per 1170 columns from 146-column blocks up to 585, 0.48 s in 1170-column ones.
+PAIR_BLOCK = 1 << 19
 # Buffers from this size on are freed after each matrix (_GramBuffers.drop_large).
 _MAPPED = 64 << 20
 
@@ -99,34 +104,60 @@ def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) ->
     """Eigenvalues (ascending, float64) of the smaller Gram matrix of a CPU tensor (of ``w - minus`` when
     ``minus`` is given, formed block by block: no full-size copy of the difference).
 
-    Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`):
-    each block is converted into one float64 buffer and ``b.T @ b`` (one
-    buffer, once transposed) makes NumPy call BLAS ``dsyrk``, the symmetric
-    product in half the flops of a general one; torch's ``eigvalsh``
-    (:func:`_eigvalsh`) then diagonalises the sum. Both release the GIL, so two passes run side
-    by side. On one core this beats ``addmm_`` + ``torch.linalg.eigvalsh``
-    for 576-1536 wide matrices. (SciPy's in-place ``dsyrk``/``dsyevd`` would
-    save the product buffer, but its BLAS ran two threads' calls slower than
-    NumPy's here.)
+    Blocks as :func:`_gram`, in NumPy, in reused buffers (:class:`_GramBuffers`);
+    torch's ``eigvalsh`` (:func:`_eigvalsh`) then diagonalises the sum. Both
+    release the GIL, so two passes run side by side.
+
+    - One matrix (``minus`` None): each block is converted into one float64
+      buffer and ``b.T @ b`` (one buffer, once transposed) makes NumPy call
+      BLAS ``dsyrk`` into a product buffer added to the sum. On one core
+      this beats ``addmm_`` + ``torch.linalg.eigvalsh`` for 576-1536 wide
+      matrices.
+    - A difference: the two sides' blocks (:data:`PAIR_BLOCK` entries) go
+      into two float64 buffers, are subtracted in place, and SciPy's ``dsyrk``
+      adds each block's product into one triangle of the sum itself
+      (:func:`_syrk_into`): no product buffer, so a 7B-shaped pair holds the
+      Gram matrix, its copy inside ``eigvalsh`` and 8 MiB of blocks (issue 38;
+      a k x k product buffer is 103 MB at k = 3584). Measured on one thread,
+      3584 x 1170 blocks: 0.97-1.33 s a block against NumPy's 1.58 s product
+      + sum.
     """
     wide, k = gram_side(w)
     g = _BUFFERS.take("gram", k * k).reshape(k, k)
     g.fill(0.0)
-    product = _BUFFERS.take("product", k * k).reshape(k, k)
-    for x in float64_blocks(w, "block", minus):
-        if wide:
-            np.matmul(x, x.T, out=product)
-        else:
-            np.matmul(x.T, x, out=product)
-        g += product
-    del product
-    _BUFFERS.drop_large("product")  # not needed while diagonalising
+    if minus is None:
+        product = _BUFFERS.take("product", k * k).reshape(k, k)
+        for x in float64_blocks(w, "block"):
+            if wide:
+                np.matmul(x, x.T, out=product)
+            else:
+                np.matmul(x.T, x, out=product)
+            g += product
+        del product
+        _BUFFERS.drop_large("product")  # not needed while diagonalising
+    else:
+        for x in float64_blocks(w, "block", minus, entries=PAIR_BLOCK):
+            _syrk_into(g, x, wide)
     if not np.isfinite(g).all():
         _raise_nonfinite(w if minus is None else torch.stack([w, minus]))
-    lam = _eigvalsh(g)
+    lam = _eigvalsh(g)  # the lower triangle (all a difference's sum fills)
     del g
     _BUFFERS.drop_large("gram")
     return lam
+
+
+def _syrk_into(g: np.ndarray, x: np.ndarray, wide: bool) -> None:
+    """Add :math:`XX^\\top` (``wide``) or :math:`X^\\top X` of the C-ordered block ``x`` to the lower triangle
+    of the C-ordered symmetric ``g`` in place (BLAS ``dsyrk``, beta = 1; the upper triangle is left as it was).
+
+    ``g.T`` and ``x.T`` are Fortran-ordered views, so SciPy hands them to BLAS without a copy; the upper
+    triangle of ``g.T`` is the lower one of ``g``. Should SciPy ever copy ``g``, the sum is copied back."""
+    from scipy.linalg import blas
+
+    c = g.T
+    out = blas.dsyrk(1.0, x.T, beta=1.0, c=c, trans=1 if wide else 0, lower=0, overwrite_c=1)
+    if not np.shares_memory(out, g):
+        c[...] = out
 
 
 def gram_side(w: torch.Tensor) -> tuple[bool, int]:
@@ -136,25 +167,38 @@ def gram_side(w: torch.Tensor) -> tuple[bool, int]:
     return m <= n, min(m, n)
 
 
-def float64_blocks(w: torch.Tensor, buffer: str, minus: torch.Tensor | None = None):
-    """Yield ``w`` (m, n) in float64 NumPy blocks of about ``_GRAM_BLOCK`` entries: blocks of columns when the
-    smaller Gram matrix is :math:`WW^\\top` (m <= n), of rows otherwise, so that the Gram matrix is the sum
-    of the blocks' own. Every block is a view of one reused buffer (named ``buffer``): use it before the next.
-    With ``minus`` (same shape), the blocks are those of ``w - minus``, subtracted in float64 (exact for
-    bfloat16, float16 and float32 values unless their exponents lie more than 29 binades apart)."""
+def float64_blocks(w: torch.Tensor, buffer: str, minus: torch.Tensor | None = None, *,
+                   entries: int | None = None):
+    """Yield ``w`` (m, n) in float64 NumPy blocks of about ``entries`` entries (default :data:`_GRAM_BLOCK`):
+    blocks of columns when the smaller Gram matrix is :math:`WW^\\top` (m <= n), of rows otherwise, so that the
+    Gram matrix is the sum of the blocks' own. Every block is a view of one reused buffer (named ``buffer``):
+    use it before the next. With ``minus`` (same shape), the blocks are those of ``w - minus``: ``minus``'s
+    block is converted into a second reused buffer (``buffer + "_minus"``) and subtracted in place in float64
+    (exact for bfloat16, float16 and float32 values unless their exponents lie more than 29 binades apart); no
+    temporary is allocated per block (torch's mixed-dtype ``sub_`` made one, and a 33 MB temporary a block
+    grew the heap by ~370 MB over a 7B-shaped matrix)."""
     m, n = w.shape
     wide, k = gram_side(w)
-    step = max(1, _GRAM_BLOCK // k)
-    block = _BUFFERS.take(buffer, k * min(step, n if wide else m))
+    step = max(1, (entries or _GRAM_BLOCK) // k)
+    size = k * min(step, n if wide else m)
+    block = _BUFFERS.take(buffer, size)
+    other = _BUFFERS.take(f"{buffer}_minus", size) if minus is not None else None
     blocks = w.split(step, dim=1 if wide else 0)
     subs = minus.split(step, dim=1 if wide else 0) if minus is not None else (None,) * len(blocks)
     for blk, sub in zip(blocks, subs, strict=True):
-        rows, cols = blk.shape
-        b = torch.from_numpy(block[: rows * cols]).view(rows, cols)
-        b.copy_(blk)
+        x = _into(block, blk)
         if sub is not None:
-            b.sub_(sub)
-        yield b.numpy()
+            with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the finiteness check reports it
+                np.subtract(x, _into(other, sub), out=x)
+        yield x
+
+
+def _into(buf: np.ndarray, blk: torch.Tensor) -> np.ndarray:
+    """``blk`` converted into the front of the flat float64 ``buf``, as a C-ordered (rows, cols) NumPy view."""
+    rows, cols = blk.shape
+    b = torch.from_numpy(buf[: rows * cols]).view(rows, cols)
+    b.copy_(blk)
+    return b.numpy()
 
 
 def _eigvalsh(g: np.ndarray) -> torch.Tensor:

@@ -58,6 +58,7 @@ import math
 import numpy as np
 import torch
 
+from toolkit.metrics import gram as gram_module
 from toolkit.metrics.gram import float64_blocks, gram_side
 from toolkit.metrics.registry import DegenerateMatrix
 
@@ -125,10 +126,11 @@ def _check_rank(top: float, kth: float, big: int, k: int) -> None:
 
 def gram_apply(w: torch.Tensor, x: np.ndarray) -> np.ndarray:
     """:math:`AX` for the smaller Gram matrix :math:`A` of ``w`` (:func:`~toolkit.metrics.gram.gram_side`),
-    float64, one read of ``w`` in float64 blocks (no float64 copy of ``w``)."""
+    float64, one read of ``w`` in float64 blocks of :data:`~toolkit.metrics.gram.PAIR_BLOCK` entries (no
+    float64 copy of ``w``; 4 MiB of buffer)."""
     wide, _ = gram_side(w)
     out = np.zeros_like(x)
-    for blk in float64_blocks(w, "block"):
+    for blk in float64_blocks(w, "block", entries=gram_module.PAIR_BLOCK):
         out += blk @ (blk.T @ x) if wide else blk.T @ (blk @ x)
     return out
 
@@ -267,7 +269,7 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
     if not wide:  # U_k = W V_k / sigma_k (the span is what counts; sigma_k keeps it orthonormal)
         out = np.empty((m, k))
         row = 0
-        for blk in float64_blocks(w, "block"):
+        for blk in float64_blocks(w, "block", entries=gram_module.PAIR_BLOCK):
             out[row: row + blk.shape[0]] = blk @ vec
             row += blk.shape[0]
         vec = out / np.sqrt(theta)

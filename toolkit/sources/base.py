@@ -13,6 +13,7 @@ tensors ``transformers`` leaves out in ``dropped``...).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,14 @@ class TensorRecord:
         (:meth:`row_blocks` streams, an expert of a stack is read alone); safetensors, and
         quantised stacks of such parts, can."""
         return self._row_reader is not None
+
+    @property
+    def read_nbytes(self) -> int:
+        """Bytes of the tensor :meth:`read` returns: its entries times the storage dtype's size, or float32's
+        for a dtype torch lacks (quantised GGUF, dequantised to float32)."""
+        dtype = getattr(torch, self.dtype, None)
+        size = dtype.itemsize if isinstance(dtype, torch.dtype) else 4
+        return math.prod(self.shape) * size
 
     def read(self) -> torch.Tensor:
         """Read the tensor now.

@@ -58,7 +58,8 @@ class SerialExecutor:
     def map(self, measurement, works: Sequence, sources: Sequence) -> Iterator[tuple[int, object]]:
         readers = [measurement.reader(w) for w in works]
         yield from map_tensors(readers, lambda i, tensors: measurement.measure(works[i], tensors, self.memo),
-                               float32=measurement.float32, thread_context=reuse_buffers)
+                               float32=measurement.float32, sizes=[measurement.read_bytes(w) for w in works],
+                               thread_context=reuse_buffers)
 
     def forget(self, keep: set) -> None:
         """Drop the memo entries of checkpoints not in ``keep``."""

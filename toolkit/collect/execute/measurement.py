@@ -33,6 +33,10 @@ class Measurement(Protocol):
     def reader(self, work):
         """What to read for ``work``: a callable giving the tensor(s) (run in a reader thread or a Dask worker)."""
 
+    def read_bytes(self, work) -> int:
+        """Bytes what ``reader`` reads holds in memory (bounds the in-process read-ahead,
+        :func:`~toolkit.collect.execute.stream.read_ahead`)."""
+
     def measure(self, work, tensors, memo: dict):
         """The fresh results of ``work`` from what ``reader`` read (stores nothing; runs anywhere)."""
 

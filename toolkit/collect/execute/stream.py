@@ -22,8 +22,12 @@ each stored tensor, converting it to float32, and measuring it. Here:
   (measured on 2 shared cores: Gram + eigvalsh with 2 intra-op threads next
   to a busy reader thread ran up to 10x slower than with 1).
 
-Peak memory: per pipeline two float32 tensors plus one as stored, plus the
-measuring's temporaries.
+Peak memory: per pipeline the item in use and the one read ahead, plus the
+measuring's temporaries. An item is read ahead only while the two together
+hold at most :data:`READ_AHEAD_BYTES` (when the caller gives the items'
+sizes): a 7B-shaped mlp pair (272 MB as stored) is read after the previous
+pair is released, so ``compare`` never holds two of them (issue 38); reading
+it then costs a fraction of a second next to the minute its Gram matrix takes.
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ import torch
 
 #: Most pipelines a pass runs (bounds memory: each holds ~3 tensors).
 MAX_PIPELINES = 2
+#: Bytes the item in use and the next one may hold together for the next one to be read ahead
+#: (:func:`read_ahead`'s ``sizes``).
+READ_AHEAD_BYTES = 256 << 20
 
 
 class Workspace:
@@ -60,7 +67,8 @@ class Workspace:
         return out
 
 
-def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iterator[torch.Tensor | None]:
+def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None],
+                   sizes: Iterable[int] | None = None) -> Iterator[torch.Tensor | None]:
     """Call each reader and yield its tensor as float32, one tensor read ahead.
 
     Parameters
@@ -68,6 +76,8 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iter
     readers : iterable of callables or None
         ``reader()`` returns a tensor (e.g. ``TensorRecord.read``); None yields
         None without reading.
+    sizes : iterable of int, optional
+        As :func:`read_ahead`.
 
     Yields
     ------
@@ -78,43 +88,61 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None]) -> Iter
         An exception raised by a reader is raised here, at its tensor.
     """
     spaces = (Workspace(), Workspace())
-    return read_ahead(readers, lambda reader, k: spaces[k].float32(reader()))
+    return read_ahead(readers, lambda reader, k: spaces[k].float32(reader()), sizes)
 
 
 def read_ahead(readers: Iterable[Callable[[], object] | None],
-               load: Callable[[Callable[[], object], int], object] | None = None) -> Iterator[object]:
+               load: Callable[[Callable[[], object], int], object] | None = None,
+               sizes: Iterable[int] | None = None) -> Iterator[object]:
     """Yield ``load(reader, k)`` for each reader, computed one reader ahead in a background thread.
 
     ``k`` alternates 0, 1 (which of two reusable buffers to fill); ``load``
     defaults to calling the reader. None readers yield None. An exception
     raised by a reader is raised here, at its item.
+
+    ``sizes`` (bytes each item holds once loaded, aligned with ``readers``): an
+    item is loaded while the previous one is in use only when the two sizes add
+    up to at most :data:`READ_AHEAD_BYTES`; otherwise it is loaded when asked
+    for, after the generator has dropped the previous one (the caller must have
+    dropped its own reference too). None: every item is read ahead.
     """
     load = load or (lambda reader, k: reader())
-    it = iter(readers)
+    items = zip(readers, sizes, strict=True) if sizes is not None else ((r, 0) for r in readers)
 
     def call(reader, k):
         return None if reader is None else load(reader, k)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="toolkit-read") as pool:
         k = 0
-        pending = None
-        first = next(it, StopIteration)
-        if first is not StopIteration:
-            pending = pool.submit(call, first, k)
+        pending = deferred = None
+        first = next(items, None)
+        if first is not None:
+            pending, size = pool.submit(call, first[0], k), first[1]
         try:
             while pending is not None:
-                nxt = next(it, StopIteration)
+                nxt = next(items, None)
                 current = pending
                 k ^= 1
-                pending = None if nxt is StopIteration else pool.submit(call, nxt, k)
-                yield current.result()
+                pending = deferred = None
+                if nxt is not None and size + nxt[1] <= READ_AHEAD_BYTES:
+                    pending = pool.submit(call, nxt[0], k)
+                else:
+                    deferred = nxt
+                value = current.result()
+                del current
+                yield value
+                del value  # before a deferred item is loaded
+                if deferred is not None:
+                    pending = pool.submit(call, deferred[0], k)
+                if nxt is not None:
+                    size = nxt[1]
         finally:
             if pending is not None:
                 pending.cancel()
 
 
 def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[int, torch.Tensor], object],
-                *, pipelines: int | None = None, float32: bool = True,
+                *, pipelines: int | None = None, float32: bool = True, sizes: Sequence[int] | None = None,
                 thread_context: Callable[[], AbstractContextManager] | None = None) -> Iterator[tuple[int, object]]:
     """``work(i, float32 tensor of readers[i])`` for every i, on parallel pipelines.
 
@@ -131,6 +159,9 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     float32 : bool, default True
         Convert each tensor to float32 in the read-ahead thread. False hands
         ``work`` whatever the reader returned (e.g. a pair of stored tensors).
+    sizes : sequence of int, optional
+        Bytes each reader's item holds once read: bounds the read-ahead
+        (:func:`read_ahead`). None: every item is read ahead.
     thread_context : callable, optional
         ``thread_context()`` gives a context manager that each pipeline thread
         holds open while it measures (e.g.
@@ -161,11 +192,13 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
 
     def measure_mine(p: int) -> None:
         mine = range(p, len(readers), n)
-        tensors = (float32_stream if float32 else read_ahead)(readers[i] for i in mine)
+        tensors = (float32_stream if float32 else read_ahead)(
+            (readers[i] for i in mine), sizes=None if sizes is None else [sizes[i] for i in mine])
         try:
-            for i, tensor in zip(mine, tensors, strict=True):
+            for i in mine:  # no zip: its reused result tuple would keep the last item while the next is read
                 if stop.is_set():
                     break
+                tensor = next(tensors)
                 done.put((i, work(i, tensor), None))
                 del tensor
         finally:

@@ -91,6 +91,10 @@ class LowRankMeasurement(WeightMeasurement):
         """Reads the module's factors (``DeltaRecord.delta.factors``)."""
         return work.records[0].delta.factors
 
+    def read_bytes(self, work: TensorWork) -> int:
+        """0: the factors are small next to the product they stand for (read ahead always)."""
+        return 0
+
     def measure(self, work: TensorWork, f: Factors, memo: dict) -> list[Cell | None]:
         """Fresh cells: spectra from the core, entry-wise metrics (and head slices) from the product."""
         out = []

@@ -137,6 +137,10 @@ class PairMeasurement:
         then reads row blocks itself)."""
         return (lambda: read_pair(work.pair)) if work.whole else None
 
+    def read_bytes(self, work: PairWork) -> int:
+        """Bytes of both stored tensors as read (0 when :meth:`reader` reads nothing whole)."""
+        return work.pair.base.read_nbytes + work.pair.target.read_nbytes if work.whole else 0
+
     def measure(self, work: PairWork, tensors: tuple | None, memo: dict) -> dict:
         """Compute what ``work`` lacks.
 

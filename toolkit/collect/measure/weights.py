@@ -11,6 +11,7 @@ measured with it, from the same read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from toolkit.collect.cache import ResultCache, cache_kind, metric_key
@@ -130,6 +131,10 @@ class WeightMeasurement:
     def reader(self, work: TensorWork):
         """What reads the tensor (``TensorRecord.read``)."""
         return work.records[0].read
+
+    def read_bytes(self, work: TensorWork) -> int:
+        """Bytes of the tensor as float32 (what the read-ahead converts it to)."""
+        return math.prod(work.records[0].shape) * 4
 
     def measure(self, work: TensorWork, tensor, memo: dict) -> list[Cell | None]:
         """Fresh :class:`~toolkit.collect.cells.Cell` of each cell with work left (None for the others)."""
