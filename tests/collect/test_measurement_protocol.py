@@ -11,7 +11,7 @@ from toolkit.collect.measure import LowRankMeasurement, PairMeasurement, WeightM
 
 def test_each_measurement_has_the_protocols_steps_with_its_arguments():
     steps = {name: list(inspect.signature(getattr(Measurement, name)).parameters)
-             for name in ("lookup", "reader", "measure", "finish")}
+             for name in ("lookup", "reader", "read_bytes", "measure", "finish")}
     for cls in (WeightMeasurement, LowRankMeasurement, PairMeasurement):
         for name, params in steps.items():
             assert len(inspect.signature(getattr(cls, name)).parameters) == len(params), (cls, name)
