@@ -107,3 +107,16 @@ def test_without_spectra_the_menu_is_disabled_and_a_fit_cannot_be_given(measured
     assert explore(plain, "alpha", fit={}).ds is plain  # the options it was measured with: nothing to refit
     no_fit = explore(make_stats(4))
     assert no_fit.controls["fit"].layout.display == "none"  # no fit column: no menu
+
+
+def test_the_menu_waits_while_a_pass_measures(measured):
+    from toolkit.widgets.explorer import Explorer
+
+    ex = Explorer(measured["default"], "alpha", pending=True)  # as the live view makes it
+    assert ex.controls["fit"].disabled
+    ex.set_data(measured["default"])  # newer cells, still measuring
+    assert ex.controls["fit"].disabled
+    ex.pending = False  # the pass ended
+    assert not ex.controls["fit"].disabled
+    ex.set_data(measured["default"])
+    assert not ex.controls["fit"].disabled

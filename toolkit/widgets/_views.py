@@ -60,6 +60,16 @@ def applicable(da, selection: dict) -> dict:
 class Views:
     """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: from the controls to prepared panels."""
 
+    @property
+    def pending(self) -> bool:
+        """A pass is still measuring: empty cells read "not measured yet" and the fit menu waits."""
+        return self._pending
+
+    @pending.setter
+    def pending(self, value: bool) -> None:
+        self._pending = bool(value)
+        self.fit_choice.enable(not self._pending)
+
     def set_data(self, ds) -> None:
         """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
         measured (the live view of :func:`~toolkit.widgets.explore_model`)."""

@@ -95,9 +95,14 @@ class FitChoice:
             d.value = self._chosen if spectra else measured_label
         finally:
             self._quiet = False
-        d.disabled = not (spectra and enabled)
+        self._spectra = spectra
+        self.enable(enabled)
         d.tooltip = TOOLTIP if spectra else NO_SPECTRA
         d.layout.display = "" if fitted else "none"
+
+    def enable(self, enabled: bool) -> None:
+        """Let the menu be used (``enabled``, and there are spectra to refit), or not (a pass still measuring)."""
+        self.dropdown.disabled = not (enabled and self._spectra)
 
     def on_change(self, callback) -> None:
         """Call ``callback(models)`` after another entry is chosen."""
