@@ -119,8 +119,8 @@ def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
 
 
 def mark_note(*, max_relative_width: float = MAX_RELATIVE_WIDTH, min_tail: int = MIN_TAIL) -> str:
-    """The legend line of the mark, as the figure's notes print it."""
-    return (f"black corner: alpha uncertain (95 % interval wider than {max_relative_width * 100:g} % of alpha, "
+    """The legend of the mark, as the figure's notes print it (three short lines: it fits under a narrow panel)."""
+    return (f"black corner: alpha uncertain\n(95 % interval > {max_relative_width * 100:g} % of alpha,\n"
             f"or a tail of < {min_tail} eigenvalues)")
 
 
