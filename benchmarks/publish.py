@@ -636,14 +636,15 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
     """The interval's cost as a share of the eigendecomposition it adds to, per shape, and its reproducibility."""
     f = rec["figures"]
     shapes = f["shapes"]
-    rows = [[shape, str(m["eigenvalues"]), secs(m["eigvalsh_s"]), secs(m["interval_s"]), f"{m['ratio']:.1%}",
+    rows = [[shape, str(m["eigenvalues"]), secs(m["eigvalsh_s"]), secs(m["eigvalsh_1_thread_s"]),
+             secs(m["interval_s"]), f"{m['ratio']:.1%}", f"{m['ratio_1_thread']:.1%}",
              "yes" if m["reproducible"] else "NO"] for shape, m in shapes.items()]
     return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
             f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
             f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
             f"`benchmarks/results/alpha_interval.json`; goal: at most {f['goal']:.0%}):\n\n"
-            + table(["shape", "eigenvalues", "eigvalsh", "interval", "interval / eigvalsh",
-                     "same seed, same interval"], rows))
+            + table(["shape", "eigenvalues", "eigvalsh", "eigvalsh, 1 thread", "interval (1 thread)",
+                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval"], rows))
 
 
 @needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
