@@ -228,6 +228,22 @@ function render({ model, el }) {
     return s + "</g>";
   }
 
+  // the mark of an uncertain alpha (toolkit/plot/fit_marks.py): a black, white-edged corner at the
+  // top right of the cell, CORNER of its side, as the saved matplotlib figure draws it
+  const CORNER = 0.32;
+  function marksSvg(marks, g) {
+    let s = "";
+    for (let r = g.r0; r < g.r1; r++) {
+      for (let c = g.c0; c < g.c1; c++) {
+        if (!marks[r] || !marks[r][c]) continue;
+        const x1 = g.ml + (c - g.c0 + 1) * g.cw, y0 = g.mt + g.H - (r - g.r0 + 1) * g.rh;
+        const dx = CORNER * g.cw, dy = CORNER * g.rh;
+        s += `<polygon class="toolkit-mark" data-r="${r}" data-c="${c}" points="${(x1 - dx).toFixed(2)},${y0.toFixed(2)} ${x1.toFixed(2)},${y0.toFixed(2)} ${x1.toFixed(2)},${(y0 + dy).toFixed(2)}" fill="#000" stroke="#fff" stroke-width="0.8" pointer-events="none"/>`;
+      }
+    }
+    return s;
+  }
+
   function panelSvg(p, k, g) {
     const [r0, r1, c0, c1] = windows[k];
     const rh = g.H / (r1 - r0), cw = g.W / (c1 - c0);
@@ -247,6 +263,7 @@ function render({ model, el }) {
         s += `<rect class="cell${row[c] ? "" : " nan"}" data-r="${r}" data-c="${c}" x="${(g.ml + (c - c0) * cw).toFixed(2)}" y="${y.toFixed(2)}" width="${(cw + 0.3).toFixed(2)}" height="${(rh + 0.3).toFixed(2)}" fill="${fill}"/>`;
       }
     }
+    if (p.marks) s += marksSvg(p.marks, g);
     s += `</g><rect x="${g.ml}" y="${g.mt}" width="${g.W}" height="${g.H}" fill="none" stroke="#444" stroke-width="0.8"/>`;
     const sel = model.get("selected") || [];
     if (sel.length === 3 && sel[0] === k && sel[1] >= r0 && sel[1] < r1 && sel[2] >= c0 && sel[2] < c1) {
