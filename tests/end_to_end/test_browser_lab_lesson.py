@@ -50,6 +50,9 @@ def test_lab_lesson_widgets_in_voila(tmp_path):
         text = panel.inner_text()
         assert "means nothing yet" in text and "test accuracy after 2 epochs" in text
         assert panel.get_by_role("button", name="Run").is_enabled()
+        page.wait_for_timeout(4000)  # the kernel's thread then puts the static PNG in the output: the live
+        panel = page.locator(".toolkit-lab-train")  # panel must stay (one, with its chart), not turn into a picture
+        assert panel.count() == 1 and panel.locator("svg.toolkit-chart-panel").count() == 3
         panel.scroll_into_view_if_needed()
         page.screenshot(path=str(B.ARTIFACTS / "voila_lab_lesson.png"), full_page=True)
         assert "Traceback" not in page.inner_text("body")

@@ -67,3 +67,31 @@ def test_options_are_checked_before_any_work():
         train_your_own("x^^2")
     panel = train_your_own("x^5/7")  # not in the menu: added to it
     assert panel.controls["activation"].options[-1] == "x^5/7"
+
+
+def test_the_static_figure_is_drawn_in_the_kernels_thread_never_in_the_training_thread(monkeypatch):
+    """matplotlib is not thread-safe: the run ends by scheduling the PNG on the kernel's io_loop."""
+    import IPython
+
+    import toolkit.widgets.lab as lab
+
+    drawn, scheduled = [], []
+    real = lab.grid_png
+    monkeypatch.setattr(lab, "grid_png", lambda *a, **k: (drawn.append(threading.current_thread().name),
+                                                           real(*a, **k))[1])
+
+    class Loop:
+        def add_callback(self, fn, *args):
+            scheduled.append((fn, args, threading.current_thread().name))
+
+    class Shell:
+        kernel = type("Kernel", (), {"io_loop": Loop()})()
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    panel = train_your_own("x/16", epochs=1, **TINY).run()
+    panel._done.wait(120)
+    assert drawn == [] and panel._png == b""  # nothing drawn by the training thread
+    ((fn, args, where),) = scheduled
+    assert where == "toolkit-lab-train"
+    fn(*args)  # what the kernel's loop does, in its own (here: this) thread
+    assert drawn == [threading.current_thread().name] and panel._png[:4] == b"\x89PNG"

@@ -5,8 +5,8 @@ background thread (:func:`toolkit.lab.run_experiment`, one activation after the 
 its kernel stay live: the progress bar moves after every epoch, and the result is drawn by the browser
 (:class:`~toolkit.widgets.chart_view.ChartView` over
 :func:`~toolkit.plot.layer_grid_figure.prepare_layer_grid`'s numbers). No matplotlib runs in the
-thread (matplotlib is not thread-safe): the static PNG for viewers without widgets is drawn by
-:meth:`TrainYourOwn.wait` in the kernel's own thread, or when the panel is displayed.
+thread (matplotlib is not thread-safe): the static PNG for viewers without widgets is drawn in the
+kernel's own thread, scheduled on its io_loop when the run ends (or by :meth:`TrainYourOwn.wait` there).
 """
 
 from __future__ import annotations
@@ -28,6 +28,25 @@ CHOICES = ("x/1", "x/16", "x³/1", "x³/16", "x²/4", "x²/√N")
 WARNING = ("A few fast epochs on 512 images: the accuracy printed here means nothing yet (it may still be at "
            "chance, 10 %). Compare the attention norms, not the accuracies; the committed 200-epoch runs say "
            "what each activation finally reaches.")
+
+
+def _in_main_thread(fn, *args) -> bool:
+    """Schedule ``fn(*args)`` on the Jupyter kernel's own thread (its io_loop); False where there is no kernel.
+
+    For drawing with matplotlib, which is not thread-safe, after the background run. (The same job as the
+    shared ``toolkit.widgets.main_thread.in_main_thread`` being added elsewhere; this one is private until
+    that lands.)
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
+        return False
+    kernel = getattr(get_ipython(), "kernel", None)
+    loop = getattr(kernel, "io_loop", None)
+    if loop is None:
+        return False
+    loop.add_callback(fn, *args)
+    return True
 
 
 def _lab_fields(value: dict, where: str) -> dict:
@@ -136,6 +155,7 @@ class TrainYourOwn:
             ds = run_experiment(labels, epochs=epochs, preset=self.preset, seed=self.seed, out=None,
                                 checkpoints=False, callback=step, **self.overrides)
             self._show(ds)
+            _in_main_thread(self._show_static)  # the PNG for viewers without widgets, drawn by the kernel's thread
         except Exception as err:  # noqa: BLE001 - a thread has nowhere else to report
             self.error = err
             self.progress.bar_style = "danger"
@@ -184,11 +204,17 @@ class TrainYourOwn:
             raise TimeoutError("the lab run is still training")
         if self.error is not None:
             raise self.error
-        if self.result is not None and threading.current_thread() is threading.main_thread():
-            self.figure_png()
-            if self._handle is not None:
-                self._handle.update(self._repr_mimebundle_(), raw=True)
+        if threading.current_thread() is threading.main_thread():
+            self._show_static()
         return self.result
+
+    def _show_static(self) -> None:
+        """Draw the result's PNG (in the kernel's own thread) and put it in the displayed output."""
+        if self.result is None:
+            return
+        self.figure_png()
+        if self._handle is not None:
+            self._handle.update(self._repr_mimebundle_(), raw=True)
 
     # -- display ---------------------------------------------------------------
     def figure_png(self) -> bytes:
