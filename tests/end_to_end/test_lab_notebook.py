@@ -72,7 +72,9 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     from toolkit.lab.lesson import answer_notes
 
     notes = answer_notes(load_result())
-    assert shown.count("<details>") == 4 and all(v in shown for v in notes.values())
+    import html
+
+    assert shown.count("<details>") == 4 and all(html.escape(v) in shown for v in notes.values())
     assert "reaches 3.99" in notes["q3"]  # the number the research notes quote, computed
     widget = next(c for c in nb.cells if c.source.strip() == "train_your_own()")
     assert [o for o in widget.outputs if WIDGET_VIEW in o.get("data", {})]  # the panel; nothing trained headless

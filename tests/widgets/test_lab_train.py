@@ -67,6 +67,10 @@ def test_options_are_checked_before_any_work():
         train_your_own("x^^2")
     panel = train_your_own("x^5/7")  # not in the menu: added to it
     assert panel.controls["activation"].options[-1] == "x^5/7"
+    from toolkit.lab.attention import parse_activation
+    from toolkit.widgets.lab_train import CHOICES
+
+    assert [parse_activation(a).label for a in CHOICES] == list(CHOICES)  # every menu entry is a label it reads
 
 
 def test_the_static_figure_is_drawn_in_the_kernels_thread_never_in_the_training_thread(monkeypatch):

@@ -311,7 +311,6 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
     return fig
 
 
-
 def _fitted(title: str, fig, fontsize: float = 12.0) -> str:
     """``title`` broken into lines that fit the figure's width (two panels leave room for ~50 characters)."""
     import textwrap
