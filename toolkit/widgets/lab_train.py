@@ -21,6 +21,7 @@ from toolkit.constraints import Check, Flag, OneOf, Text, Whole, checks_options
 from toolkit.errors import InvalidOptionError, ToolkitError
 from toolkit.lab.attention import parse_activation
 from toolkit.lab.train import PRESETS
+from toolkit.widgets.main_thread import in_main_thread, kernel_loop
 
 #: The activations the menu offers, each trained next to softmax.
 CHOICES = ("x/1", "x/16", "x³/1", "x³/16", "x²/4", "x²/√N")
@@ -28,25 +29,6 @@ CHOICES = ("x/1", "x/16", "x³/1", "x³/16", "x²/4", "x²/√N")
 WARNING = ("A few fast epochs on 512 images: the accuracy printed here means nothing yet (it may still be at "
            "chance, 10 %). Compare the attention norms, not the accuracies; the committed 200-epoch runs say "
            "what each activation finally reaches.")
-
-
-def _in_main_thread(fn, *args) -> bool:
-    """Schedule ``fn(*args)`` on the Jupyter kernel's own thread (its io_loop); False where there is no kernel.
-
-    For drawing with matplotlib, which is not thread-safe, after the background run. (The same job as the
-    shared ``toolkit.widgets.main_thread.in_main_thread`` being added elsewhere; this one is private until
-    that lands.)
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        return False
-    kernel = getattr(get_ipython(), "kernel", None)
-    loop = getattr(kernel, "io_loop", None)
-    if loop is None:
-        return False
-    loop.add_callback(fn, *args)
-    return True
 
 
 def _lab_fields(value: dict, where: str) -> dict:
@@ -155,7 +137,8 @@ class TrainYourOwn:
             ds = run_experiment(labels, epochs=epochs, preset=self.preset, seed=self.seed, out=None,
                                 checkpoints=False, callback=step, **self.overrides)
             self._show(ds)
-            _in_main_thread(self._show_static)  # the PNG for viewers without widgets, drawn by the kernel's thread
+            if kernel_loop() is not None:  # the PNG for viewers without widgets (a saved notebook), drawn by the
+                in_main_thread(self._show_static)  # kernel's thread: matplotlib is not thread-safe
         except Exception as err:  # noqa: BLE001 - a thread has nowhere else to report
             self.error = err
             self.progress.bar_style = "danger"
