@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/python -m toolkit weights -o $(OUT)/smollm2.nc --plot $(OUT)/smollm2_stable_rank.png
 
 test: setup
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 # the maintainer's loop: no real-model, notebook, fuzz or browser test (those are marked slow / browser)
 test-fast: setup

@@ -271,6 +271,7 @@ INDEX = [
     ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
                    "modeldelta 0.4.4"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
+    ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition"),
     ("alpha_pruning", "notebook 05: perplexity of SmolLM2 magnitude-pruned by uniform, alpha and reverse allocations"),
 ]
 
@@ -643,6 +644,22 @@ def bench_compare_remote(rec: dict, res: dict) -> str:
             f"plus headers: {_pass(f['moved_bytes'] <= f['target'] * f['selected_bytes'] + f['header_bytes'])}); "
             f"{secs(f['remote_s'])} against {secs(f['local_s'])} from the local folder; values equal: "
             f"{f['values_equal_local']}.\n")
+@needs("alpha_interval", ".venv/bin/python benchmarks/bench_alpha_interval.py")
+def readme_alpha_interval(rec: dict, res: dict) -> str:
+    """The interval's cost as a share of the eigendecomposition it adds to, per shape, and its reproducibility."""
+    f = rec["figures"]
+    shapes = f["shapes"]
+    rows = [[shape, str(m["eigenvalues"]), secs(m["eigvalsh_s"]), secs(m["eigvalsh_1_thread_s"]),
+             secs(m["interval_s"]), f"{m['ratio']:.1%}", f"{m['ratio_1_thread']:.1%}",
+             "yes" if m["reproducible"] else "NO"] for shape, m in shapes.items()]
+    return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
+            f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
+            f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
+            f"`benchmarks/results/alpha_interval.json`; goal: at most {f['goal']:.0%}):\n\n"
+            + table(["shape", "eigenvalues", "eigvalsh", "eigvalsh, 1 thread", "interval (1 thread)",
+                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval"], rows))
+
+
 @needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
 def readme_alpha_pruning(rec: dict, res: dict) -> str:
     """Notebook 05's perplexity table and its reading (written by the notebook from the same numbers)."""
@@ -665,6 +682,7 @@ def readme_alpha_pruning(rec: dict, res: dict) -> str:
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
     "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
+    "readme-alpha-interval": readme_alpha_interval,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations, "bench-compare": bench_compare,

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from _browser import (
@@ -57,8 +58,16 @@ b = a.copy(deep=True)
 b.attrs["source"] = "org/tuned"
 b["stable_rank"][14:] = b["stable_rank"][14:] * 1.6  # the upper half moved, the lower half is the same
 pair = [a, b]
+fitted = make_stats(12, seed=2)
+fitted = fitted.drop_vars(list(fitted.data_vars))
+alpha = np.full((12, 7), 3.0)
+upper, tail = alpha + 0.3, np.full((12, 7), 200.0)
+upper[[2, 5, 9], [0, 4, 6]] = 5.0  # intervals (5 - 2.7) / 3 = 0.77 of alpha wide: marked
+tail[7, 3] = 20  # a tail of 20 eigenvalues: marked
+for name, v in (("alpha", alpha), ("alpha_ci_lower", alpha - 0.3), ("alpha_ci_upper", upper), ("num_pl_spikes", tail)):
+    fitted[name] = (("layer", "component"), v, {"long_name": name, "units": "1"})
 """
-CELLS = [SETUP, "explore(one)", "explore(pair)", "lab_explorer(load_result())"]
+CELLS = [SETUP, "explore(one)", "explore(pair)", "lab_explorer(load_result())", "explore(fitted)"]
 TIMING_REPEATS = 12
 
 
@@ -67,6 +76,9 @@ def _expected():
     sys.path.insert(0, str(ROOT / "tests"))
     scope = {}
     exec(SETUP.replace("from toolkit.widgets import explore, lab_explorer", ""), scope)  # noqa: S102
+    from toolkit.plot.fit_marks import uncertain_alpha
+
+    scope["marked"] = sorted(map(tuple, np.argwhere(uncertain_alpha(scope["fitted"]).values).tolist()))
     return scope
 
 
@@ -296,6 +308,14 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-shared-cbar").count() == 1
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-panel g.toolkit-cbar").count() == 0  # one colour bar
     page.screenshot(path=str(ARTIFACTS / f"{front_end}_explorer_shared.png"))
+
+    # alpha's uncertain cells carry the mark, and the figure says what it means
+    _wait_rendered(page, 2)
+    marks = _explorer(page, 2).locator("polygon.toolkit-mark").evaluate_all(
+        "ps => ps.map(p => [Number(p.dataset.r), Number(p.dataset.c)])")
+    assert sorted(map(tuple, marks)) == expected["marked"] == [(2, 0), (5, 4), (7, 3), (9, 6)]
+    notes = _explorer(page, 2).locator("text.toolkit-xlabel").all_text_contents()
+    assert any(t.startswith("black corner: alpha uncertain") for t in notes), notes
 
     # times: measured in the page, recorded with the load, not asserted
     _record(front_end, _measure(page))

@@ -15,6 +15,21 @@ def test_notebook_is_committed_without_outputs():
     assert "checkpoints=False" in text  # its own run leaves only the NetCDF behind
 
 
+def test_the_lesson_comes_first_and_the_research_notes_after_the_line():
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    sources = [c.source for c in nb.cells]
+    split = next(i for i, s in enumerate(sources) if "# Part 2 — Research notes" in s)
+    lesson, research = "\n".join(sources[:split]), "\n".join(sources[split:])
+    for step in ("attention_picture(", "lab_explorer(ds)", "answer_notes(ds)", "train_your_own()",
+                 "means nothing yet", "max over heads", "## 4. Questions the explorer answers"):
+        assert step in lesson, step
+    for note in ("## Why softmax can never exceed", "## What sets the level of each curve", "run_experiment("):
+        assert note in research and note not in lesson, note
+    assert "<details>" in lesson  # answer notes fold away
+
+
 def test_notebook_names_the_colours_the_figure_draws():
     from toolkit.plot.layer_grid_figure import ACTIVATION_COLOR_NAMES, ACTIVATION_COLORS
 
@@ -48,3 +63,18 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["attention_lab_fresh.nc"]  # no checkpoint folder left
     levels = next(c for c in nb.cells if c.source.startswith("runs = {"))
     assert [o for o in levels.outputs if "image/png" in o.get("data", {})]
+    picture = next(c for c in nb.cells if "attention_picture(" in c.source)
+    assert [o for o in picture.outputs if "image/png" in o.get("data", {})]
+    printed = "".join(o.get("text", "") for o in picture.outputs)
+    assert "attention norm ||A||_F: softmax " in printed and ", x/1 " in printed and ", x³/16 " in printed
+    notes_cell = next(c for c in nb.cells if "answer_notes(ds)" in c.source)
+    (shown,) = [o.data["text/html"] for o in notes_cell.outputs if "text/html" in o.get("data", {})]
+    from toolkit.lab.lesson import answer_notes
+
+    notes = answer_notes(load_result())
+    import html
+
+    assert shown.count("<details>") == 4 and all(html.escape(v) in shown for v in notes.values())
+    assert "reaches 3.99" in notes["q3"]  # the number the research notes quote, computed
+    widget = next(c for c in nb.cells if c.source.strip() == "train_your_own()")
+    assert [o for o in widget.outputs if WIDGET_VIEW in o.get("data", {})]  # the panel; nothing trained headless

@@ -199,7 +199,8 @@ def test_explorer_head_selector_draws_the_chosen_head():
     assert c["head"].disabled and c["head"].value is None  # attention_norm has no head dim
     c["metric"].value = "attention_norm_head"
     assert not c["head"].disabled and ex.current.selection == {"head": "mean"}
-    assert [label for label, _ in c["head"].options] == ["mean over heads", "head 0", "head 1", "head 2", "head 3"]
+    assert [label for label, _ in c["head"].options] == ["mean over heads", "max over heads", "head 0", "head 1",
+                                                         "head 2", "head 3"]
     np.testing.assert_allclose(ex.current.values[:, 2], ds["attention_norm_head"].sel(activation="x/16")
                                .mean("head").transpose("layer", "epoch").values)
     c["head"].value = 3
@@ -208,10 +209,55 @@ def test_explorer_head_selector_draws_the_chosen_head():
     np.testing.assert_array_equal(ex.current.values[:, 2], want)  # (1 + 2) * ... * 1.03, not the mean
     assert not np.allclose(want, ds["attention_norm_head"].sel(activation="x/16").mean("head")
                            .transpose("layer", "epoch").values)
+    c["head"].value = "max"  # the largest head: what "softmax never crosses √N" is about
+    assert ex.current.selection == {"head": "max"} and "max over heads" in _drawn(ex)["title"]
+    np.testing.assert_array_equal(ex.current.values[:, 2], want)  # head 3 is the largest here
+    np.testing.assert_array_equal(ex.current.values, ds["attention_norm_head"].max("head")
+                                  .transpose("layer", "activation", "epoch").values)
     c["metric"].value = "test_loss"
     assert c["head"].disabled and ex.current.selection == {}
-    with pytest.raises(EmptyInputError, match="heads"):
-        prepare_layer_grid(ds, "attention_norm_head", head=7)
+    for bad in (7, "min", True):
+        with pytest.raises(EmptyInputError, match="heads"):
+            prepare_layer_grid(ds, "attention_norm_head", head=bad)
+
+
+def test_max_over_heads_answers_what_the_mean_hides():
+    """Notebook 04's "softmax reaches 3.99, just under √N" is the largest head of the largest image: the mean
+    over heads of the committed run never comes near it, the max over heads does."""
+    from toolkit.lab import load_result
+
+    ds = load_result()
+    top = ds["attention_norm_max"].sel(activation="softmax")
+    mean = prepare_layer_grid(ds, "attention_norm_max", activations=["softmax"]).values
+    peak = prepare_layer_grid(ds, "attention_norm_max", activations=["softmax"], head="max").values
+    assert np.nanmax(peak) == pytest.approx(float(top.max())) and np.nanmax(mean) < np.nanmax(peak)
+    assert round(float(np.nanmax(peak)), 2) == 3.99 < math.sqrt(17)
+
+
+@pytest.mark.parametrize("var", ["attention_norm_max", "score_fraction_above_1", "attention_norm_head"])
+@pytest.mark.parametrize("layers", [None, [0, 1]])
+def test_a_long_y_label_fits_its_panel(var, layers):
+    """"largest attention norm per head" ran past the top and bottom of a 2.4-inch panel: measured after the
+    layout, every y label is now no taller than its Axes (wrapped between words)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from toolkit.widgets.lab import grid_figure
+
+    ds = make_lab()
+    ds["score_fraction_above_1"] = ds["attention_norm"] / 100  # a long name on a variable without heads
+    ds["score_fraction_above_1"].attrs.update(long_name="share of |score| above 1", units="1")
+    fig = grid_figure(prepare_layer_grid(ds, var, layers=layers))
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    labelled = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert labelled
+    for ax in labelled:
+        label = ax.yaxis.label
+        assert label.get_window_extent(renderer).height <= ax.get_window_extent(renderer).height
+        assert " ".join(label.get_text().split()) == ds[var].attrs["long_name"]  # every word kept
+    if var == "attention_norm_max":
+        assert "\n" in labelled[0].get_ylabel()  # it needed a second line
 
 
 @pytest.mark.parametrize("var,layers", [("test_accuracy", None), ("attention_norm", None),

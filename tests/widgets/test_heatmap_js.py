@@ -4,6 +4,7 @@ row of panels and their colour bars inside the width they are given, colour bars
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from tests._node import needs_node, run_js
 
@@ -39,3 +40,25 @@ def test_a_colour_bar_is_as_wide_as_its_labels():
     long = run_js(f"console.log(JSON.stringify(colorbarWidth({json.dumps(_panel()['cbar'])})));", module="heatmap.js")
     # the tick labels (8 characters of 0.020005) and the two label lines fit: they overlapped at a fixed 104 px
     assert long >= 12 + 26 + 8 * 6.3 + 2 * 13 and long > short
+
+
+# ---------------------------------------------------------------- window arithmetic and hit-testing
+
+_PROPERTIES = (Path(__file__).parent / "heatmap_window_properties.js").read_text(encoding="utf-8")
+
+
+@needs_node
+def test_zoom_pan_select_and_box_always_leave_a_valid_window_and_hit_the_cell_under_the_pointer():
+    # 4000 random panels and windows: showing a cell moves the window (its size kept) to contain it; zooming in
+    # keeps the cell under the pointer and shrinks each axis longer than one cell; zooming out grows it; a pan
+    # keeps the size; the centre of a cell hits that cell; a box over cells gives exactly those cells
+    assert run_js(_PROPERTIES, module="heatmap.js") == []
+
+
+@needs_node
+def test_zooming_out_step_by_step_reaches_the_whole_panel():
+    got = run_js("let w = [10, 12, 3, 4]; let n = 0;"
+                 "while ((w[1] - w[0] < 28 || w[3] - w[2] < 7) && n < 100) {"
+                 "  w = zoomWindow(w, 11, 3, 1.25, 28, 7); n++; }"
+                 "console.log(JSON.stringify([w, n]));", module="heatmap.js")
+    assert got[0] == [0, 28, 0, 7] and got[1] < 20

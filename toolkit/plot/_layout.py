@@ -82,3 +82,44 @@ def most_common(texts) -> str:
     """The most frequent of ``texts`` ("" for none)."""
     texts = [str(t) for t in np.asarray(texts).ravel()]
     return max(set(texts), key=texts.count) if texts else ""
+
+
+def fit_ylabels(fig, *, tries: int = 4) -> None:
+    """Break every y label of ``fig`` into lines until it is no taller than its Axes.
+
+    A long label ("largest attention norm per head") on a short panel ran past the panel's top and
+    bottom. Label and Axes are measured after the figure's layout, and a label too tall is wrapped
+    between words to the share of its longest line that fits; then measured again, up to ``tries``
+    times (the layout moves when a label takes another line). A single word longer than its Axes
+    stays as it is. Labels surely shorter than their Axes (under 0.7 of their slot) are not measured.
+    """
+    import textwrap
+
+    def surely_short(ax) -> bool:  # no layout needed: a label under 0.7 of its slot's height (a wide guess of
+        label = ax.yaxis.label  # 0.62 em a character) fits whatever the layout takes off the slot
+        longest = max((len(line) for line in label.get_text().split("\n")), default=0)
+        slot = ax.get_position().height * fig.get_size_inches()[1] * 72
+        return longest * 0.62 * label.get_fontsize() <= 0.7 * slot
+
+    if all(surely_short(ax) for ax in fig.axes):
+        return  # a layout costs as much as drawing the figure (1.5 s for the lab's 12 panels)
+    for _ in range(tries):
+        fig.draw_without_rendering()
+        changed = False
+        for ax in fig.axes:
+            label = ax.yaxis.label
+            text = label.get_text()
+            if not ax.get_visible() or not text:
+                continue
+            tall, room = label.get_window_extent().height, ax.get_window_extent().height
+            if tall <= room:
+                continue
+            longest = max(len(line) for line in text.split("\n"))
+            chars = min(longest - 1, int(longest * room / tall * 0.95))
+            wrapped = "\n".join(textwrap.wrap(" ".join(text.split()), max(chars, 1), break_on_hyphens=False,
+                                                   break_long_words=False))
+            if wrapped and wrapped != text:
+                label.set_text(wrapped)
+                changed = True
+        if not changed:
+            return

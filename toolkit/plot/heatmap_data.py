@@ -73,6 +73,10 @@ class HeatmapData:
         Significant digits of every label of the panel (ticks, hover, cells,
         top cells): :func:`toolkit.plot.numbers.digits_for`, so they tell
         the values apart.
+    marks : numpy.ndarray of bool or None
+        Like ``values``: the cells drawn with the mark of an uncertain alpha
+        (:func:`toolkit.plot.fit_marks.uncertain_alpha`); None where the panel
+        has no such facts.
     """
 
     values: np.ndarray
@@ -99,6 +103,7 @@ class HeatmapData:
     constant: float | None = None
     log: bool = False
     digits: int = 3
+    marks: np.ndarray | None = None
 
     @property
     def nan_mask(self) -> np.ndarray:
@@ -120,11 +125,16 @@ class HeatmapData:
     @property
     def notes(self) -> list[str]:
         """What the x axis label says under the panel: the column dimension (``head``), that hatched
-        cells have no value, and the ``caption``."""
+        cells have no value, what the mark of an uncertain alpha means (when a cell has it), and the
+        ``caption``."""
+        from toolkit.plot.fit_marks import mark_note
+
         mask = self.nan_mask
         notes = [self.col_axis_label] if self.col_axis_label else []
         if mask.any() and not mask.all():
             notes.append("hatched: no value (NaN)")
+        if self.marks is not None and self.marks.any():
+            notes.append(mark_note())
         if self.caption:
             notes.append(self.caption)
         return notes

@@ -34,6 +34,7 @@ from toolkit.plot._select import (
     select,
     tick_rows,
 )
+from toolkit.plot.fit_marks import draw_marks, panel_marks
 from toolkit.plot.heatmap_data import HeatmapData
 from toolkit.plot.numbers import digits_for, format_value, near_constant_note
 from toolkit.plot.scales import SCALE_CHOICES, describe_scale, diverging_log, panel_limits, resolve_scale
@@ -208,7 +209,8 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         cbar_label=_cbar_label(long_name, units_label, "" if undefined else
                                describe_scale(scale, c, median=at_median, log=log, digits=digits)),
         title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
-        constant=constant, log=log, digits=digits)
+        constant=constant, log=log, digits=digits,
+        marks=panel_marks(data, str(metric), selection, rows, cols, col_dim))
 
 
 def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
@@ -224,7 +226,9 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 
     Layer 0 (``rows[0]``) is at the bottom. The x axis is labelled with the
     column dimension (``head``, ``kv_head``; nothing for components). NaN
-    cells show a hatched grey background and the x label says so; the
+    cells show a hatched grey background and the x label says so; a cell
+    whose alpha is uncertain (``prepared.marks``) gets a black corner and the
+    x label says what it means (:mod:`toolkit.plot.fit_marks`); the
     ``caption`` (``constant: 0``, or why a wholly undefined panel is so) is
     added under it. A long title is wrapped to the figure's width. The
     colorbar has an arrow at each end where values lie beyond the limits.
@@ -254,6 +258,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     for i, j in zip(*np.nonzero(mask), strict=True):
         ax.add_patch(Rectangle((j, i), 1, 1, facecolor=_style.NAN_FACE, edgecolor=_style.NAN_EDGE,
                                hatch=_style.NAN_HATCH, linewidth=0, zorder=0.5))
+    draw_marks(ax, p.marks)
     ax.set_xlim(0, n_cols)
     ax.set_ylim(0, n_rows)  # row 0 (lowest layer) at the bottom
     ax.set_xticks(np.arange(n_cols) + 0.5, p.col_labels, rotation=45, ha="right", rotation_mode="anchor")

@@ -16,10 +16,12 @@ import numpy as np
 
 from toolkit.constraints import Flag, OneOf, Optional, Text, Whole, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
-from toolkit.plot._layout import is_dimensionless
+from toolkit.plot._layout import fit_ylabels, is_dimensionless
 
 #: The y scales of a line figure (``scale=``; None: the variable's default).
 LINE_SCALES = ("log", "linear")
+#: How the heads of a variable with a ``head`` dim can be reduced (``head=``; an int picks one head).
+HEAD_REDUCTIONS = ("mean", "max")
 
 #: Fixed colours of the paper's five activations: Okabe-Ito black, orange, sky blue and blue,
 #: and Tol's wine. Warm for the unscaled polynomials, cool for the scaled ones. Chosen by the
@@ -168,9 +170,12 @@ def prepare_layer_grid(ds, metric: str = "attention_norm", *, activations=None, 
         Activation labels to draw, in this order; default all.
     layers : sequence of int, optional
         Layers (0-based) to draw, one panel each; default all.
-    head : int, optional
-        For a variable with a ``head`` dim: the head to draw; default the mean
-        over heads.
+    head : int or {"mean", "max"}, optional
+        For a variable with a ``head`` dim: the head to draw (0-based), or how
+        to reduce the heads: ``"mean"`` (the default, also None) or ``"max"``
+        (the largest head at each epoch and layer: what "softmax never
+        crosses √N" is about, since one head may reach it while the mean
+        stays far below).
     scale : {"log", "linear"}, optional
         Of the y axis; default :func:`default_log` of ``metric`` (log or linear).
     ncols : int, optional
@@ -200,10 +205,15 @@ def prepare_layer_grid(ds, metric: str = "attention_norm", *, activations=None, 
     selection = {}
     if "head" in da.dims:
         heads = [int(h) for h in ds["head"].values.tolist()]
-        if head is not None and head not in heads:
-            raise EmptyInputError(f"head {head!r} not in the Dataset; it has heads {heads}")
-        da = da.mean("head") if head is None else da.sel(head=head)
-        selection["head"] = "mean" if head is None else int(head)
+        head = "mean" if head is None else head
+        if head not in HEAD_REDUCTIONS and (isinstance(head, (str, bool)) or head not in heads):
+            raise EmptyInputError(f"head {head!r} not in the Dataset; it has heads {heads} "
+                                  f"(or reduce them: {', '.join(map(repr, HEAD_REDUCTIONS))})")
+        if head in HEAD_REDUCTIONS:
+            da = getattr(da, head)("head")
+            selection["head"] = head
+        else:
+            da, selection["head"] = da.sel(head=head), int(head)
     if "activation" in da.dims:
         known = [str(a) for a in ds["activation"].values.tolist()]
         series = known if activations is None else [str(a) for a in activations]
@@ -297,6 +307,7 @@ def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str 
     if legend == "shared":
         _shared_legend(fig, axes[0], data.ncols)
     fig.suptitle(_fitted(title or grid_title(data), fig))
+    fit_ylabels(fig)
     return fig
 
 
@@ -309,8 +320,8 @@ def _fitted(title: str, fig, fontsize: float = 12.0) -> str:
 
 
 def grid_title(data: LayerGridData) -> str:
-    """``"<long name> (head 1; layer 0 = …)"``: what was selected and how layers count."""
-    extra = ["head mean" if v == "mean" else f"{k} {v}" for k, v in data.selection.items()]
+    """``"<long name> (max over heads; layer 0 = …)"``: what was selected and how layers count."""
+    extra = [f"{v} over heads" if v in HEAD_REDUCTIONS else f"{k} {v}" for k, v in data.selection.items()]
     extra += [data.note] if data.note else []
     return data.long_name + (f" ({'; '.join(extra)})" if extra else "")
 
@@ -384,4 +395,5 @@ def training_curves(ds, metrics=("train_loss", "test_accuracy"), *, activations=
         ax.set_xlabel("epoch")
         ax.set_ylabel(data.ylabel)
     _shared_legend(fig, axes[0], len(prepared))
+    fit_ylabels(fig)
     return fig

@@ -5,6 +5,7 @@
   in the same panel (progress, time left, Stop / Resume, a selection form); the pass itself is a
   :class:`LivePass` (no widgets).
 - :func:`lab_explorer` -- the attention-activation lab's panel.
+- :func:`train_your_own` -- train an attention activation next to softmax: menu, epochs, Run, progress.
 - :func:`prompt_box` -- a text box and Run button over one text's activation statistics.
 - :func:`export_html` -- the explorer as one self-contained HTML file (no kernel, no network).
 """
@@ -20,6 +21,7 @@ _LAZY = {
     "ModelExplorer": "toolkit.widgets._model",
     "LivePass": "toolkit.widgets.live_pass",
     "lab_explorer": "toolkit.widgets.lab",
+    "train_your_own": "toolkit.widgets.lab_train",
     "prompt_box": "toolkit.widgets.prompt",
     "PromptBox": "toolkit.widgets.prompt",
     "export_html": "toolkit.widgets.export",

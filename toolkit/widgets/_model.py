@@ -301,7 +301,9 @@ def explore_model(source=None, metrics=None, *, metric=None, out_dir=".", dpi=10
         ``components="attn.*"``, ``experts=3``); the form in the panel takes the same as text.
     **stats_kws
         Passed to :func:`toolkit.weight_stats` (``gguf_file``, ``revision``,
-        ``mapping``, ``device``, ``cache``, ``keep_spectra``, ``client`` ...).
+        ``mapping``, ``device``, ``cache``, ``keep_spectra``, ``client``, ``fit`` (a
+        :class:`~toolkit.FitOptions`: ``fix_fingers``, ``xmax`` ...; the panel's "fit" menu refits
+        from the spectra kept with ``keep_spectra=True``) ...
 
     Returns
     -------

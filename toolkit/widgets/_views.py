@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import EmptyInputError
+from toolkit.errors import EmptyInputError, ToolkitError
 from toolkit.plot._select import column_dim, model_name, select
 from toolkit.plot.heatmap_figure import prepare_heatmap
 from toolkit.plot.scales import CENTER_ATTR, shared_scale
@@ -59,6 +59,34 @@ def applicable(da, selection: dict) -> dict:
 
 class Views:
     """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: from the controls to prepared panels."""
+
+    @property
+    def pending(self) -> bool:
+        """A pass is still measuring: empty cells read "not measured yet" and the fit menu waits."""
+        return self._pending
+
+    @pending.setter
+    def pending(self, value: bool) -> None:
+        self._pending = bool(value)
+        self.fit_choice.enable(not self._pending)
+
+    def set_data(self, ds) -> None:
+        """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
+        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
+        self.fit_choice.reset([(self.models[0][0], ds)], enabled=not self.pending)
+        self._set_models(self.fit_choice.models)
+
+    def _set_models(self, models) -> None:
+        """Show ``models`` (another fit's, newer cells) with the controls kept, and the opened cell again."""
+        opened = self._opened_key
+        self.models, self.ds = list(models), models[0][1]
+        self.entries = self._entries()
+        self.render()
+        if opened is not None and self.prepared and self._opened_key is None:
+            try:
+                self.show_cell(opened[-2], opened[-1])
+            except (ToolkitError, ValueError):
+                pass  # no longer shown
 
     def _entries(self):
         """``[(label, ds, selection)]`` the views combine: each model, or each checkpoint of one Dataset."""

@@ -21,6 +21,10 @@ COMBINATIONS = {
 }
 
 
+#: The Dataset variables that say how well alpha is determined (:func:`fit_quality_lines`).
+FIT_FACTS = ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes", "alpha_xmin", "alpha_xmax")
+
+
 @dataclass(frozen=True)
 class Panel:
     """One heatmap panel of the explorer: where its numbers come from.
@@ -95,24 +99,12 @@ class PanelFacts:
     def _fit_facts(self, panel) -> dict:
         """alpha's fit quality on the panel's grid, from what the Dataset holds: the 95 % interval
         (``alpha_ci_lower`` / ``alpha_ci_upper``), the tail's eigenvalue count and its range λmax / xmin."""
-        return {name: got for name in ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes", "alpha_xmin",
-                                       "alpha_xmax")
+        return {name: got for name in FIT_FACTS
                 if name in panel.ds and (got := self._aligned(panel.ds[name], panel.selection)) is not None}
 
     def _fit_lines(self, i: int, j: int) -> list[str]:
         """The hover lines of alpha's fit quality at cell (i, j) (none where the Dataset holds none)."""
-        f, out = self.fit, []
-        if {"alpha_ci_lower", "alpha_ci_upper"} <= set(f) and np.isfinite(f["alpha_ci_lower"][i, j]):
-            lo, hi = float(f["alpha_ci_lower"][i, j]), float(f["alpha_ci_upper"][i, j])
-            out.append(f"95 % interval: {_value_text(lo, self.p.digits)} to {_value_text(hi, self.p.digits)}")
-        tail = []
-        if "num_pl_spikes" in f and np.isfinite(f["num_pl_spikes"][i, j]):
-            tail.append(f"{int(f['num_pl_spikes'][i, j])} eigenvalues")
-        if {"alpha_xmin", "alpha_xmax"} <= set(f) and f["alpha_xmin"][i, j] > 0:
-            tail.append(f"range λmax / xmin = {_value_text(float(f['alpha_xmax'][i, j] / f['alpha_xmin'][i, j]), 3)}")
-        if tail:
-            out.append("tail: " + ", ".join(tail))
-        return out
+        return fit_quality_lines({name: float(v[i, j]) for name, v in self.fit.items()}, self.p.digits)
 
     def _values(self, ds, selection):
         got = self._aligned(ds[self.metric], selection)
@@ -160,6 +152,37 @@ class PanelFacts:
         """``grid[row][col]``: the hover text of every cell, row 0 = the lowest layer."""
         n_rows, n_cols = self.p.values.shape
         return [["\n".join(self.lines(i, j)) for j in range(n_cols)] for i in range(n_rows)]
+
+
+def fit_quality_lines(facts: dict, digits: int = 3) -> list[str]:
+    """alpha's fit quality as text lines, from the facts a cell has.
+
+    Parameters
+    ----------
+    facts : dict of str -> float
+        Any of ``alpha_ci_lower`` and ``alpha_ci_upper`` (the 95 % interval), ``num_pl_spikes``
+        (the tail's eigenvalue count), ``alpha_xmin`` and ``alpha_xmax`` (the tail's range).
+    digits : int, default 3
+        Significant digits of the interval's ends.
+
+    Returns
+    -------
+    list of str
+        ``"95 % interval: lo to hi"`` and ``"tail: n eigenvalues, range λmax / xmin = r"`` where
+        the facts are there and finite.
+    """
+    out, tail = [], []
+    lo, hi = facts.get("alpha_ci_lower", np.nan), facts.get("alpha_ci_upper", np.nan)
+    if np.isfinite(lo) and np.isfinite(hi):
+        out.append(f"95 % interval: {_value_text(lo, digits)} to {_value_text(hi, digits)}")
+    if np.isfinite(facts.get("num_pl_spikes", np.nan)):
+        tail.append(f"{int(facts['num_pl_spikes'])} eigenvalues")
+    xmin, xmax = facts.get("alpha_xmin", np.nan), facts.get("alpha_xmax", np.nan)
+    if xmin > 0 and np.isfinite(xmax):
+        tail.append(f"range λmax / xmin = {_value_text(xmax / xmin, 3)}")
+    if tail:
+        out.append("tail: " + ", ".join(tail))
+    return out
 
 
 def _value_text(v: float, digits: int = 3) -> str:

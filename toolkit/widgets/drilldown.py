@@ -44,6 +44,11 @@ class DrillDown:
         The prepared ESD (its bars: :func:`toolkit.plot.esd_figure.esd_histogram`).
     row_change : numpy.ndarray or None
         For a comparison read from its checkpoints: ‖ΔW_i‖ / ‖W_base,i‖ per row.
+    fit : list of str
+        alpha and how well it is determined, where the Dataset holds it: ``"α = 2.53"``, its
+        95 % interval, the tail's eigenvalue count and range λmax / xmin
+        (:func:`~toolkit.widgets.cells.fit_quality_lines`), and whether the heatmap marks it
+        (:mod:`toolkit.plot.fit_marks`); shown above the figure.
     """
 
     layer: int
@@ -55,11 +60,13 @@ class DrillDown:
     eigenvalues: np.ndarray | None = None
     esd: object = None
     row_change: np.ndarray | None = None
+    fit: list = field(default_factory=list)
 
     def spec(self, *, title: str = "", status: str = "") -> dict:
-        """The :class:`~toolkit.widgets.chart_view.ChartView` spec: the panels one above the other."""
-        return {"title": title, "panels": self.panels, "ncols": 1, "panel_height": 215, "status": status,
-                "note": "\n".join(self.notes)}
+        """The :class:`~toolkit.widgets.chart_view.ChartView` spec: the panels one above the other
+        (``title`` default: the :attr:`fit` lines)."""
+        return {"title": title or " · ".join(self.fit), "panels": self.panels, "ncols": 1, "panel_height": 215,
+                "status": status, "note": "\n".join(self.notes)}
 
 
 def cell_dataset(ds, selection: dict):
@@ -109,6 +116,7 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
         out.panels += [chart_spec.esd_panel(esd, title=_short_title(esd.title, what)),
                        chart_spec.singular_values_panel(esd, title=_short_title(esd.title, what))]
         out.kinds += ["esd", "singular_values"]
+        out.fit = fit_text(cell, layer, str(column)) if not esd.update else []
     except (ToolkitError, KeyError, ValueError) as err:
         out.notes.append(f"spectrum: {err}")
     if isinstance(matrix, np.ndarray):
@@ -132,6 +140,26 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
         out.notes.append(f"entry histogram: {matrix}")
     out.titles = [p["title"] for p in out.panels]
     return out
+
+
+def fit_text(cell, layer: int, component: str) -> list[str]:
+    """alpha of one cell and its fit quality, as the drill-down shows them (:attr:`DrillDown.fit`)."""
+    from toolkit.plot.fit_marks import uncertain_alpha
+    from toolkit.plot.numbers import format_value
+    from toolkit.widgets.cells import FIT_FACTS, fit_quality_lines
+
+    if "alpha" not in cell or set(cell["alpha"].dims) != {"layer", "component"}:
+        return []
+    where = {"layer": layer, "component": component}
+    alpha = float(cell["alpha"].sel(where))
+    if not np.isfinite(alpha):
+        return []
+    facts = {name: float(cell[name].sel(where)) for name in FIT_FACTS if name in cell}
+    lines = [f"α = {format_value(alpha, 3)}", *fit_quality_lines(facts)]
+    marked = uncertain_alpha(cell)
+    if marked is not None and bool(marked.sel(where)):
+        lines.append("uncertain: marked on the heatmap")
+    return lines
 
 
 def _short_title(title: str, what: str) -> str:

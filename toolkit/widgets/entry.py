@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from toolkit.constraints import Flag, Names, Optional, PathName, Text, Whole, checks_options
+from toolkit.constraints import Check, Flag, Names, Optional, PathName, Text, Whole, checks_options
+from toolkit.metrics.fit_options import FitOptions
 from toolkit.widgets._model import explore_model
 from toolkit.widgets.explorer import Explorer
 
 
 @checks_options(metric=Optional(Text("a metric of the Dataset")), out_dir=PathName(), dpi=Whole(minimum=1),
-                labels=Optional(Names("one label per Dataset")), read_entries=Flag())
-def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True, **compute) -> Explorer:
+                labels=Optional(Names("one label per Dataset")), read_entries=Flag(),
+                fit=Optional(Check(FitOptions.coerce, {"no_such_option": 1})))
+def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True, fit=None,
+            **compute) -> Explorer:
     """Interactive heatmap panel over one or several statistics Datasets (or a checkpoint).
 
     Parameters
@@ -36,6 +39,12 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
         Let opening a cell read its matrix from the source recorded in the
         Dataset (a local file) for the entry histogram, and compute its
         spectrum when the Dataset holds none.
+    fit : toolkit.FitOptions or dict, optional
+        The power-law fit shown first (WeightWatcher's ``fix_fingers``, ``xmax`` ...): Datasets
+        measured with other options are refitted from their stored spectra
+        (:func:`toolkit.collect.refit.refit`); a checkpoint is measured with it. The panel's
+        "fit" menu switches between the default, ``xmax=1``, ``fix_fingers="xmin_peak"`` and
+        ``"clip_xmax"`` (:mod:`toolkit.widgets.fit_choice`). Default: as the Datasets were measured.
     **compute
         With a checkpoint: options of :func:`~toolkit.widgets.explore_model`
         (``layers``, ``components``, ``experts``, ``keep_spectra`` ...).
@@ -54,12 +63,15 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
         No Dataset, or no metric with layer and component/head/kv_head dims.
     toolkit.errors.UnknownMetricError
         ``metric`` is not one of them.
+    toolkit.errors.ToolkitError
+        ``fit`` differs from the options of Datasets that hold no spectra to refit.
     """
     import xarray as xr
 
     if data is None or not isinstance(data, (xr.Dataset, list, tuple)):
-        return explore_model(data, metric=metric, out_dir=out_dir, dpi=dpi, **compute)
+        return explore_model(data, metric=metric, out_dir=out_dir, dpi=dpi,
+                             **({"fit": fit} if fit is not None else {}), **compute)
     if compute:
         raise TypeError(f"explore() of Datasets takes no {', '.join(sorted(compute))}: those are for measuring "
                         "a checkpoint (explore(source, ...))")
-    return Explorer(data, metric, out_dir=out_dir, dpi=dpi, labels=labels, read_entries=read_entries)
+    return Explorer(data, metric, out_dir=out_dir, dpi=dpi, labels=labels, read_entries=read_entries, fit=fit)

@@ -34,6 +34,7 @@ from toolkit.widgets._views import Views, absent_components, models_of
 from toolkit.widgets.cells import COMBINATIONS, PanelFacts
 from toolkit.widgets.chart_view import ChartView
 from toolkit.widgets.figures import figure_bytes, file_stem
+from toolkit.widgets.fit_choice import FitChoice
 from toolkit.widgets.heatmap_view import HeatmapView
 
 
@@ -86,11 +87,14 @@ class Explorer(CellSide, Saving, Views):
         Components none of the models has (no toggle; their hatched column says why).
     pending : bool
         A pass is still measuring (the live view): empty cells read "not measured yet".
+    fit_choice : toolkit.widgets.fit_choice.FitChoice
+        The "fit" menu (``controls["fit"]``): ``fix_fingers`` / ``xmax``, refitted from stored spectra.
     """
 
     def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True,
-                 absent=None, pending=False):
-        self.models = models_of(data, labels)
+                 absent=None, pending=False, fit=None):
+        self.fit_choice = FitChoice(models_of(data, labels), fit)
+        self.models = self.fit_choice.models
         self.ds = ds = self.models[0][1]
         names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
         if not names:
@@ -110,6 +114,8 @@ class Explorer(CellSide, Saving, Views):
         c["metric"] = W.Dropdown(options=C.metric_options(ds, names),
                                  value=metric or names[0], description="metric", style=C.WIDE,
                                  layout=W.Layout(width="max-content", min_width="16em"))
+        c["fit"] = self.fit_choice.dropdown
+        self.fit_choice.on_change(self._set_models)
         dims = C.selector_dims(ds, names)
         for d in dims:
             c[d] = W.Dropdown(options=C.dim_options(ds, d), description=d, style=C.WIDE,
@@ -188,7 +194,8 @@ class Explorer(CellSide, Saving, Views):
                     t.observe(self._on_change, names="value")
             elif key == "rank":
                 w.observe(lambda _: self._show_top(), names="value")
-            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "save_html", "annotate"):
+            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "save_html", "annotate",
+                             "fit"):
                 w.observe(self._on_metric if key in ("metric", "columns", "view") else self._on_change, names="value")
         c["save_figure"].on_click(lambda _: self._report(self.save_figure))
         c["save_csv"].on_click(lambda _: self._report(self.save_csv))
@@ -197,7 +204,8 @@ class Explorer(CellSide, Saving, Views):
 
     def _layout(self, dims):
         c = self.controls
-        first = [c["metric"], *(c[d] for d in dims)] + ([c["columns"], c["component"]] if "columns" in c else [])
+        first = [c["metric"], *(c[d] for d in dims), c["fit"]]
+        first += [c["columns"], c["component"]] if "columns" in c else []
         rows = [W.HBox(first, layout=W.Layout(flex_flow="row wrap"))]
         if "view" in c:
             rows.append(W.HBox([C.labelled("view", c["view"]), c["base"], c["target"],
@@ -342,14 +350,6 @@ class Explorer(CellSide, Saving, Views):
         self.renders += 1
         self._follow_cell()
         self._show_top()
-
-    def set_data(self, ds) -> None:
-        """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
-        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
-        self.models = [(self.models[0][0], ds)]
-        self.ds = ds
-        self.entries = self._entries()
-        self.render()
 
     def _show_message(self, text: str) -> None:
         """Nothing to draw: the message (wrapped between words) instead of the figure, and no drill-down

@@ -28,8 +28,11 @@ def colorbar(prepared) -> dict:
 
 
 def panel(prepared, hover: list, *, cbar: bool = True) -> dict:
-    """One panel: ``title``, ``rows``, ``cols``, ``colors``, ``hover``, ``xlabel``, ``cbar``."""
-    return {"title": prepared.title, "rows": [str(r) for r in prepared.rows],
+    """One panel: ``title``, ``rows``, ``cols``, ``colors``, ``hover``, ``xlabel``, ``cbar``, and ``marks``
+    (``marks[row][col]``: the cell gets the mark of an uncertain alpha, :mod:`toolkit.plot.fit_marks`;
+    None when the panel has none)."""
+    marks = prepared.marks.tolist() if prepared.marks is not None and prepared.marks.any() else None
+    return {"marks": marks, "title": prepared.title, "rows": [str(r) for r in prepared.rows],
             "cols": [str(c) for c in prepared.col_labels], "colors": hex_colors(prepared.face_colors()),
             "hover": hover, "xlabel": "\n".join(prepared.notes), "cbar": colorbar(prepared) if cbar else None,
             "scale": prepared.scale, "digits": prepared.digits}

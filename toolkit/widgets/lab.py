@@ -29,6 +29,8 @@ LAB_METRICS = ("attention_norm", "attention_norm_head", "attention_norm_max", "s
                "test_accuracy")
 #: The head selector's first entry: average the heads.
 HEAD_MEAN = "mean over heads"
+#: Its second: the largest head (softmax's ceiling √N is about single heads; the mean stays below it).
+HEAD_MAX = "max over heads"
 #: What the head selector says for a variable that has no heads.
 NO_HEADS = "— (no heads)"
 
@@ -60,7 +62,7 @@ class LabExplorer:
         The lab result shown (never modified).
     controls : dict of str -> ipywidgets.Widget
         ``metric`` (Dropdown), ``activations`` and ``layers`` (SelectMultiple),
-        ``head`` (Dropdown: :data:`HEAD_MEAN` or a head, 0-based; for
+        ``head`` (Dropdown: :data:`HEAD_MEAN`, :data:`HEAD_MAX` or a head, 0-based; for
         variables with a ``head`` dim, else it reads :data:`NO_HEADS` and is
         disabled), ``scale`` (ToggleButtons, "log"/"linear").
     chart : ChartView
@@ -83,8 +85,9 @@ class LabExplorer:
         labels = [(f"{ds[m].attrs.get('long_name', m)}", m) for m in options]
         acts = [str(a) for a in ds["activation"].values.tolist()]
         layers = [(f"layer {int(x)}", int(x)) for x in ds["layer"].values.tolist()]
-        self._heads = [(HEAD_MEAN, None)] + [(f"head {int(h)}", int(h)) for h in ds["head"].values.tolist()] \
-            if "head" in ds.dims else [(HEAD_MEAN, None)]
+        heads = ds["head"].values.tolist() if "head" in ds.dims else []
+        self._heads = [(HEAD_MEAN, None)] + ([(HEAD_MAX, "max")] if heads else []) + [
+            (f"head {int(h)}", int(h)) for h in heads]
         self.controls = c = {
             "metric": W.Dropdown(options=labels, value=metric if metric in options else options[0],
                                  description="metric", style=C.WIDE, layout=W.Layout(width="max-content")),

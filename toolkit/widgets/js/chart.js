@@ -37,6 +37,15 @@ function extent(p, which) {
   return [lo - (lo === 0 ? 0 : pad), hi + pad];
 }
 
+// Pixels per character of an 11 px label (a wide estimate, so a wrapped line fits), and between two lines.
+const YLABEL_CHAR_PX = 6.6, YLABEL_LINE_PX = 13;
+
+// A y label as the lines that fit along a plot `height` pixels tall ("largest attention norm per
+// head" on a 107 px panel ran past its top and bottom on one line).
+function ylabelLines(label, height) {
+  return label ? wrapText(label, Math.max(40, height - 4), YLABEL_CHAR_PX) : [];
+}
+
 function dashOf(dash) {
   return dash === "dash" ? ' stroke-dasharray="6,4"' : dash === "dot" ? ' stroke-dasharray="2,3"' : "";
 }
@@ -48,16 +57,22 @@ function render({ model, el }) {
   tip.className = "toolkit-chart-tooltip";
   tip.style.display = "none";
   el.append(root);
+  // ids are the document's: two charts on one page (the lab explorer and the train-your-own panel) must not
+  // share a clip path, or one clips its lines to the other's plot area
+  const uid = "toolkit-chart-" + Math.random().toString(36).slice(2, 10);
   let geoms = [];
 
-  function panelSvg(p, k, width, height) {
-    const ml = 58, mr = 10, mt = p.title ? 20 : 8, mb = p.xlabel ? 38 : 24;
-    const W = Math.max(60, width - ml - mr), H = Math.max(40, height - mt - mb);
+  function plotHeight(p, height) { return Math.max(40, height - (p.title ? 20 : 8) - (p.xlabel ? 38 : 24)); }
+
+  function panelSvg(p, k, width, height, ylines) {
+    // every panel of a grid leaves room for the most lines any y label takes, so the plots line up
+    const ml = 58 + YLABEL_LINE_PX * (ylines - 1), mr = 10, mt = p.title ? 20 : 8, mb = p.xlabel ? 38 : 24;
+    const W = Math.max(60, width - ml - mr), H = plotHeight(p, height);
     const xs = extent(p, "x"), ys = extent(p, "y");
     const X = scaleOf(p.x || {}, xs[0], xs[1], ml, ml + W), Y = scaleOf(p.y || {}, ys[0], ys[1], mt + H, mt);
     geoms[k] = { ml, mt, W, H, xs, ys, X, Y, p };
     let s = `<svg class="toolkit-chart-panel" data-panel="${k}" width="${width}" height="${height}">`;
-    s += `<defs><clipPath id="clip-${k}-${model.get("renders")}"><rect x="${ml}" y="${mt}" width="${W}" height="${H}"/></clipPath></defs>`;
+    s += `<defs><clipPath id="${uid}-clip-${k}-${model.get("renders")}"><rect x="${ml}" y="${mt}" width="${W}" height="${H}"/></clipPath></defs>`;
     if (p.title) s += svgText(ml + W / 2, 14, p.title, { "text-anchor": "middle", "font-size": "12", class: "toolkit-chart-panel-title" });
     const xt = p.x && p.x.log ? logTicks(xs[0], xs[1]) : linearTicks(xs[0], xs[1], Math.max(2, Math.floor(W / 70)));
     const yt = p.y && p.y.log ? logTicks(ys[0], ys[1]) : linearTicks(ys[0], ys[1], Math.max(2, Math.floor(H / 40)));
@@ -73,7 +88,7 @@ function render({ model, el }) {
       s += `<line x1="${x}" x2="${x}" y1="${mt + H}" y2="${mt + H + 3}" stroke="#333"/>`;
       s += tickLabel(x, mt + H + 14, p.x && p.x.log ? logLabel(t) : formatNumber(t), { "text-anchor": "middle", "font-size": "10.5" });
     }
-    s += `<g clip-path="url(#clip-${k}-${model.get("renders")})">`;
+    s += `<g clip-path="url(#${uid}-clip-${k}-${model.get("renders")})">`;
     for (const [j, ser] of p.series.entries()) {
       const cls = `series series-${j}` + (ser.role ? ` role-${ser.role}` : "");
       if (ser.kind === "bars") {
@@ -111,7 +126,12 @@ function render({ model, el }) {
     }
     s += `</g><rect x="${ml}" y="${mt}" width="${W}" height="${H}" fill="none" stroke="#777" stroke-width="0.7"/>`;
     if (p.xlabel) s += svgText(ml + W / 2, mt + H + 31, p.xlabel, { "text-anchor": "middle", "font-size": "11" });
-    if (p.ylabel) s += `<text transform="translate(12,${(mt + H / 2).toFixed(1)}) rotate(-90)" text-anchor="middle" font-size="11">${esc(p.ylabel)}</text>`;
+    const lines = ylabelLines(p.ylabel, H);
+    if (lines.length) {
+      s += `<text class="toolkit-chart-ylabel" transform="translate(12,${(mt + H / 2).toFixed(1)}) rotate(-90)" text-anchor="middle" font-size="11">`;
+      lines.forEach((line, i) => { s += `<tspan x="0" dy="${i ? YLABEL_LINE_PX : 0}">${esc(line)}</tspan>`; });
+      s += "</text>";
+    }
     if (p.legend) {
       // "upper right" (an ESD: its bars fall to the right) or upper left; on a white ground
       const right = p.legend === "upper right";
@@ -146,7 +166,8 @@ function render({ model, el }) {
     }
     if (spec.status) html += `<div class="toolkit-chart-status">${esc(spec.status)}</div>`;
     html += `<div class="toolkit-chart-grid" style="grid-template-columns: repeat(${ncols}, ${pw}px)">`;
-    panels.forEach((p, k) => { html += panelSvg(p, k, pw, p.height || ph); });
+    const ylines = Math.max(1, ...panels.map((p) => ylabelLines(p.ylabel, plotHeight(p, p.height || ph)).length));
+    panels.forEach((p, k) => { html += panelSvg(p, k, pw, p.height || ph, ylines); });
     html += "</div>";
     if (spec.note) html += `<div class="toolkit-chart-note">${esc(spec.note)}</div>`;
     root.innerHTML = html;

@@ -49,6 +49,63 @@ function panelWidths(ps, shared, avail) {
   return { W, chrome, sharedW, total, minTotal };
 }
 
+// ------------------------------------------------------------------ window arithmetic (pure)
+// A window is [r0, r1, c0, c1]: the rows r0..r1-1 and columns c0..c1-1 of a panel of nRows x nCols cells.
+// Every function below returns a valid window (validWindow) for any valid window it is given.
+
+// The window moved (not resized) as little as needed to show the cell (row, col).
+function windowShowing(w, row, col, nRows, nCols) {
+  row = clamp(row, 0, nRows - 1);
+  col = clamp(col, 0, nCols - 1);
+  const out = w.slice(), nr = w[1] - w[0], nc = w[3] - w[2];
+  if (row < out[0]) { out[0] = row; out[1] = row + nr; }
+  if (row >= out[1]) { out[1] = row + 1; out[0] = row + 1 - nr; }
+  if (col < out[2]) { out[2] = col; out[3] = col + nc; }
+  if (col >= out[3]) { out[3] = col + 1; out[2] = col + 1 - nc; }
+  return out;
+}
+
+// One axis [a, b) of n cells zoomed by `factor` (< 1 in, > 1 out) about the cell `at`, which stays
+// where it was on screen as far as the edges allow; at least one cell more or less each step.
+function zoomAxis(a, b, at, factor, n) {
+  const size = b - a;
+  let next = clamp(Math.round(size * factor), 1, n);
+  if (factor < 1 && next === size && size > 1) next = size - 1;
+  if (factor > 1 && next === size && size < n) next = size + 1;
+  const lo = clamp(Math.round(at + 0.5 - ((at + 0.5 - a) * next) / size), 0, n - next);
+  return [lo, lo + next];
+}
+
+function zoomWindow(w, row, col, factor, nRows, nCols) {
+  return [...zoomAxis(w[0], w[1], row, factor, nRows), ...zoomAxis(w[2], w[3], col, factor, nCols)];
+}
+
+// The window `win` dragged by dRows rows (down: the rows above come in) and dCols columns, its size kept.
+function panWindow(win, dRows, dCols, nRows, nCols) {
+  const nr = win[1] - win[0], nc = win[3] - win[2];
+  const r0 = clamp(win[0] + dRows, 0, nRows - nr), c0 = clamp(win[2] - dCols, 0, nCols - nc);
+  return [r0, r0 + nr, c0, c0 + nc];
+}
+
+// The cell under the point (px, py) of a panel's svg drawn with geometry g (plot at ml, mt, size W x H,
+// cells cw x rh, showing rows r0..r1-1 bottom up and columns c0..c1-1), clamped into the window;
+// `inside`: the point is on the plot.
+function cellAt(g, px, py) {
+  const inside = px >= g.ml && px < g.ml + g.W && py >= g.mt && py < g.mt + g.H;
+  const col = clamp(g.c0 + Math.floor((px - g.ml) / g.cw), g.c0, g.c1 - 1);
+  const row = clamp(g.r0 + Math.floor((g.mt + g.H - py) / g.rh), g.r0, g.r1 - 1);
+  return { row, col, inside };
+}
+
+// The window of the cells a dragged box [x1, y1, x2, y2] (svg pixels, x1 <= x2, y1 <= y2) covers.
+function boxWindow(g, box) {
+  const [x1, y1, x2, y2] = box;
+  const c0 = g.c0 + Math.floor((x1 - g.ml) / g.cw), c1 = g.c0 + Math.ceil((x2 - g.ml) / g.cw);
+  const r0 = g.r0 + Math.floor((g.mt + g.H - y2) / g.rh), r1 = g.r0 + Math.ceil((g.mt + g.H - y1) / g.rh);
+  return [clamp(r0, g.r0, g.r1 - 1), clamp(Math.max(r1, r0 + 1), g.r0 + 1, g.r1),
+          clamp(c0, g.c0, g.c1 - 1), clamp(Math.max(c1, c0 + 1), g.c0 + 1, g.c1)];
+}
+
 function render({ model, el }) {
   const uid = "tk" + Math.random().toString(36).slice(2, 9);
   const root = document.createElement("div");
@@ -171,6 +228,22 @@ function render({ model, el }) {
     return s + "</g>";
   }
 
+  // the mark of an uncertain alpha (toolkit/plot/fit_marks.py): a black, white-edged corner at the
+  // top right of the cell, CORNER of its side, as the saved matplotlib figure draws it
+  const CORNER = 0.32;
+  function marksSvg(marks, g) {
+    let s = "";
+    for (let r = g.r0; r < g.r1; r++) {
+      for (let c = g.c0; c < g.c1; c++) {
+        if (!marks[r] || !marks[r][c]) continue;
+        const x1 = g.ml + (c - g.c0 + 1) * g.cw, y0 = g.mt + g.H - (r - g.r0 + 1) * g.rh;
+        const dx = CORNER * g.cw, dy = CORNER * g.rh;
+        s += `<polygon class="toolkit-mark" data-r="${r}" data-c="${c}" points="${(x1 - dx).toFixed(2)},${y0.toFixed(2)} ${x1.toFixed(2)},${y0.toFixed(2)} ${x1.toFixed(2)},${(y0 + dy).toFixed(2)}" fill="#000" stroke="#fff" stroke-width="0.8" pointer-events="none"/>`;
+      }
+    }
+    return s;
+  }
+
   function panelSvg(p, k, g) {
     const [r0, r1, c0, c1] = windows[k];
     const rh = g.H / (r1 - r0), cw = g.W / (c1 - c0);
@@ -190,6 +263,7 @@ function render({ model, el }) {
         s += `<rect class="cell${row[c] ? "" : " nan"}" data-r="${r}" data-c="${c}" x="${(g.ml + (c - c0) * cw).toFixed(2)}" y="${y.toFixed(2)}" width="${(cw + 0.3).toFixed(2)}" height="${(rh + 0.3).toFixed(2)}" fill="${fill}"/>`;
       }
     }
+    if (p.marks) s += marksSvg(p.marks, g);
     s += `</g><rect x="${g.ml}" y="${g.mt}" width="${g.W}" height="${g.H}" fill="none" stroke="#444" stroke-width="0.8"/>`;
     const sel = model.get("selected") || [];
     if (sel.length === 3 && sel[0] === k && sel[1] >= r0 && sel[1] < r1 && sel[2] >= c0 && sel[2] < c1) {
@@ -270,10 +344,7 @@ function render({ model, el }) {
     if (!svg || !g) return null;
     const r = svg.getBoundingClientRect();
     const px = ev.clientX - r.left, py = ev.clientY - r.top;
-    const inside = px >= g.ml && px < g.ml + g.W && py >= g.mt && py < g.mt + g.H;
-    const col = clamp(g.c0 + Math.floor((px - g.ml) / g.cw), g.c0, g.c1 - 1);
-    const row = clamp(g.r0 + Math.floor((g.mt + g.H - py) / g.rh), g.r0, g.r1 - 1);
-    return { panel: k, row, col, inside, px, py, svg, g };
+    return { panel: k, ...cellAt(g, px, py), px, py, svg, g };
   }
 
   function showTip(hit, ev) {
@@ -296,12 +367,7 @@ function render({ model, el }) {
     if (!p) return;
     row = clamp(row, 0, p.rows.length - 1);
     col = clamp(col, 0, p.cols.length - 1);
-    const w = windows[k];
-    const nr = w[1] - w[0], nc = w[3] - w[2];
-    if (row < w[0]) { w[0] = row; w[1] = row + nr; }
-    if (row >= w[1]) { w[1] = row + 1; w[0] = row + 1 - nr; }
-    if (col < w[2]) { w[2] = col; w[3] = col + nc; }
-    if (col >= w[3]) { w[3] = col + 1; w[2] = col + 1 - nc; }
+    windows[k] = windowShowing(windows[k], row, col, p.rows.length, p.cols.length);
     model.set("selected", [k, row, col]);
     model.set("windows", windows.map((x) => x.slice()));
     model.save_changes();
@@ -310,18 +376,8 @@ function render({ model, el }) {
   }
 
   function zoomAt(k, row, col, factor) {
-    const p = panels()[k], w = windows[k];
-    const scale = (a, b, at, n) => {
-      const size = b - a;
-      let next = clamp(Math.round(size * factor), 1, n);
-      if (factor < 1 && next === size && size > 1) next = size - 1;
-      if (factor > 1 && next === size && size < n) next = size + 1;
-      let lo = Math.round(at + 0.5 - ((at + 0.5 - a) * next) / size);
-      lo = clamp(lo, 0, n - next);
-      return [lo, lo + next];
-    };
-    [w[0], w[1]] = scale(w[0], w[1], row, p.rows.length);
-    [w[2], w[3]] = scale(w[2], w[3], col, p.cols.length);
+    const p = panels()[k];
+    windows[k] = zoomWindow(windows[k], row, col, factor, p.rows.length, p.cols.length);
     syncWindows();
     draw();
   }
@@ -351,10 +407,8 @@ function render({ model, el }) {
     tip.style.display = "none";
     const k = drag.hit.panel, g = geoms[k], p = panels()[k];
     if (drag.pan) {
-      const w = windows[k], nr = drag.win[1] - drag.win[0], nc = drag.win[3] - drag.win[2];
-      const r0 = clamp(drag.win[0] + Math.round(dy / g.rh), 0, p.rows.length - nr);
-      const c0 = clamp(drag.win[2] - Math.round(dx / g.cw), 0, p.cols.length - nc);
-      if (r0 !== w[0] || c0 !== w[2]) { windows[k] = [r0, r0 + nr, c0, c0 + nc]; draw(); }
+      const next = panWindow(drag.win, Math.round(dy / g.rh), Math.round(dx / g.cw), p.rows.length, p.cols.length);
+      if (next[0] !== windows[k][0] || next[2] !== windows[k][2]) { windows[k] = next; draw(); }
       return;
     }
     const svg = stage.querySelector(`svg[data-panel="${k}"]`);
@@ -389,11 +443,7 @@ function render({ model, el }) {
     }
     if (d.pan) { syncWindows(); return; }
     if (!d.box) return;
-    const [x1, y1, x2, y2] = d.box;
-    const c0 = g.c0 + Math.floor((x1 - g.ml) / g.cw), c1 = g.c0 + Math.ceil((x2 - g.ml) / g.cw);
-    const r0 = g.r0 + Math.floor((g.mt + g.H - y2) / g.rh), r1 = g.r0 + Math.ceil((g.mt + g.H - y1) / g.rh);
-    windows[k] = [clamp(r0, g.r0, g.r1 - 1), clamp(Math.max(r1, r0 + 1), g.r0 + 1, g.r1),
-                  clamp(c0, g.c0, g.c1 - 1), clamp(Math.max(c1, c0 + 1), g.c0 + 1, g.c1)];
+    windows[k] = boxWindow(g, d.box);
     syncWindows();
     draw();
   };

@@ -1,0 +1,114 @@
+"""The mark of an uncertain alpha: which cells get it (hand-built Dataset), drawn by matplotlib and sent to the page."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from toolkit.plot import draw_heatmap, prepare_heatmap  # noqa: E402
+from toolkit.plot.fit_marks import MAX_RELATIVE_WIDTH, MIN_TAIL, mark_note, uncertain_alpha  # noqa: E402
+
+NAN = np.nan
+# rows: layers 0, 1, 2; columns: attn.q, attn.k
+ALPHA = [[4.0, 4.0], [3.0, NAN], [2.0, 2.0]]
+LOWER = [[3.5, 2.9], [2.9, NAN], [1.5, NAN]]
+UPPER = [[4.5, 5.1], [3.1, NAN], [2.5, NAN]]
+TAIL = [[200, 200], [30, 10], [200, 49]]
+# (0, q): width 1.0 / 4 = 0.25, 200 eigenvalues: fine
+# (0, k): width 2.2 / 4 = 0.55 > 0.5: marked
+# (1, q): width 0.2 / 3, but 30 < 50 eigenvalues: marked
+# (1, k): no alpha: nothing to mark (its tail of 10 does not matter)
+# (2, q): width 1.0 / 2 = 0.5, exactly the limit: not marked (the limit is "wider than")
+# (2, k): no interval, 49 < 50 eigenvalues: marked
+EXPECTED = np.array([[False, True], [True, False], [False, True]])
+
+
+def _ds(**drop) -> xr.Dataset:
+    dims = ("layer", "component")
+    ds = xr.Dataset(coords={"layer": [0, 1, 2], "component": ["attn.q", "attn.k"]})
+    for name, values in (("alpha", ALPHA), ("alpha_ci_lower", LOWER), ("alpha_ci_upper", UPPER),
+                         ("num_pl_spikes", TAIL)):
+        if name not in drop:
+            ds[name] = (dims, np.asarray(values, dtype=float), {"long_name": name, "units": "1"})
+    return ds
+
+
+def test_the_limits_are_the_stated_ones():
+    assert (MAX_RELATIVE_WIDTH, MIN_TAIL) == (0.5, 50)
+    assert "50 %" in mark_note() and "< 50 eigenvalues" in mark_note()
+
+
+def test_cells_beyond_either_limit_are_marked():
+    np.testing.assert_array_equal(uncertain_alpha(_ds()).values, EXPECTED)
+    np.testing.assert_array_equal(prepare_heatmap(_ds(), "alpha").marks, EXPECTED)
+
+
+def test_each_limit_alone():
+    # the interval alone: (0, k) only ((2, k) has none, (1, q) is narrow)
+    np.testing.assert_array_equal(uncertain_alpha(_ds(num_pl_spikes=1)).values,
+                                  [[False, True], [False, False], [False, False]])
+    # the tail alone: (1, q) and (2, k)
+    np.testing.assert_array_equal(uncertain_alpha(_ds(alpha_ci_lower=1, alpha_ci_upper=1)).values,
+                                  [[False, False], [True, False], [False, True]])
+    # a stricter width: (2, q) at 0.5 and (0, q) at 0.25 now too
+    np.testing.assert_array_equal(uncertain_alpha(_ds(num_pl_spikes=1), max_relative_width=0.2).values,
+                                  [[True, True], [False, False], [True, False]])
+
+
+def test_no_marks_without_the_facts_or_for_another_metric():
+    assert uncertain_alpha(_ds(alpha_ci_lower=1, alpha_ci_upper=1, num_pl_spikes=1)) is None
+    assert prepare_heatmap(_ds(alpha_ci_lower=1, alpha_ci_upper=1, num_pl_spikes=1), "alpha").marks is None
+    assert prepare_heatmap(_ds(), "alpha_ci_lower").marks is None
+    assert prepare_heatmap(_ds()["alpha"]).marks is None  # a DataArray carries no quality columns
+
+
+def test_the_marks_follow_the_selection():
+    p = prepare_heatmap(_ds(), "alpha", layers=(1, 2), components=["attn.k"])
+    np.testing.assert_array_equal(p.marks, EXPECTED[1:, 1:])
+    stacked = xr.concat([_ds(), _ds(alpha_ci_lower=1, alpha_ci_upper=1)], dim="checkpoint")
+    stacked = stacked.assign_coords(checkpoint=["a", "b"])
+    np.testing.assert_array_equal(prepare_heatmap(stacked, "alpha", checkpoint="a").marks, EXPECTED)
+
+
+def test_the_figure_draws_the_corner_and_says_what_it_means():
+    p = prepare_heatmap(_ds(), "alpha")
+    ax = draw_heatmap(p)
+    try:
+        corners = [patch for patch in ax.patches if patch.get_gid() == "alpha-uncertain"]
+        assert len(corners) == 3
+        # each corner touches its cell's top-right point: (col + 1, row + 1)
+        tops = sorted(tuple(np.round(c.get_xy().max(axis=0), 6)) for c in corners)
+        assert tops == [(1.0, 2.0), (2.0, 1.0), (2.0, 3.0)]  # (1, q), (0, k), (2, k) as (col + 1, row + 1)
+        assert mark_note() in ax.get_xlabel()
+    finally:
+        plt.close(ax.figure)
+    plain = draw_heatmap(prepare_heatmap(_ds(), "alpha_ci_upper"))
+    try:
+        assert not [c for c in plain.patches if c.get_gid() == "alpha-uncertain"]
+        assert mark_note() not in plain.get_xlabel()
+    finally:
+        plt.close(plain.figure)
+
+
+def test_the_page_gets_the_same_marks():
+    from toolkit.widgets.heatmap_spec import panel
+
+    p = prepare_heatmap(_ds(), "alpha")
+    got = panel(p, [[""] * 2] * 3)
+    assert got["marks"] == EXPECTED.tolist()
+    assert mark_note() in got["xlabel"]
+    assert panel(prepare_heatmap(_ds(), "alpha_ci_lower"), [[""] * 2] * 3)["marks"] is None
+
+
+@pytest.mark.parametrize("alpha,lo,hi,marked", [(4.0, 3.0, 5.0, False), (4.0, 3.0, 5.01, True), (6.0, 4.6, 7.6, False)])
+def test_the_width_is_relative_to_alpha(alpha, lo, hi, marked):
+    ds = xr.Dataset({name: (("layer", "component"), [[v]]) for name, v in
+                     (("alpha", alpha), ("alpha_ci_lower", lo), ("alpha_ci_upper", hi))},
+                    coords={"layer": [0], "component": ["attn.q"]})
+    assert bool(uncertain_alpha(ds).values[0, 0]) is marked

@@ -1,0 +1,122 @@
+"""alpha's fit in the explorer: its quality beside it in the drill-down, and the "fit" menu (fix_fingers, xmax)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from _stats_data import make_stats, with_spectra
+from toolkit.errors import ToolkitError
+from toolkit.metrics.fit_options import FitOptions
+from toolkit.widgets import explore
+from toolkit.widgets.drilldown import drill_down
+from toolkit.widgets.fit_choice import CHOICES, NO_SPECTRA
+
+NAMES = ["alpha", "alpha_xmin", "alpha_xmax", "num_pl_spikes", "alpha_ci_lower", "alpha_ci_upper"]
+
+
+def _fitted_stats():
+    """A 4-layer Dataset with spectra and alpha's fit columns set by hand at layer 1 attn.k and mlp.up."""
+    ds = with_spectra(make_stats(4))
+    shape = (4, ds.sizes["component"])
+    values = {"alpha": 3.0, "alpha_ci_lower": 2.7, "alpha_ci_upper": 3.3, "num_pl_spikes": 120.0,
+              "alpha_xmin": 0.5, "alpha_xmax": 40.0}
+    for name, v in values.items():
+        ds[name] = (("layer", "component"), np.full(shape, v), {"long_name": name, "units": "1"})
+    k = list(ds.component.values).index("attn.k")
+    ds["alpha"][1, k], ds["alpha_ci_lower"][1, k], ds["alpha_ci_upper"][1, k] = 2.5, 2.0, 3.5
+    ds["num_pl_spikes"][1, k], ds["alpha_xmin"][1, k], ds["alpha_xmax"][1, k] = 30, 2.0, 20.0
+    return ds
+
+
+def test_the_drill_down_shows_alpha_with_its_interval_count_and_range():
+    ds = _fitted_stats()
+    dd = drill_down(ds, 1, "attn.k")
+    # hand-computed: width (3.5 - 2.0) / 2.5 = 0.6 > 0.5 and 30 < 50 eigenvalues: marked
+    assert dd.fit == ["α = 2.5", "95 % interval: 2 to 3.5", "tail: 30 eigenvalues, range λmax / xmin = 10",
+                      "uncertain: marked on the heatmap"]
+    assert dd.spec()["title"] == " · ".join(dd.fit)
+    # width 0.6 / 3 = 0.2, 120 eigenvalues: not marked; range 40 / 0.5 = 80
+    assert drill_down(ds, 1, "mlp.up").fit == ["α = 3", "95 % interval: 2.7 to 3.3",
+                                               "tail: 120 eigenvalues, range λmax / xmin = 80"]
+    assert drill_down(ds.drop_vars("alpha"), 1, "attn.k").fit == []  # no alpha, no fit line
+
+
+def test_the_explorer_marks_the_uncertain_cell_and_its_drill_down_says_so():
+    ex = explore(_fitted_stats(), "alpha")
+    marks = ex.current.marks
+    assert marks.sum() == 1 and marks[1, list(ex.current.cols).index("attn.k")]
+    dd = ex.show_cell(1, "attn.k")
+    assert "uncertain: marked on the heatmap" in dd.fit and ex.drill.spec["title"].startswith("α = 2.5 · ")
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    import toolkit
+    from toolkit.testing import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path_factory.mktemp("fit") / "m", "llama", num_layers=2)
+
+    def run(**fit):
+        return toolkit.weight_stats(path, NAMES, progress=False, cache=False, keep_spectra=True,
+                                    fit=FitOptions(**fit))
+
+    return {"default": run(), "clip": run(fix_fingers="clip_xmax"), "xmax": run(xmax=1)}
+
+
+def test_the_fit_menu_refits_from_the_stored_spectra(measured):
+    ex = explore(measured["default"], "alpha")
+    menu = ex.controls["fit"]
+    assert list(menu.options) == list(CHOICES) and menu.value == "default" and not menu.disabled
+    n = ex.renders
+    menu.value = "fix_fingers='clip_xmax'"
+    assert ex.renders > n
+    np.testing.assert_array_equal(ex.ds.alpha.values, measured["clip"].alpha.values)
+    np.testing.assert_array_equal(ex.current.values, measured["clip"].alpha.values)
+    assert ex.fit_choice.fit == FitOptions(fix_fingers="clip_xmax")
+    # the opened cell's drill-down draws the fit shown
+    dd = ex.show_cell(1, "mlp.down")
+    assert dd.esd.alpha == float(measured["clip"].alpha.sel(layer=1, component="mlp.down"))
+    menu.value = "xmax=1: largest eigenvalue left out"
+    np.testing.assert_array_equal(ex.ds.alpha.values, measured["xmax"].alpha.values)
+    assert ex.cell is not None and ex.cell.esd.alpha == float(measured["xmax"].alpha.sel(layer=1, component="mlp.down"))
+    menu.value = "default"
+    assert ex.ds is measured["default"]  # the measured Dataset itself, not a refit of it
+
+
+def test_explore_starts_from_a_fit_given(measured):
+    ex = explore(measured["default"], "alpha", fit={"fix_fingers": "clip_xmax"})
+    assert ex.controls["fit"].value == "fix_fingers='clip_xmax'"
+    np.testing.assert_array_equal(ex.ds.alpha.values, measured["clip"].alpha.values)
+    # measured with clip_xmax: the menu starts there, and "default" refits back to the default's numbers
+    ex = explore(measured["clip"], "alpha")
+    assert ex.controls["fit"].value == "fix_fingers='clip_xmax'"
+    ex.controls["fit"].value = "default"
+    np.testing.assert_array_equal(ex.ds.alpha.values, measured["default"].alpha.values)
+    # options off the menu get an entry of their own
+    ex = explore(measured["default"], "alpha", fit=FitOptions(fix_fingers="clip_xmax", max_fingers=4))
+    assert ex.controls["fit"].value == "fix_fingers='clip_xmax', max_fingers=4"
+
+
+def test_without_spectra_the_menu_is_disabled_and_a_fit_cannot_be_given(measured):
+    plain = measured["default"].drop_vars("eigenvalues")
+    ex = explore(plain, "alpha")
+    assert ex.controls["fit"].disabled and ex.controls["fit"].tooltip == NO_SPECTRA
+    with pytest.raises(ToolkitError, match="keep_spectra=True"):
+        explore(plain, "alpha", fit={"xmax": 1})
+    assert explore(plain, "alpha", fit={}).ds is plain  # the options it was measured with: nothing to refit
+    no_fit = explore(make_stats(4))
+    assert no_fit.controls["fit"].layout.display == "none"  # no fit column: no menu
+
+
+def test_the_menu_waits_while_a_pass_measures(measured):
+    from toolkit.widgets.explorer import Explorer
+
+    ex = Explorer(measured["default"], "alpha", pending=True)  # as the live view makes it
+    assert ex.controls["fit"].disabled
+    ex.set_data(measured["default"])  # newer cells, still measuring
+    assert ex.controls["fit"].disabled
+    ex.pending = False  # the pass ended
+    assert not ex.controls["fit"].disabled
+    ex.set_data(measured["default"])
+    assert not ex.controls["fit"].disabled

@@ -1,0 +1,142 @@
+r"""Which alpha cells are too uncertain to read: the stated limits, and the mark drawn on them.
+
+Where a heatmap shows ``alpha`` and its Dataset holds the fit's quality (the 95 % bootstrap
+interval ``alpha_ci_lower`` / ``alpha_ci_upper`` of :mod:`toolkit.metrics.alpha_interval`, the
+tail's eigenvalue count ``num_pl_spikes``), a cell beyond either limit is *marked*: a black
+corner (top right, white-edged, so it shows on every colour) drawn by
+:func:`toolkit.plot.draw_heatmap` and by the explorer's page alike, and the panel's notes
+(the x label) say what the mark means. The colour alone does not carry it.
+
+The limits
+----------
+:data:`MAX_RELATIVE_WIDTH` = 0.5: the interval is wider than half of alpha,
+:math:`(\alpha_{hi} - \alpha_{lo}) / \alpha > 0.5`. At alpha = 4 such an interval
+(about 3 to 5) covers half of the 2-6 band the ``quality`` labels call well trained (WeightWatcher's
+thresholds, Martin & Mahoney 2021; :func:`toolkit.collect.assemble.quality.with_quality`), and
+near either threshold it straddles it: the label is not known.
+For a tail of :math:`n` eigenvalues and a known xmin the 95 % interval is about
+:math:`2 \cdot 1.96 (\alpha - 1)/\sqrt n` wide (Clauset et al. 2009, §3.1); the bootstrap's,
+which includes xmin's choice, is wider (``tests/metrics/test_alpha_interval.py``).
+
+:data:`MIN_TAIL` = 50 eigenvalues: the same limit read from the tail's size, for a Dataset without
+the interval. With xmin known, alpha's standard error is :math:`(\alpha - 1)/\sqrt n`
+(WeightWatcher's ``sigma``); at :math:`n = 50` the 95 % interval is already
+:math:`0.55(\alpha - 1)` wide, 0.42 of alpha at alpha = 4, close to :data:`MAX_RELATIVE_WIDTH`
+before xmin's own uncertainty is added; and the MLE's bias, :math:`(\alpha - 1)/n` (the
+:math:`n - 1` of the unbiased estimator), is no longer negligible below it.
+
+References
+----------
+Clauset, A., Shalizi, C. R. & Newman, M. E. J. (2009). Power-law distributions in empirical
+data. *SIAM Review* 51(4), 661-703.
+Martin, C. H. & Mahoney, M. W. (2021). Implicit self-regularization in deep neural networks.
+*JMLR* 22(165), 1-73.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "draw_marks", "mark_note", "panel_marks", "uncertain_alpha"]
+
+#: A cell whose 95 % interval of alpha is wider than this fraction of alpha is marked.
+MAX_RELATIVE_WIDTH = 0.5
+#: A cell whose power-law tail holds fewer eigenvalues than this is marked.
+MIN_TAIL = 50
+#: Side of the corner mark, as a fraction of the cell (matplotlib; the page draws the same).
+CORNER = 0.32
+
+
+def uncertain_alpha(ds, *, max_relative_width: float = MAX_RELATIVE_WIDTH, min_tail: int = MIN_TAIL):
+    r"""Where alpha is too uncertain to read: True beyond either limit (module docstring).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        With ``alpha`` and any of ``alpha_ci_lower`` + ``alpha_ci_upper``, ``num_pl_spikes``
+        (on alpha's dims).
+    max_relative_width : float, default :data:`MAX_RELATIVE_WIDTH`
+    min_tail : int, default :data:`MIN_TAIL`
+
+    Returns
+    -------
+    xarray.DataArray of bool or None
+        Dims of ``alpha``: True where alpha is finite and
+        :math:`(\alpha_{hi} - \alpha_{lo})/\alpha >` ``max_relative_width`` or
+        ``num_pl_spikes < min_tail``; False elsewhere (a NaN interval or count marks nothing).
+        None when ``ds`` holds no alpha or neither quality column.
+    """
+    names = getattr(ds, "data_vars", {})
+    if "alpha" not in names:
+        return None
+    alpha = ds["alpha"]
+    has_interval = "alpha_ci_lower" in names and "alpha_ci_upper" in names
+    if not has_interval and "num_pl_spikes" not in names:
+        return None
+    marked = alpha.notnull() & False
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if has_interval:
+            width = (ds["alpha_ci_upper"] - ds["alpha_ci_lower"]) / alpha
+            marked = marked | (width > max_relative_width).fillna(False)
+        if "num_pl_spikes" in names:
+            marked = marked | (ds["num_pl_spikes"] < min_tail).fillna(False)
+    return (marked & np.isfinite(alpha)).rename("alpha_uncertain")
+
+
+def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
+    """:func:`uncertain_alpha` on one prepared panel's grid, or None (not alpha, no quality columns).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset or xarray.DataArray
+        What the panel was prepared from (a DataArray has no quality columns: None).
+    metric : str
+    selection : dict
+        The panel's extra-dimension labels; a reduction (``expert="mean"``) gives None.
+    rows, cols : sequence
+        The panel's layers and column labels, in its order.
+    col_dim : str
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (len(rows), len(cols)), or None
+    """
+    from toolkit.plot._select import is_reduction, select
+
+    if metric != "alpha" or not hasattr(ds, "data_vars"):
+        return None
+    marked = uncertain_alpha(ds)
+    if marked is None or any(is_reduction(marked, k, v) for k, v in selection.items()):
+        return None
+    try:
+        marked = select(marked, {k: v for k, v in selection.items() if k in marked.dims or k in marked.coords})
+        marked = marked.sel(layer=list(rows), **{col_dim: list(cols)})
+    except (KeyError, ValueError):
+        return None
+    if set(marked.dims) != {"layer", col_dim}:
+        return None
+    return np.asarray(marked.transpose("layer", col_dim).values, dtype=bool)
+
+
+def mark_note(*, max_relative_width: float = MAX_RELATIVE_WIDTH, min_tail: int = MIN_TAIL) -> str:
+    """The legend of the mark, as the figure's notes print it (three short lines: it fits under a narrow panel)."""
+    return (f"black corner: alpha uncertain\n(95 % interval > {max_relative_width * 100:g} % of alpha,\n"
+            f"or a tail of < {min_tail} eigenvalues)")
+
+
+def corner(j: float, i: float, size: float = CORNER) -> list[tuple[float, float]]:
+    """The three points of the mark of cell (row ``i``, column ``j``) in data units (row 0 at the bottom)."""
+    return [(j + 1 - size, i + 1), (j + 1, i + 1), (j + 1, i + 1 - size)]
+
+
+def draw_marks(ax, marks) -> int:
+    """Draw the mark on the cells of ``ax`` where ``marks`` (n_rows, n_cols) is True; the number drawn."""
+    from matplotlib.patches import Polygon
+
+    if marks is None:
+        return 0
+    hits = np.argwhere(np.asarray(marks, dtype=bool))
+    for i, j in hits:
+        ax.add_patch(Polygon(corner(float(j), float(i)), closed=True, facecolor="black", edgecolor="white",
+                             linewidth=0.8, zorder=3, gid="alpha-uncertain"))
+    return len(hits)
