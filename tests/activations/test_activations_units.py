@@ -136,3 +136,16 @@ def test_head_heatmaps_prepare(ds):
     hm = prepare_heatmap(ds, "attention_entropy_per_text", text=1)
     np.testing.assert_array_equal(hm.values, ds.attention_entropy_per_text.sel(text=1).values)
     assert prepare_heatmap(ds, "max_abs_activation").col_dim == "component"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_moments_leave_a_tensor_they_do_not_own_as_it_was_and_agree_when_they_own_it(dtype):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(300, 7, generator=g, dtype=torch.float64) * 3 + 5).to(dtype)
+    kept = x.clone()
+    a, b = Moments(), Moments()
+    a.add(x)
+    assert torch.equal(x, kept)  # a module's output, which the model reads on
+    b.add(x.clone(), owned=True)
+    assert (a.mean, a.rms, a.kurtosis, a.max_abs, a.n) == (b.mean, b.rms, b.kurtosis, b.max_abs, b.n)
+    assert torch.equal(a.feature_sumsq(), b.feature_sumsq())

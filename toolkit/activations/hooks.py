@@ -46,9 +46,10 @@ class Moments:
 
     The centre ``c`` is the mean of the first batch, rounded to the batch's
     dtype so the subtraction is exact; later batches are folded in as per-feature
-    sums ``S_k[f] = sum_t (x[t, f] - c)^k``, ``k = 1..4``. Central moments
-    follow at the end without cancellation, because ``c`` lies within a few
-    standard deviations of the overall mean.
+    sums ``S_k[f] = sum_t (x[t, f] - c)^k`` for ``k = 1, 2, 4`` and the total
+    ``S_3 = sum_{t,f} (x[t, f] - c)^3``. Central moments follow at the end
+    without cancellation, because ``c`` lies within a few standard deviations of
+    the overall mean.
 
     Attributes
     ----------
@@ -58,8 +59,10 @@ class Moments:
         Rows seen.
     c : float or None
         The centre (None before any value).
-    sums : torch.Tensor or None, shape (4, features), float64
-        ``S_1 .. S_4`` per feature.
+    sums : torch.Tensor or None, shape (3, features), float64
+        ``S_1, S_2, S_4`` per feature.
+    sum3 : float
+        ``S_3`` over every value.
     max_abs : float
         ``max |x|`` (0 before any value).
 
@@ -67,40 +70,44 @@ class Moments:
     -----
     With ``r_k = sum_f S_k[f] / n``: ``mean = c + r1``,
     ``m2 = r2 - r1^2``, ``m4 = r4 - 4 r1 r3 + 6 r1^2 r2 - 3 r1^4`` (central
-    moments per value), excess kurtosis ``m4 / m2^2 - 3``. Element-wise work and the sum
-    over one batch's tokens run in the batch's dtype (float32; bf16/fp16 are
-    converted to float32), every other sum in float64.
+    moments per value), excess kurtosis ``m4 / m2^2 - 3``. Element-wise work and
+    the sums over one batch run in the batch's dtype (float32; bf16/fp16 are
+    converted to float32): ``S_1, S_2, S_4`` over its tokens (torch's reduction),
+    ``S_3`` as one dot product per token row (``bmm``), so that a batch makes two
+    temporaries the size of ``x`` rather than four; every other sum is float64.
     """
 
-    __slots__ = ("n", "tokens", "c", "sums", "max_abs")
+    __slots__ = ("n", "tokens", "c", "sums", "sum3", "max_abs")
 
     def __init__(self):
-        self.n, self.tokens, self.c, self.sums, self.max_abs = 0, 0, None, None, 0.0
+        self.n, self.tokens, self.c, self.sums, self.sum3, self.max_abs = 0, 0, None, None, 0.0, 0.0
 
-    def add(self, x: torch.Tensor) -> None:
-        """Fold the rows of ``x`` (tokens, features) in."""
+    def add(self, x: torch.Tensor, *, owned: bool = False) -> None:
+        """Fold the rows of ``x`` (tokens, features) in; ``owned``: ``x`` is a copy nobody else reads,
+        which may be overwritten (one temporary fewer)."""
         x = x.detach()
         x = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
         if x.dtype not in (torch.float32, torch.float64):
-            x = x.float()
+            x, owned = x.float(), True
         if x.numel() == 0:
             return
         if self.c is None:
             self.c = float(x.mean())  # exactly representable in x's dtype
-        buf = torch.empty((4, *x.shape), dtype=x.dtype, device=x.device)
-        torch.sub(x, self.c, out=buf[0])
-        torch.mul(buf[0], buf[0], out=buf[1])
-        torch.mul(buf[1], buf[0], out=buf[2])
-        torch.mul(buf[1], buf[1], out=buf[3])
-        sums = buf.sum(1).to(torch.float64)
-        self.sums = sums if self.sums is None else self.sums + sums
+        t, f = x.shape
         lo, hi = torch.aminmax(x)
         self.max_abs = max(self.max_abs, -float(lo), float(hi))
+        d = x.sub_(self.c) if owned else x - self.c
+        d2 = d * d
+        s1, s2 = d.sum(0), d2.sum(0)
+        self.sum3 += float(torch.bmm(d2.view(t, 1, f), d.view(t, f, 1)).to(torch.float64).sum())
+        sums = torch.stack([s1, s2, d2.square_().sum(0)]).to(torch.float64)
+        self.sums = sums if self.sums is None else self.sums + sums
         self.n += x.numel()
-        self.tokens += x.shape[0]
+        self.tokens += t
 
     def _raw(self) -> list[float]:
-        return (self.sums.sum(1) / self.n).tolist()
+        s1, s2, s4 = self.sums.sum(1).tolist()
+        return [s1 / self.n, s2 / self.n, self.sum3 / self.n, s4 / self.n]
 
     @property
     def mean(self) -> float:
@@ -240,11 +247,12 @@ class ComponentRecorder:
             with torch.no_grad():
                 sq_in, n_in = self._input_sumsq(x, batch, where)
                 y_out = token_rows(y.detach(), batch, where)
+                owned = not batch.full and len(targets) == 1  # index_select's copy, read by this target only
                 for t in targets:
                     acc = self.acc[t.key]
                     self.calls[t.key] += 1
                     part = y_out if t.out_index is None else y_out[:, t.out_index]
-                    acc.output.add(part)
+                    acc.output.add(part, owned=owned and t.out_index is None)
                     acc.input_sumsq += sq_in
                     acc.input_count += n_in
             return None
