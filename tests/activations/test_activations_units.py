@@ -149,3 +149,43 @@ def test_moments_leave_a_tensor_they_do_not_own_as_it_was_and_agree_when_they_ow
     b.add(x.clone(), owned=True)
     assert (a.mean, a.rms, a.kurtosis, a.max_abs, a.n) == (b.mean, b.rms, b.kurtosis, b.max_abs, b.n)
     assert torch.equal(a.feature_sumsq(), b.feature_sumsq())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("layout", ["bsf", "flat", "latent"])
+def test_token_sumsq_counts_only_real_tokens(dtype, layout):
+    from toolkit.activations.hooks import Batch, token_rows, token_sumsq
+
+    g = torch.Generator().manual_seed(1)
+    lengths = [6, 2, 6, 0 + 1]
+    mask = torch.tensor([[i < n for i in range(6)] for n in lengths])
+    x = (torch.randn(4, 6, 5, generator=g, dtype=torch.float64) * 3 + 1).to(dtype)
+    x[~mask] = 1e4  # padding rows that would dominate any sum that counted them
+    shaped = {"bsf": x, "flat": x.reshape(24, 5), "latent": x[:, None]}[layout]
+    batch = Batch(mask, lengths, [0, 1, 2, 3])
+    sq, n = token_sumsq(shaped, batch, "test")
+    real = x.double()[mask]
+    assert n == real.numel() == sum(lengths) * 5
+    assert sq == pytest.approx(float((real**2).sum()), rel=1e-6)
+    assert torch.equal(token_rows(shaped, batch, "test"), x[mask])
+    full = Batch(torch.ones(4, 6, dtype=torch.bool), [6] * 4, [0, 1, 2, 3])
+    assert token_sumsq(shaped, full, "test")[0] == pytest.approx(float((x.double() ** 2).sum()), rel=1e-6)
+
+
+def test_next_token_loss_sum_equals_cross_entropy_over_real_targets():
+    from toolkit.activations.gradients import next_token_loss_sum
+
+    g = torch.Generator().manual_seed(2)
+    vocab, lengths = 11, [5, 3, 1, 5]
+    mask = torch.tensor([[i < n for i in range(5)] for n in lengths], dtype=torch.long)
+    ids = torch.randint(0, vocab, (4, 5), generator=g)
+    logits = torch.randn(4, 5, vocab, generator=g, dtype=torch.float64, requires_grad=True)
+    loss, n = next_token_loss_sum(logits, ids, mask)
+    # independent: log-softmax by hand, position t predicts token t+1 where that token is real
+    logp = logits.detach() - torch.logsumexp(logits.detach(), -1, keepdim=True)
+    want = -sum(float(logp[b, t, ids[b, t + 1]]) for b in range(4) for t in range(lengths[b] - 1))
+    assert n == sum(n_b - 1 for n_b in lengths)
+    assert float(loss.detach()) == pytest.approx(want, rel=1e-6)
+    loss.backward()  # the gradient reaches the logits of the predicting positions only
+    assert logits.grad[1, 2:].abs().sum() == 0 and logits.grad[2].abs().sum() == 0
+    assert logits.grad[0, :4].abs().sum() > 0

@@ -29,15 +29,16 @@ def next_token_loss_sum(logits: torch.Tensor, input_ids: torch.Tensor, mask: tor
     -------
     (loss_sum, count) : (0-d tensor in nats, int)
     """
-    batch, seq, vocab = logits.shape
-    # flat positions (b * seq + t) of the predictions whose target x_{t+1} is a real token; index_select on
-    # the flat views copies only those rows (a boolean mask on ``logits[:, :-1]`` copies the whole slice first)
-    pos = mask[:, 1:].bool().reshape(-1).nonzero().squeeze(1)
-    pos = pos + torch.div(pos, seq - 1, rounding_mode="floor")  # (b, t) in the (seq - 1)-wide slice -> b*seq + t
-    pred = logits.reshape(-1, vocab).index_select(0, pos.to(logits.device)).float()
-    target = input_ids.reshape(-1).index_select(0, pos.to(input_ids.device) + 1)
-    loss = torch.nn.functional.cross_entropy(pred, target, reduction="sum")
-    return loss, int(pos.numel())
+    # right padding: text b predicts its real tokens 1..n-1 from positions 0..n-2, one slice of ``logits`` per
+    # text (no copy of the (tokens, vocab) rows, as gathering them with a mask or index_select would make)
+    lengths = mask.bool().sum(1).tolist()
+    loss, count = logits.new_zeros((), dtype=torch.float32), 0
+    for b, n in enumerate(lengths):
+        if n > 1:
+            loss = loss + torch.nn.functional.cross_entropy(logits[b, :n - 1].float(), input_ids[b, 1:n].to(
+                logits.device), reduction="sum")
+            count += n - 1
+    return loss, count
 
 
 @contextmanager

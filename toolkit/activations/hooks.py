@@ -46,8 +46,8 @@ class Moments:
 
     The centre ``c`` is the mean of the first batch, rounded to the batch's
     dtype so the subtraction is exact; later batches are folded in as per-feature
-    sums ``S_k[f] = sum_t (x[t, f] - c)^k`` for ``k = 1, 2, 4`` and the total
-    ``S_3 = sum_{t,f} (x[t, f] - c)^3``. Central moments follow at the end
+    sums ``S_k[f] = sum_t (x[t, f] - c)^k`` for ``k = 1, 2`` and the totals
+    ``S_3``, ``S_4`` over every value. Central moments follow at the end
     without cancellation, because ``c`` lies within a few standard deviations of
     the overall mean.
 
@@ -59,10 +59,10 @@ class Moments:
         Rows seen.
     c : float or None
         The centre (None before any value).
-    sums : torch.Tensor or None, shape (3, features), float64
-        ``S_1, S_2, S_4`` per feature.
-    sum3 : float
-        ``S_3`` over every value.
+    sums : torch.Tensor or None, shape (2, features), float64
+        ``S_1, S_2`` per feature.
+    sum3, sum4 : float
+        ``S_3``, ``S_4`` over every value.
     max_abs : float
         ``max |x|`` (0 before any value).
 
@@ -72,15 +72,18 @@ class Moments:
     ``m2 = r2 - r1^2``, ``m4 = r4 - 4 r1 r3 + 6 r1^2 r2 - 3 r1^4`` (central
     moments per value), excess kurtosis ``m4 / m2^2 - 3``. Element-wise work and
     the sums over one batch run in the batch's dtype (float32; bf16/fp16 are
-    converted to float32): ``S_1, S_2, S_4`` over its tokens (torch's reduction),
-    ``S_3`` as one dot product per token row (``bmm``), so that a batch makes two
-    temporaries the size of ``x`` rather than four; every other sum is float64.
+    converted to float32) with torch's cascaded sums (relative error a few float32
+    ulps, measured 1e-6 for ``S_3`` and 4e-8 for ``S_4`` against float64 on 430 x 1536
+    Gaussian batches); every sum across batches is float64. A batch makes one
+    temporary the size of ``x`` besides ``x - c`` (none of its own when ``x`` is
+    a copy the caller owns): ``d = x - c``, ``d2 = d * d``, then ``d *= d2`` for
+    ``S_3`` and ``d2 *= d2`` for ``S_4`` in place.
     """
 
-    __slots__ = ("n", "tokens", "c", "sums", "sum3", "max_abs")
+    __slots__ = ("n", "tokens", "c", "sums", "sum3", "sum4", "max_abs")
 
     def __init__(self):
-        self.n, self.tokens, self.c, self.sums, self.sum3, self.max_abs = 0, 0, None, None, 0.0, 0.0
+        self.n, self.tokens, self.c, self.sums, self.sum3, self.sum4, self.max_abs = 0, 0, None, None, 0.0, 0.0, 0.0
 
     def add(self, x: torch.Tensor, *, owned: bool = False) -> None:
         """Fold the rows of ``x`` (tokens, features) in; ``owned``: ``x`` is a copy nobody else reads,
@@ -93,21 +96,21 @@ class Moments:
             return
         if self.c is None:
             self.c = float(x.mean())  # exactly representable in x's dtype
-        t, f = x.shape
+        t = x.shape[0]
         lo, hi = torch.aminmax(x)
         self.max_abs = max(self.max_abs, -float(lo), float(hi))
         d = x.sub_(self.c) if owned else x - self.c
         d2 = d * d
-        s1, s2 = d.sum(0), d2.sum(0)
-        self.sum3 += float(torch.bmm(d2.view(t, 1, f), d.view(t, f, 1)).to(torch.float64).sum())
-        sums = torch.stack([s1, s2, d2.square_().sum(0)]).to(torch.float64)
+        sums = torch.stack([d.sum(0), d2.sum(0)]).to(torch.float64)
+        self.sum3 += float(d.mul_(d2).sum())  # d is this batch's own: x - c, or the caller's copy
+        self.sum4 += float(d2.square_().sum())
         self.sums = sums if self.sums is None else self.sums + sums
         self.n += x.numel()
         self.tokens += t
 
     def _raw(self) -> list[float]:
-        s1, s2, s4 = self.sums.sum(1).tolist()
-        return [s1 / self.n, s2 / self.n, self.sum3 / self.n, s4 / self.n]
+        s1, s2 = self.sums.sum(1).tolist()
+        return [s1 / self.n, s2 / self.n, self.sum3 / self.n, self.sum4 / self.n]
 
     @property
     def mean(self) -> float:
@@ -171,17 +174,36 @@ class Batch:
         return self.mask.reshape(-1).nonzero().squeeze(1)
 
 
-def token_rows(x: torch.Tensor, batch: Batch, where: str) -> torch.Tensor:
-    """The non-padding rows of ``x``: shape (batch, seq, f), (batch*seq, f) or (batch, 1, seq, f) (a
-    single-head latent, DeepSeek's ``kv_b_proj`` input) -> (tokens, f)."""
+def _all_rows(x: torch.Tensor, batch: Batch, where: str) -> torch.Tensor:
+    """``x`` of shape (batch, seq, f), (batch*seq, f) or (batch, 1, seq, f) (a single-head latent, DeepSeek's
+    ``kv_b_proj`` input) as (batch*seq, f), padding rows included (a view where the layout allows)."""
     mask = batch.mask
     if x.ndim == 4 and x.shape[1] == 1 and (x.shape[0], x.shape[2]) == tuple(mask.shape):
         x = x[:, 0]
     if x.shape[:-1] == mask.shape or (x.ndim == 2 and x.shape[0] == mask.numel()):
-        flat = x.reshape(-1, x.shape[-1])
-        return flat if batch.full else flat.index_select(0, batch.rows)
+        return x.reshape(-1, x.shape[-1])
     raise ToolkitError(f"{where}: expected a tensor of shape (batch, seq, features) = "
                        f"({', '.join(map(str, mask.shape))}, f), got {tuple(x.shape)}")
+
+
+def token_rows(x: torch.Tensor, batch: Batch, where: str) -> torch.Tensor:
+    """The non-padding rows of ``x`` (shapes as :func:`_all_rows`) -> (tokens, f): ``x`` itself, reshaped,
+    when the batch has no padding, else a copy."""
+    flat = _all_rows(x, batch, where)
+    return flat if batch.full else flat.index_select(0, batch.rows)
+
+
+def token_sumsq(x: torch.Tensor, batch: Batch, where: str) -> tuple[float, int]:
+    """``(sum of x^2 over the non-padding rows, their number of entries)`` of ``x`` (shapes as
+    :func:`_all_rows`), without gathering the rows: the norm of every row (one read; torch's cascaded sum),
+    squared and summed over the real tokens in float64. Measured on SmolLM2-shaped batches (8 x 54 x 576,
+    one thread): 67 us and 1e-9 relative error, against 145 us and 8e-7 for gathering the rows and one
+    float32 BLAS dot."""
+    flat = _all_rows(x, batch, where)
+    norms = torch.linalg.vector_norm(flat, dim=-1, dtype=None if flat.dtype in (torch.float32, torch.float64)
+                                     else torch.float32).to(torch.float64).square_()
+    real = norms if batch.full else norms[batch.rows]
+    return float(real.sum()), int(real.numel()) * flat.shape[-1]
 
 
 @dataclass
@@ -230,10 +252,8 @@ class ComponentRecorder:
         """Sum of squares of a module input; q, k and v share one input tensor, measured once."""
         last, value = self._last_input  # holding ``last`` keeps its memory from being reused
         if x is not last or x._version != value[2]:
-            rows = token_rows(x, batch, where)
-            flat = rows.reshape(-1) if rows.dtype in (torch.float32, torch.float64) else rows.reshape(-1).float()
-            sq = float(torch.dot(flat, flat))
-            self._last_input = (x, (sq, rows.numel(), x._version))
+            sq, n = token_sumsq(x, batch, where)
+            self._last_input = (x, (sq, n, x._version))
         return self._last_input[1][:2]
 
     def _hook(self, targets):
