@@ -188,7 +188,8 @@ def test_the_computing_state_is_shown_while_the_spectrum_is_read(ckpt, monkeypat
     ex = explore(toolkit.weight_stats(ckpt, METRICS, progress=False))
     dd = ex.show_cell(2, "attn.v")
     assert dd.kinds == ["entries"] and "computing the spectrum of layer 2 attn.v" in ex.drill.spec["status"]
-    thread = ex._computing[ex._opened_key]
+    thread = ex.cell_panel.spectrum_thread()
+    assert thread is not None and thread.is_alive()
     gate.set()
     thread.join(30)
     assert ex.cell.kinds == ["esd", "singular_values", "entries"] and ex.drill.spec["status"] == ""

@@ -424,7 +424,7 @@ def test_the_drill_down_hint_is_said_once():
     assert hint.startswith("Click a cell")
     assert hint not in ex.cell_text.value and "Click a cell" not in ex.cell_text.value
     ex.show_cell(2, "attn.q")
-    ex._clear_cell()
+    ex.cell_panel.clear()
     assert "Click a cell" not in ex.cell_text.value
 
 

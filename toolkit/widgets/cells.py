@@ -6,7 +6,7 @@ here and tested from Python.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -48,6 +48,33 @@ class Panel:
     selection: dict
     base: tuple | None = None
     combine: str = ""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What the explorer draws now: its panels, or why it draws nothing.
+
+    Attributes
+    ----------
+    panels : list of Panel
+        Where each panel's numbers come from (with its full selection).
+    prepared : list of toolkit.plot.HeatmapData
+        The panels' prepared data; empty while a message is shown.
+    facts : list of PanelFacts
+        Each panel's per-cell facts (hover texts).
+    message : str
+        Why nothing is drawn; ``""`` while a figure is shown.
+    """
+
+    panels: list = field(default_factory=list)
+    prepared: list = field(default_factory=list)
+    facts: list = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def current(self):
+        """The (first) panel's prepared data, or None while a message is shown."""
+        return self.prepared[0] if self.prepared else None
 
 
 class PanelFacts:

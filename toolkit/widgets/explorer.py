@@ -25,17 +25,15 @@ from pathlib import Path
 import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
-from toolkit.plot._select import COL_DIMS, ROW_DIM, column_dim, metric_names
-from toolkit.widgets import _controls as C
+from toolkit.plot._select import COL_DIMS, metric_names
 from toolkit.widgets import heatmap_spec
-from toolkit.widgets._cell_side import CellSide
-from toolkit.widgets._saving import Saving
-from toolkit.widgets._views import Views, absent_components, models_of
-from toolkit.widgets.cells import COMBINATIONS, PanelFacts
-from toolkit.widgets.chart_view import ChartView
+from toolkit.widgets.cell_panel import CellPanel
+from toolkit.widgets.cells import PanelFacts, Shown
+from toolkit.widgets.control_panel import ControlPanel
 from toolkit.widgets.figures import figure_bytes, file_stem
-from toolkit.widgets.fit_choice import FitChoice
 from toolkit.widgets.heatmap_view import HeatmapView
+from toolkit.widgets.model_set import ModelSet
+from toolkit.widgets.saver import Saver
 
 
 def figure_png(prepared: list, *, annotate=False, dpi=100):
@@ -43,7 +41,7 @@ def figure_png(prepared: list, *, annotate=False, dpi=100):
     return figure_bytes(prepared, "png", annotate=annotate, dpi=dpi)
 
 
-class Explorer(CellSide, Saving, Views):
+class Explorer:
     """Interactive heatmap panel; build it with :func:`explore`.
 
     Attributes
@@ -89,208 +87,61 @@ class Explorer(CellSide, Saving, Views):
         A pass is still measuring (the live view): empty cells read "not measured yet".
     fit_choice : toolkit.widgets.fit_choice.FitChoice
         The "fit" menu (``controls["fit"]``): ``fix_fingers`` / ``xmax``, refitted from stored spectra.
+    model_set : toolkit.widgets.model_set.ModelSet
+        The models and the panels each view makes of them.
+    control_panel : toolkit.widgets.control_panel.ControlPanel
+        The controls of what to draw, and the selection they make.
+    cell_panel : toolkit.widgets.cell_panel.CellPanel
+        The side panel: the opened cell and the top cells.
+    saver : toolkit.widgets.saver.Saver
+        The save buttons and what they write.
     """
 
     def __init__(self, data, metric=None, *, out_dir=".", dpi=100, root=None, labels=None, read_entries=True,
                  absent=None, pending=False, fit=None):
-        self.fit_choice = FitChoice(models_of(data, labels), fit)
-        self.models = self.fit_choice.models
-        self.ds = ds = self.models[0][1]
+        self.model_set = ModelSet(data, labels, fit, pending=pending)
+        self.fit_choice = self.model_set.fit_choice
+        ds = self.ds
         names = [n for n in metric_names(ds) if all(n in m for _, m in self.models[1:])]
         if not names:
             raise EmptyInputError(f"no metric with a 'layer' and a {' / '.join(map(repr, COL_DIMS))} dimension "
                                   f"in {list(ds.data_vars)}" + (" shared by every model" if self.models[1:] else ""))
         if metric is not None and metric not in names:
             raise UnknownMetricError(str(metric), names)
-        self.out_dir, self.dpi, self.read_entries = Path(out_dir), dpi, read_entries
-        self.current, self.prepared, self.panels, self.facts = None, [], [], []
-        self.renders, self.message, self.cell, self._matrices = 0, "", None, {}
+        self.dpi, self.read_entries = dpi, read_entries
+        self.shown, self.renders = Shown(), 0
         self._png_cache: tuple = (-1, b"")
         self._lock, self._dirty, self._hold_depth = threading.Lock(), False, 0
-        self.pending = pending  # a pass is still measuring: empty cells are "not measured yet"
-        self._init_cells()
-        self.entries = self._entries()
-        c = self.controls = {}
-        c["metric"] = W.Dropdown(options=C.metric_options(ds, names),
-                                 value=metric or names[0], description="metric", style=C.WIDE,
-                                 layout=W.Layout(width="max-content", min_width="16em"))
-        c["fit"] = self.fit_choice.dropdown
-        self.fit_choice.on_change(self._set_models)
-        dims = C.selector_dims(ds, names)
-        for d in dims:
-            c[d] = W.Dropdown(options=C.dim_options(ds, d), description=d, style=C.WIDE,
-                              layout=W.Layout(width="max-content"))
-        comps = [str(x) for x in ds["component"].values] if "component" in ds.coords else []
-        self.absent = absent_components([m for _, m in self.models], comps) if absent is None else \
-            [c for c in comps if c in absent]
-        col_choices = C.column_choices(ds, names)
-        if len(col_choices) > 1:
-            c["columns"] = W.Dropdown(options=col_choices, value="component", description="columns", style=C.WIDE)
-            c["component"] = W.Dropdown(options=comps, description="component", style=C.WIDE)
-        if len(self.entries) > 1:
-            one = len(self.models) == 1
-            c["view"] = W.ToggleButtons(options=C.VIEW_OPTIONS if one else C.VIEW_OPTIONS[1:],
-                                        value="one" if one else "side", style={"button_width": "auto"})
-            choices = [(lab, i) for i, (lab, _, _) in enumerate(self.entries)]
-            base = self._default_base(names[0] if metric is None else metric)
-            c["base"] = W.Dropdown(options=choices, value=base, description="base", style=C.WIDE,
-                                   layout=W.Layout(width="max-content"))
-            c["target"] = W.Dropdown(options=choices, value=len(choices) - 1, description="target", style=C.WIDE,
-                                     layout=W.Layout(width="max-content"))
-            c["range"] = W.ToggleButtons(options=(("shared", "shared"), ("separate", "separate")),
-                                         value="shared", style={"button_width": "auto"},
-                                         tooltips=["one colour scale for every panel: one colour, one value",
-                                                   "each panel its own colour range"])
-        c["scale"] = W.ToggleButtons(options=C.SCALE_OPTIONS, value="auto", style={"button_width": "auto"},
-                                     tooltip=C.SCALE_TOOLTIP)
-        c["robust"] = W.Checkbox(value=True, description="robust colour limits", indent=False,
-                                 tooltip=C.ROBUST_TOOLTIP, layout=W.Layout(width="auto"))
-        c["vmin"] = W.Text(value="", placeholder="auto", description="min", style=C.WIDE,
-                           layout=W.Layout(width="9em"), continuous_update=False)
-        c["vmax"] = W.Text(value="", placeholder="auto", description="max", style=C.WIDE,
-                           layout=W.Layout(width="9em"), continuous_update=False)
-        lo = min(int(m[ROW_DIM].min()) for _, m in self.models)
-        hi = max(int(m[ROW_DIM].max()) for _, m in self.models)
-        c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
-                                       continuous_update=False, style=C.WIDE)
-        c["components"] = {k: W.ToggleButton(value=True, description=k.replace(".", ". "),
-                                             layout=W.Layout(width="auto")) for k in comps if k not in self.absent}
-        c["annotate"] = W.Checkbox(value=False, description="values in cells (saved figures)", indent=False,
-                                   layout=W.Layout(width="auto"))
-        c["rank"] = W.ToggleButtons(options=(("highest", "highest"), ("lowest", "lowest")), value="highest",
-                                    style={"button_width": "auto"})
+        self.control_panel = panel = ControlPanel(self.model_set, names, metric, absent=absent)
+        self.absent, self.limits_note = panel.absent, panel.limits_note
+        self.view = HeatmapView(on_open=lambda *cell: self.cell_panel.open(*cell))
+        self.view.add_class("toolkit-explorer-figure")
+        self.cell_panel = CellPanel(self.view, read_entries=read_entries)
+        self.top, self.cell_text, self.drill = self.cell_panel.top, self.cell_panel.cell_text, self.cell_panel.drill
         stem = file_stem(*(re.sub(r"\.(gguf|safetensors|bin|pt|pth)$", "", lab) for lab, _ in self.models[:2]))
-        c["filename"] = W.Text(value=stem, description="file name", style=C.WIDE,
-                               layout=W.Layout(width="max-content", min_width="22em"))
-        c["format"] = W.Dropdown(options=[("PNG", "png"), ("SVG", "svg"), ("PDF", "pdf")], value="png",
-                                 layout=W.Layout(width="6em"))
-        c["save_figure"] = C.button("Save figure", "image", "the figure shown, in the format chosen")
-        c["save_csv"] = C.button("Save numbers (CSV)", "table", "the numbers of the panels shown, one line per cell")
-        c["save_netcdf"] = C.button("Save data (NetCDF)", "save", "the whole Dataset, with its metadata")
-        c["save_html"] = C.button("Export HTML", "globe", "the explorer as one HTML file that works offline, "
-                                  "without a kernel: every metric, hover, zoom and the stored spectra")
-        self.status = W.HTML()
-        self.limits_note = W.HTML()
+        self.saver = Saver(out_dir, stem, shown=lambda: self.shown, models=lambda: self.models,
+                           describe=panel.describe)
+        self.status = self.saver.status
+        self.controls = {**panel.controls, "annotate": self.saver.controls["annotate"], "rank": self.cell_panel.rank,
+                         **self.saver.controls}
         self.message_box = W.HTML(layout=W.Layout(display="none"))
         self.message_box.add_class("toolkit-explorer-message")
-        self.view = HeatmapView(on_open=self._opened)
-        self.view.add_class("toolkit-explorer-figure")
-        self.drill = ChartView()
-        self.top = W.HTML()
-        self.cell_text = W.HTML()
-        self._wire(dims)
-        self.widget = root if root is not None else W.VBox()
-        self.widget.children = self._layout(dims)
-        self._eager_cell = None
-        with self.hold():
-            self._sync_enabled()
-            self._dirty = True
-
-    def _wire(self, dims):
-        c = self.controls
-        for key, w in c.items():
-            if key == "components":
-                for t in w.values():
-                    t.observe(self._on_change, names="value")
-            elif key == "rank":
-                w.observe(lambda _: self._show_top(), names="value")
-            elif key not in ("filename", "format", "save_figure", "save_csv", "save_netcdf", "save_html", "annotate",
-                             "fit"):
-                w.observe(self._on_metric if key in ("metric", "columns", "view") else self._on_change, names="value")
-        c["save_figure"].on_click(lambda _: self._report(self.save_figure))
-        c["save_csv"].on_click(lambda _: self._report(self.save_csv))
-        c["save_netcdf"].on_click(lambda _: self._report(self.save_netcdf))
-        c["save_html"].on_click(lambda _: self._report(self.save_html))
-
-    def _layout(self, dims):
-        c = self.controls
-        first = [c["metric"], *(c[d] for d in dims), c["fit"]]
-        first += [c["columns"], c["component"]] if "columns" in c else []
-        rows = [W.HBox(first, layout=W.Layout(flex_flow="row wrap"))]
-        if "view" in c:
-            rows.append(W.HBox([C.labelled("view", c["view"]), c["base"], c["target"],
-                                C.labelled("colour range", c["range"])], layout=W.Layout(flex_flow="row wrap")))
-        toggles = list(c["components"].values())
-        if self.absent:
-            toggles.append(W.HTML(f"<small>no {', '.join(map(html.escape, self.absent))} in "
-                                  f"{'these models' if len(self.models) > 1 else 'this model'} (hatched)</small>"))
-        rows += [W.HBox([C.labelled("colour", c["scale"], C.SCALE_TOOLTIP), c["robust"]],
-                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
-                 W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"], self.limits_note],
-                        layout=W.Layout(align_items="center", flex_flow="row wrap")),
-                 c["layers"], W.HBox(toggles, layout=W.Layout(flex_flow="row wrap", align_items="center"))]
-        side = W.VBox([self.cell_text, self.drill, C.labelled("top cells", c["rank"]), self.top])
-        side.add_class("toolkit-explorer-side")
-        main = W.HBox([self.view, side])
+        panel.observe(self._on_metric, self._on_change)
+        self.fit_choice.on_change(self._set_models)
+        main = W.HBox([self.view, self.cell_panel.widget])
         main.add_class("toolkit-explorer-main")
         wrap = W.Box([main])  # beside the heatmap, stacked only where narrow (js/widgets.css)
         wrap.add_class("toolkit-explorer-wrap")
-        rows += [self.message_box, wrap,
-                 W.HBox([c["filename"], c["format"], c["annotate"], c["save_figure"], c["save_csv"],
-                         c["save_netcdf"], c["save_html"]],
-                        layout=W.Layout(flex_flow="row wrap", align_items="center")),
-                 self.status]
-        return rows
-
-    # -- what to draw -------------------------------------------------------
-    def _columns(self) -> str:
-        return self.controls["columns"].value if "columns" in self.controls else "component"
-
-    def _view(self) -> str:
-        return self.controls["view"].value if "view" in self.controls else "one"
-
-    def _limits(self):
-        """``(vmin, vmax)`` typed in the boxes (None: automatic); one that cannot be used is left out and
-        ``limits_note`` says why, so the figure stays (with automatic limits) instead of a message."""
-        out, notes = [], []
-        for key in ("vmin", "vmax"):
-            text = self.controls[key].value.strip()
-            try:
-                out.append(float(text) if text else None)
-            except ValueError:
-                out.append(None)
-                notes.append(f"{key[1:]} {text!r} is not a number")
-        lo, hi = out
-        if lo is not None and hi is not None and not lo < hi:
-            notes.append(f"min {lo:g} is not below max {hi:g}")
-            lo = hi = None
-        self.limits_note.value = ("<span style='color:#b34d00'>" + html.escape("; ".join(notes))
-                                  + ": automatic limits used</span>") if notes else ""
-        return lo, hi
+        self.widget = root if root is not None else W.VBox()
+        self.widget.children = [*panel.rows(), self.message_box, wrap, self.saver.row, self.status]
+        self._eager_cell = None
+        with self.hold():
+            panel.sync_enabled()
+            self._dirty = True
 
     def selection(self) -> dict:
         """Keyword arguments of :func:`toolkit.plot.prepare_heatmap` for the current controls (first panel)."""
-        c = self.controls
-        var = self.ds[c["metric"].value]
-        cols = self._columns()
-        col_dim = cols if cols in var.dims else column_dim(var.dims)
-        kws = {d: c[d].value for d in var.dims if d in c and d not in (col_dim, "component") and d != ROW_DIM}
-        if col_dim != column_dim(var.dims):
-            kws["component"] = c["component"].value  # a (layer, X) heatmap of one component
-        comps = None
-        if col_dim == "component" and "component" in var.dims:
-            comps = [k for k in (str(x) for x in var["component"].values)
-                     if k in self.absent or (k in c["components"] and c["components"][k].value)]
-        vmin, vmax = self._limits()
-        return dict(metric=c["metric"].value, scale=c["scale"].value, robust=c["robust"].value,
-                    layers=tuple(c["layers"].value), components=comps, vmin=vmin, vmax=vmax, **kws)
-
-    def _sync_enabled(self):
-        c = self.controls
-        var = self.ds[c["metric"].value]
-        cols = self._columns()
-        col_dim = cols if cols in var.dims else column_dim(var.dims)
-        combining = self._view() != "one" and len(self.models) == 1
-        for d in C.selector_dims(self.ds, [k for _, k in c["metric"].options]):
-            c[d].disabled = d not in var.dims or d == col_dim or (d == "checkpoint" and combining)
-        if "columns" in c:
-            c["columns"].disabled = not any(x in var.dims for x in c["columns"].options[1:])
-            c["component"].disabled = col_dim == "component"
-        for t in c["components"].values():
-            t.disabled = col_dim != "component"
-        if "view" in c:
-            c["base"].disabled = c["target"].disabled = self._view() not in COMBINATIONS
-            c["range"].disabled = self._view() != "side"
+        return self.control_panel.selection()
 
     # -- rendering ------------------------------------------------------------
     @contextmanager
@@ -306,7 +157,7 @@ class Explorer(CellSide, Saving, Views):
 
     def _on_metric(self, _change):
         with self.hold():
-            self._sync_enabled()
+            self.control_panel.sync_enabled()
             self._dirty = True
 
     def _on_change(self, _change):
@@ -333,33 +184,115 @@ class Explorer(CellSide, Saving, Views):
                 self._lock.release()
 
     def _render_once(self):
+        panel = self.control_panel
         try:
-            metric, panels, prepared, shared = self._prepare_all()
+            metric, panels, prepared, shared = self.model_set.prepare(
+                panel.selection(), view=panel.view(), shared_range=panel.shared_range(), **panel.pair())
             facts = [PanelFacts(p, q, metric, pending=self.pending) for p, q in zip(panels, prepared, strict=True)]
-            spec = heatmap_spec.spec(prepared, [f.grid() for f in facts], shared=shared, hint=self._hint(panels))
+            spec = heatmap_spec.spec(prepared, [f.grid() for f in facts], shared=shared,
+                                     hint=self.cell_panel.hint(panels, per_matrix=panel.per_matrix()))
         except (ToolkitError, ValueError) as err:
             self._show_message(f"Nothing to draw for this selection: {err}")
             return
         if self._dirty:  # the controls changed while preparing: this figure is already stale
             return
-        self.facts = facts
         self.view.show(spec)
         self.view.layout.display = ""
         self.message_box.value, self.message_box.layout.display = "", "none"
-        self.current, self.prepared, self.panels, self.message = prepared[0], prepared, panels, ""
+        self.shown = Shown(panels, prepared, facts)
         self.renders += 1
-        self._follow_cell()
-        self._show_top()
+        self.cell_panel.update(self.shown)
 
     def _show_message(self, text: str) -> None:
         """Nothing to draw: the message (wrapped between words) instead of the figure, and no drill-down
         of a cell that is no longer shown."""
-        self.current, self.prepared, self.message = None, [], text
+        self.shown = Shown(message=text)
         self.message_box.value = f"<div class='toolkit-explorer-message'>{html.escape(text)}</div>"
         self.message_box.layout.display = ""
         self.view.layout.display = "none"
-        self.top.value = ""
-        self._clear_cell()
+        self.cell_panel.update(self.shown)
+
+    # -- the models (ModelSet) -------------------------------------------------
+    models = property(lambda self: self.model_set.models, doc="The ``[(label, ds)]`` shown.")
+    ds = property(lambda self: self.model_set.ds, doc="The (first) Dataset shown.")
+    entries = property(lambda self: self.model_set.entries, doc="What the views combine (:class:`ModelSet`).")
+
+    @property
+    def pending(self) -> bool:
+        """A pass is still measuring: empty cells read "not measured yet" and the fit menu waits."""
+        return self.model_set.pending
+
+    @pending.setter
+    def pending(self, value: bool) -> None:
+        self.model_set.pending = value
+
+    def set_data(self, ds) -> None:
+        """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
+        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
+        opened = self.cell_panel.opened
+        self.model_set.set_data(ds)
+        self._redraw(opened)
+
+    def _set_models(self, models) -> None:
+        """Show ``models`` (another fit's) with the controls kept, and the opened cell again."""
+        opened = self.cell_panel.opened
+        self.model_set.use(models)
+        self._redraw(opened)
+
+    def _redraw(self, opened) -> None:
+        self.render()
+        if opened is not None and self.prepared and self.cell_panel.opened is None:
+            try:
+                self.show_cell(*opened)
+            except (ToolkitError, ValueError):
+                pass  # no longer shown
+
+    # -- what is shown (Shown) and its cells (CellPanel) ---------------------------
+    prepared = property(lambda self: self.shown.prepared, doc="All panels shown (HeatmapData).")
+    current = property(lambda self: self.shown.current, doc="The (first) panel shown, or None.")
+    panels = property(lambda self: self.shown.panels, doc="Where the panels shown come from.")
+    facts = property(lambda self: self.shown.facts, doc="The panels' per-cell facts.")
+    message = property(lambda self: self.shown.message, doc="Why nothing is drawn, or \"\".")
+    cell = property(lambda self: self.cell_panel.cell, doc="The drill-down shown, or None.")
+
+    def hover_text(self, layer, component, *, panel: int = 0) -> str:
+        """What hovering over a cell shows (:meth:`toolkit.widgets.cell_panel.CellPanel.hover_text`)."""
+        return self.cell_panel.hover_text(layer, component, panel=panel)
+
+    def show_cell(self, layer, component, *, panel: int = 0, wait: bool = False):
+        """Open a cell as a click on it does; returns its drill-down
+        (:meth:`toolkit.widgets.cell_panel.CellPanel.show_cell`)."""
+        return self.cell_panel.show_cell(layer, component, panel=panel, wait=wait)
+
+    # -- saving (Saver) ----------------------------------------------------------
+    @property
+    def out_dir(self) -> Path:
+        """Where the save buttons write."""
+        return self.saver.out_dir
+
+    @out_dir.setter
+    def out_dir(self, value) -> None:
+        self.saver.out_dir = Path(value)
+
+    def save_figure(self, path=None, *, fmt=None, dpi=150) -> Path:
+        """Save the figure shown as PNG, SVG or PDF (:meth:`toolkit.widgets.saver.Saver.save_figure`)."""
+        return self.saver.save_figure(path, fmt=fmt, dpi=dpi)
+
+    def save_png(self, path=None, *, dpi=150) -> Path:
+        """:meth:`save_figure` as PNG."""
+        return self.saver.save_png(path, dpi=dpi)
+
+    def save_csv(self, path=None) -> Path:
+        """Save the numbers of the panels shown as CSV (:meth:`toolkit.widgets.saver.Saver.save_csv`)."""
+        return self.saver.save_csv(path)
+
+    def save_netcdf(self, path=None) -> Path:
+        """Save the (first) Dataset as NetCDF (:meth:`toolkit.widgets.saver.Saver.save_netcdf`)."""
+        return self.saver.save_netcdf(path)
+
+    def save_html(self, path=None) -> Path:
+        """Export the explorer as one HTML page (:meth:`toolkit.widgets.saver.Saver.save_html`)."""
+        return self.saver.save_html(path)
 
     # -- display --------------------------------------------------------------
     def figure_png(self) -> bytes:

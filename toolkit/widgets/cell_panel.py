@@ -1,6 +1,6 @@
 """The explorer's side panel: the opened cell (its facts and drill-down) and the top cells table.
 
-A cell opens on a click or Enter in the heatmap (:meth:`CellSide.show_cell`
+A cell opens on a click or Enter in the heatmap (:meth:`CellPanel.show_cell`
 from code). Its drill-down is drawn from the Dataset's stored spectrum; when
 the Dataset holds none but records a local checkpoint, the one matrix is read
 and its spectrum computed in the background
@@ -16,34 +16,87 @@ import html
 import os
 import threading
 
+import ipywidgets as W
+
 from toolkit.errors import EmptyInputError, ToolkitError
 from toolkit.plot.numbers import distinct_digits, format_value
-from toolkit.widgets.cells import Panel, top_cells
+from toolkit.widgets import _controls as C
+from toolkit.widgets.cells import Panel, Shown, top_cells
+from toolkit.widgets.chart_view import ChartView
 
 
 def _is_activations(ds) -> bool:
     return str(ds.attrs.get("kind", "")) == "activations"
 
 
-class CellSide:
-    """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: what it says about single cells."""
+class CellPanel:
+    """What the explorer says about single cells: the opened cell's facts and drill-down, and the top cells.
 
-    def _init_cells(self):
-        self._opened_key = None  # (panel label, id(ds), selection, layer, column) of the opened cell
+    It is told each figure drawn (:meth:`update`) and draws on the heatmap only the selected cell's outline.
+
+    Parameters
+    ----------
+    view : toolkit.widgets.heatmap_view.HeatmapView
+        The heatmap whose ``selected`` cell this panel follows.
+    read_entries : bool, default True
+        Read an opened cell's matrix (entry histogram) and compute a missing spectrum from a local checkpoint.
+
+    Attributes
+    ----------
+    widget : ipywidgets.VBox
+        The side panel: the opened cell's facts and drill-down, then the top cells.
+    cell_text : ipywidgets.HTML
+        The opened cell's facts.
+    drill : ChartView
+        The opened cell's drill-down.
+    rank : ipywidgets.ToggleButtons
+        Top cells: ``highest`` or ``lowest``.
+    top : ipywidgets.HTML
+        The top cells table.
+    cell : toolkit.widgets.drilldown.DrillDown or None
+        The drill-down shown; None when none is.
+    shown : toolkit.widgets.cells.Shown
+        The figure drawn now.
+    """
+
+    def __init__(self, view, *, read_entries: bool = True):
+        self.view, self.read_entries = view, read_entries
+        self.shown, self.cell = Shown(), None
+        self.cell_text, self.top, self.drill = W.HTML(), W.HTML(), ChartView()
+        self.rank = W.ToggleButtons(options=(("highest", "highest"), ("lowest", "lowest")), value="highest",
+                                    style={"button_width": "auto"})
+        self.rank.observe(lambda _: self.show_top(), names="value")
+        self.widget = W.VBox([self.cell_text, self.drill, C.labelled("top cells", self.rank), self.top])
+        self.widget.add_class("toolkit-explorer-side")
+        self._opened_key = None  # (panel label, id(ds), selection, combine, layer, column) of the opened cell
         self._spectra: dict = {}  # cell -> Dataset from cell_spectrum, or the error text
         self._computing: dict = {}  # cell -> thread computing its spectrum
+        self._matrices: dict = {}  # (id(ds), selection, layer, column) -> matrix, or why it cannot be read
 
-    def _show_top(self, k: int = 5):
-        if not self.prepared:
+    def update(self, shown: Shown) -> None:
+        """A new figure (or a message instead of one): keep the opened cell open (and outlined) if it is still
+        shown, with its facts for the metric now shown, else clear the side panel; list the top cells."""
+        self.shown = shown
+        if not shown.prepared:
+            self.top.value = ""
+            self.clear()
+            return
+        self._follow_cell()
+        self.show_top()
+
+    def show_top(self, k: int = 5) -> None:
+        """List the ``k`` highest (or lowest, as ``rank`` says) cells of the panels shown in ``top``."""
+        panels, prepared = self.shown.panels, self.shown.prepared
+        if not prepared:
             self.top.value = ""
             return
-        lowest = self.controls["rank"].value == "lowest"
-        rows = [r for p, q in zip(self.panels, self.prepared, strict=True)
+        lowest = self.rank.value == "lowest"
+        rows = [r for p, q in zip(panels, prepared, strict=True)
                 for r in top_cells(q, k, lowest=lowest, label=p.label)]
         rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
-        multi = len(self.prepared) > 1
+        multi = len(prepared) > 1
         # the digits that tell the panels' values apart, and the rows of the table from one another
-        digits = distinct_digits([r[3] for r in rows], max(q.digits for q in self.prepared))
+        digits = distinct_digits([r[3] for r in rows], max(q.digits for q in prepared))
         head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
                                         ([lab] if multi else []) + [layer, col, format_value(v, digits)]) + "</tr>"
@@ -51,15 +104,22 @@ class CellSide:
         self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
 
     # -- what a cell offers ----------------------------------------------------
-    def _hint(self, panels) -> str:
-        """What opening a cell gives, for the panels shown (no promise of a spectrum that cannot come)."""
+    def hint(self, panels, *, per_matrix: bool = True) -> str:
+        """What opening a cell gives, for ``panels`` (no promise of a spectrum that cannot come).
+
+        Parameters
+        ----------
+        panels : list of Panel
+        per_matrix : bool, default True
+            The columns are components (one matrix per cell); heads, experts ... have no spectrum.
+        """
         if not panels:
             return ""
         p = panels[0]
         keys = "Click a cell, or move with the arrow keys and press Enter,"
         if _is_activations(p.ds):
             return f"{keys} for its numbers (activation statistics: no spectrum to draw)."
-        if self._columns() != "component" or "component" not in self.ds[self.controls["metric"].value].dims:
+        if not per_matrix:
             return f"{keys} for its numbers (spectra are per matrix: these columns have none)."
         if "eigenvalues" in p.ds:
             return f"{keys} for its spectrum (ESD with the power-law fit) and its entries."
@@ -81,11 +141,12 @@ class CellSide:
 
     # -- cells ----------------------------------------------------------------
     def _cell_index(self, layer, column, panel: int):
-        if not self.prepared:
-            raise EmptyInputError("no figure is shown: " + self.message)
-        if not 0 <= panel < len(self.prepared):
-            raise ValueError(f"panel {panel} does not exist; the figure has {len(self.prepared)}")
-        p = self.prepared[panel]
+        prepared = self.shown.prepared
+        if not prepared:
+            raise EmptyInputError("no figure is shown: " + self.shown.message)
+        if not 0 <= panel < len(prepared):
+            raise ValueError(f"panel {panel} does not exist; the figure has {len(prepared)}")
+        p = prepared[panel]
         if layer not in p.rows or column not in p.cols:
             raise ValueError(f"no cell at layer {layer!r}, {p.col_dim} {column!r}: the panel shows layers "
                              f"{p.rows[0]}..{p.rows[-1]} and {p.col_dim}s {list(p.cols)}")
@@ -100,14 +161,24 @@ class CellSide:
             The panel shown has no such cell.
         """
         i, j = self._cell_index(layer, component, panel)
-        return "\n".join(self.facts[panel].lines(i, j))
+        return "\n".join(self.shown.facts[panel].lines(i, j))
 
-    def _opened(self, panel: int, row: int, col: int):
-        p = self.prepared[panel]
+    def open(self, panel: int, row: int, col: int) -> None:
+        """Open the cell at ``row``, ``col`` (positions) of ``panel``: what a click or Enter in the heatmap does."""
+        p = self.shown.prepared[panel]
         self.show_cell(p.rows[row], p.cols[col], panel=panel)
 
-    def _key(self, panel: int, layer, column):
-        pan = self.panels[panel]
+    @property
+    def opened(self) -> tuple | None:
+        """``(layer, column)`` of the opened cell, or None."""
+        return None if self._opened_key is None else self._opened_key[-2:]
+
+    def spectrum_thread(self) -> threading.Thread | None:
+        """The thread computing the opened cell's spectrum, or None (none is being computed)."""
+        return self._computing.get(self._opened_key)
+
+    def _key(self, panel: int, layer, column, panels=None):
+        pan = (self.shown.panels if panels is None else panels)[panel]
         return (pan.label, id(pan.ds), tuple(sorted(map(str, pan.selection.items()))), pan.combine, layer, column)
 
     def show_cell(self, layer, component, *, panel: int = 0, wait: bool = False):
@@ -138,10 +209,10 @@ class CellSide:
         return dd
 
     def _write_cell_text(self, panel: int, i: int, j: int) -> None:
-        pan, prep = self.panels[panel], self.prepared[panel]
-        lines = self.facts[panel].lines(i, j)
+        pan, prep, facts = self.shown.panels[panel], self.shown.prepared[panel], self.shown.facts[panel]
+        lines = facts.lines(i, j)
         if "relative_change" in pan.ds and prep.metric != "relative_change" and not pan.combine:
-            rc = self.facts[panel]._aligned(pan.ds["relative_change"], pan.selection)
+            rc = facts._aligned(pan.ds["relative_change"], pan.selection)
             if rc is not None:
                 lines.append(f"relative change: {format_value(float(rc[i, j]))}")
         text = "<br>".join(html.escape(x) for x in lines)
@@ -152,7 +223,7 @@ class CellSide:
         cell (:meth:`_compute_spectrum`), or, while that runs, what is there with "computing…"."""
         from toolkit.widgets.drilldown import DrillDown, drill_down
 
-        pan, prep = self.panels[panel], self.prepared[panel]
+        pan, prep = self.shown.panels[panel], self.shown.prepared[panel]
         key, status, source = self._opened_key, "", None
         if _is_activations(pan.ds):
             dd = DrillDown(layer, component, notes=["activation statistics: no spectrum or weight entries to draw"])
@@ -201,9 +272,11 @@ class CellSide:
                 got = f"{type(err).__name__}: {err}"
             self._spectra[key] = got
             self._computing.pop(key, None)
-            if self._opened_key == key and self.prepared:
+            shown = self.shown
+            if self._opened_key == key and shown.prepared:
                 try:
-                    k = next(n for n in range(len(self.panels)) if self._key(n, layer, component) == key)
+                    k = next(n for n in range(len(shown.panels))
+                             if self._key(n, layer, component, shown.panels) == key)
                 except StopIteration:
                     return
                 self._draw_drill(k, layer, component)
@@ -213,21 +286,20 @@ class CellSide:
         thread.start()
 
     def _follow_cell(self) -> None:
-        """After a new figure: keep the opened cell open (and outlined) if it is still shown, with its
-        facts for the metric now shown; else clear the side panel."""
         key = self._opened_key
         if key is not None:
             layer, column = key[-2], key[-1]
-            for k in range(len(self.panels)):
-                if self._key(k, layer, column) == key and layer in self.prepared[k].rows \
-                        and column in self.prepared[k].cols:
+            for k in range(len(self.shown.panels)):
+                if self._key(k, layer, column) == key and layer in self.shown.prepared[k].rows \
+                        and column in self.shown.prepared[k].cols:
                     i, j = self._cell_index(layer, column, k)
                     self.view.selected = [k, i, j]
                     self._write_cell_text(k, i, j)
                     return
-        self._clear_cell()
+        self.clear()
 
-    def _clear_cell(self) -> None:
+    def clear(self) -> None:
+        """Close the opened cell: no outline, no facts, no drill-down."""
         self._opened_key, self.cell = None, None
         self.view.selected = []
         self.cell_text.value = ""  # what opening a cell gives is said once, under the heatmap (spec "hint")

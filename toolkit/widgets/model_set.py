@@ -1,15 +1,17 @@
-"""Which panels the explorer draws: one model, several side by side, or a difference / ratio of two."""
+"""The explorer's models and which panels it draws: one model, several side by side, or a difference / ratio of
+two (:class:`ModelSet`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from toolkit.errors import EmptyInputError, ToolkitError
+from toolkit.errors import EmptyInputError
 from toolkit.plot._select import column_dim, model_name, select
 from toolkit.plot.heatmap_figure import prepare_heatmap
 from toolkit.plot.scales import CENTER_ATTR, shared_scale
 from toolkit.widgets import _controls as C
 from toolkit.widgets.cells import COMBINATIONS, Panel, combined
+from toolkit.widgets.fit_choice import FitChoice
 
 
 def models_of(data, labels=None) -> list[tuple[str, object]]:
@@ -57,8 +59,34 @@ def applicable(da, selection: dict) -> dict:
             if k in da.dims or (k in da.coords and da[k].ndim == 1 and da[k].dims[0] in da.dims)}
 
 
-class Views:
-    """Mixed into :class:`~toolkit.widgets.explorer.Explorer`: from the controls to prepared panels."""
+class ModelSet:
+    """The Datasets an explorer shows and the panels a view makes of them.
+
+    Parameters
+    ----------
+    data : xarray.Dataset or list of xarray.Dataset
+    labels : list of str, optional
+        One per Dataset; default: the model names, made unique (:func:`models_of`).
+    fit : str or dict, optional
+        The fit to show first (:class:`~toolkit.widgets.fit_choice.FitChoice`).
+    pending : bool, default False
+        A pass is still measuring.
+
+    Attributes
+    ----------
+    fit_choice : toolkit.widgets.fit_choice.FitChoice
+        The "fit" menu; its ``models`` are the Datasets with the fit chosen.
+    models : list of (str, xarray.Dataset)
+    ds : xarray.Dataset
+        The first model's Dataset.
+    entries : list of (str, xarray.Dataset, dict)
+        What the views combine: each model, or each checkpoint of one Dataset.
+    """
+
+    def __init__(self, data, labels=None, fit=None, *, pending: bool = False):
+        self.fit_choice = FitChoice(models_of(data, labels), fit)
+        self.use(self.fit_choice.models)
+        self.pending = pending
 
     @property
     def pending(self) -> bool:
@@ -70,23 +98,15 @@ class Views:
         self._pending = bool(value)
         self.fit_choice.enable(not self._pending)
 
-    def set_data(self, ds) -> None:
-        """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
-        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
-        self.fit_choice.reset([(self.models[0][0], ds)], enabled=not self.pending)
-        self._set_models(self.fit_choice.models)
-
-    def _set_models(self, models) -> None:
-        """Show ``models`` (another fit's, newer cells) with the controls kept, and the opened cell again."""
-        opened = self._opened_key
+    def use(self, models) -> None:
+        """Show ``models`` (another fit's, newer cells): ``[(label, ds)]``, the same grid."""
         self.models, self.ds = list(models), models[0][1]
         self.entries = self._entries()
-        self.render()
-        if opened is not None and self.prepared and self._opened_key is None:
-            try:
-                self.show_cell(opened[-2], opened[-1])
-            except (ToolkitError, ValueError):
-                pass  # no longer shown
+
+    def set_data(self, ds) -> None:
+        """``ds`` in place of the (one) Dataset, under the same label, refitted as the fit menu says."""
+        self.fit_choice.reset([(self.models[0][0], ds)], enabled=not self.pending)
+        self.use(self.fit_choice.models)
 
     def _entries(self):
         """``[(label, ds, selection)]`` the views combine: each model, or each checkpoint of one Dataset."""
@@ -97,16 +117,17 @@ class Views:
             return [(lab, ds, {"checkpoint": v}) for lab, v in C.dim_options(ds, "checkpoint")]
         return [(self.models[0][0], ds, {})]
 
-    def _panel_list(self) -> list[Panel]:
-        view = self._view()
+    def panel_list(self, view: str, base: int = 0, target: int = -1) -> list[Panel]:
+        """The panels of ``view`` (``one``, ``side``, ``difference`` or ``ratio``), without their metric's
+        selection; ``base`` and ``target`` index :attr:`entries` (a difference or ratio)."""
         if view == "one":
             return [Panel(self.models[0][0], self.ds, {})]
         if view == "side":
             return [Panel(lab, d, sel) for lab, d, sel in self.entries]
-        b, t = self.entries[self.controls["base"].value], self.entries[self.controls["target"].value]
+        b, t = self.entries[base], self.entries[target]
         return [Panel(t[0], t[1], t[2], base=b, combine=view)]
 
-    def _default_base(self, metric: str) -> int:
+    def default_base(self, metric: str) -> int:
         """The first entry whose ``metric`` is not all 0 or NaN (step 0 of a series compares the model with
         itself: a ratio over it would be empty), else the first."""
         for i, (_, ds, sel) in enumerate(self.entries[:-1]):
@@ -118,22 +139,30 @@ class Views:
                 return i
         return 0
 
-    def _prepare_all(self):
-        """``(metric, panels, prepared, shared)`` of the current controls; panels carry their full
-        selection; ``shared``: the panels have one norm (same scale, limits and centre)."""
-        kws = self.selection()
+    def prepare(self, selection: dict, *, view: str = "one", base: int = 0, target: int = -1,
+                shared_range: bool = False):
+        """The panels of ``view`` for ``selection`` (the keyword arguments of
+        :func:`toolkit.plot.prepare_heatmap`, with ``metric``).
+
+        Returns
+        -------
+        tuple
+            ``(metric, panels, prepared, shared)``: the panels carry their full selection; ``shared``: the
+            panels have one norm (same scale, limits and centre), as ``shared_range`` asks when they are several.
+        """
+        kws = dict(selection)
         metric = kws.pop("metric")
         extra = {k: kws.pop(k) for k in list(kws) if k not in ("scale", "robust", "layers", "components",
                                                               "vmin", "vmax")}
         panels = []
-        for p in self._panel_list():
-            base = None
+        for p in self.panel_list(view, base, target):
+            b = None
             if p.base is not None:
                 b_label, b_ds, b_sel = p.base
-                base = (b_label, b_ds, applicable(b_ds[metric], {**extra, **b_sel}))
-            panels.append(Panel(p.label, p.ds, applicable(p.ds[metric], {**extra, **p.selection}), base, p.combine))
-        prepared = [self._prepare(p, metric, kws) for p in panels]
-        shared = len(prepared) > 1 and "range" in self.controls and self.controls["range"].value == "shared"
+                b = (b_label, b_ds, applicable(b_ds[metric], {**extra, **b_sel}))
+            panels.append(Panel(p.label, p.ds, applicable(p.ds[metric], {**extra, **p.selection}), b, p.combine))
+        prepared = [_prepare(p, metric, kws) for p in panels]
+        shared = len(prepared) > 1 and shared_range
         if shared:
             limits = {k: kws[k] for k in ("vmin", "vmax") if kws[k] is not None}
             one = shared_scale([q.values for q in prepared], scale=kws["scale"], robust=kws["robust"],
@@ -141,17 +170,17 @@ class Views:
             keywords = {**one.keywords(), **limits}
             if limits:  # a typed limit replaces the pooled one; the centre stays the pooled one
                 keywords["center"] = one.center if one.scale == "diverging" else None
-            prepared = [self._prepare(p, metric, {**kws, **keywords}) for p in panels]
+            prepared = [_prepare(p, metric, {**kws, **keywords}) for p in panels]
         return metric, panels, prepared, shared
 
-    @staticmethod
-    def _prepare(p: Panel, metric: str, kws: dict):
-        if not p.combine:
-            return prepare_heatmap(p.ds, metric, **kws, **p.selection)
-        b_label, b_ds, b_sel = p.base
-        t_da, b_da = select(p.ds[metric], p.selection), select(b_ds[metric], b_sel)
-        da = combined(t_da, b_da, p.combine, col_dim=column_dim(t_da.dims), target=p.label, base=b_label)
-        symbol, _, _, centre = COMBINATIONS[p.combine]
-        da.attrs[CENTER_ATTR] = centre  # a difference centres on 0, a ratio on 1
-        long_name = str(p.ds[metric].attrs.get("long_name") or metric)
-        return prepare_heatmap(da, **kws, title=f"{long_name}: {p.label} {symbol} {b_label}")
+
+def _prepare(p: Panel, metric: str, kws: dict):
+    if not p.combine:
+        return prepare_heatmap(p.ds, metric, **kws, **p.selection)
+    b_label, b_ds, b_sel = p.base
+    t_da, b_da = select(p.ds[metric], p.selection), select(b_ds[metric], b_sel)
+    da = combined(t_da, b_da, p.combine, col_dim=column_dim(t_da.dims), target=p.label, base=b_label)
+    symbol, _, _, centre = COMBINATIONS[p.combine]
+    da.attrs[CENTER_ATTR] = centre  # a difference centres on 0, a ratio on 1
+    long_name = str(p.ds[metric].attrs.get("long_name") or metric)
+    return prepare_heatmap(da, **kws, title=f"{long_name}: {p.label} {symbol} {b_label}")
