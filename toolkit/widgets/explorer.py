@@ -134,7 +134,6 @@ class Explorer:
         wrap.add_class("toolkit-explorer-wrap")
         self.widget = root if root is not None else W.VBox()
         self.widget.children = [*panel.rows(), self.message_box, wrap, self.saver.row, self.status]
-        self._eager_cell = None
         with self.hold():
             panel.sync_enabled()
             self._dirty = True
@@ -314,10 +313,6 @@ class Explorer:
         return bundle
 
     def _ipython_display_(self):
-        from IPython import get_ipython
         from IPython.display import display
 
-        ip = get_ipython()
-        if self._eager_cell is not None and ip is not None and ip.execution_count == self._eager_cell:
-            return  # explore_model already put this panel on screen in this cell
         display(self._repr_mimebundle_(), raw=True)
