@@ -201,13 +201,35 @@ def _into(buf: np.ndarray, blk: torch.Tensor) -> np.ndarray:
     return b.numpy()
 
 
-def _eigvalsh(g: np.ndarray) -> torch.Tensor:
-    """Eigenvalues (ascending, float64) of the symmetric matrix ``g`` (not modified), by torch's LAPACK.
+#: Largest order of a float64 matrix diagonalised by NumPy's LAPACK on one thread (see :func:`_eigvalsh`).
+NUMPY_EIGVALSH_MAX = 1536
 
-    torch's (MKL's ``syevd``) rather than NumPy's (OpenBLAS's): the faster of the
-    two on one core, in float64 and float32 (``benchmarks/bench_precision.py``);
-    NumPy's ``dsyrk`` stays the faster Gram product (torch has no ``syrk``).
+
+def _eigvalsh(g: np.ndarray) -> torch.Tensor:
+    """Eigenvalues (ascending, float64) of the symmetric matrix ``g`` (not modified; its lower triangle is
+    read), by NumPy's LAPACK (OpenBLAS ``dsyevd``) or torch's (MKL's ``syevd``), whichever is the faster here.
+
+    Measured on 2 AMD EPYC cores, one BLAS thread per call (a pass's two pipelines), per matrix:
+
+    ==========  ==============  ===============  =====================  ======================
+    order k     torch, alone    NumPy, alone     torch, two at once     NumPy, two at once
+    ==========  ==============  ===============  =====================  ======================
+    576         25.8 ms         18.0 ms          22.2 ms                9.7 ms
+    1536        330 ms          316 ms           433 ms                 149 ms
+    3584        3.02 s          5.02 s           3.26 s                 2.53 s
+    ==========  ==============  ===============  =====================  ======================
+
+    torch's calls do not run side by side (two at once take as long as one after the other, though
+    torch releases the GIL); NumPy's do. So a float64 matrix of order at most
+    :data:`NUMPY_EIGVALSH_MAX` on a one-thread budget (``torch.get_num_threads() == 1``, as each pipeline
+    of a pass on two cores has) goes to NumPy, which is as fast alone and about twice as fast beside
+    another pipeline; larger orders, float32 (torch's ``ssyevd`` is the faster alone at every order from
+    576) and several threads per call (MKL's threading) stay with torch. Both are LAPACK's
+    tridiagonal reduction and root-free QR / divide-and-conquer; they agree to a few ulps of ``λ_max``
+    (``tests/metrics/test_gram_eigvalsh.py``).
     """
+    if g.dtype == np.float64 and g.shape[0] <= NUMPY_EIGVALSH_MAX and torch.get_num_threads() == 1:
+        return torch.from_numpy(np.linalg.eigvalsh(g, UPLO="L"))
     return torch.linalg.eigvalsh(torch.from_numpy(g)).to(torch.float64)
 
 

@@ -1,0 +1,48 @@
+"""The eigensolver behind every spectrum: NumPy's and torch's LAPACK routes give the same eigenvalues."""
+
+import numpy as np
+import pytest
+import torch
+
+from toolkit.metrics import gram
+
+
+def _known_spectrum(k, seed):
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    lam = np.sort(np.concatenate([rng.uniform(0, 1, k - 3), [0.0, 0.0, 50.0]]))  # a zero pair and a spike
+    return (q * lam) @ q.T, lam
+
+
+@pytest.mark.parametrize("k", [1, 7, 300, gram.NUMPY_EIGVALSH_MAX + 1])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_both_routes_give_the_known_spectrum_from_the_lower_triangle(k, threads):
+    g, lam = _known_spectrum(max(k, 4), k)
+    g = np.tril(g) + np.triu(np.full_like(g, np.nan), 1)  # only the lower triangle may be read
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = gram._eigvalsh(g)
+    finally:
+        torch.set_num_threads(before)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), lam, rtol=0, atol=64 * np.finfo(float).eps * lam.max() * len(lam))
+    np.testing.assert_allclose(got.numpy(), np.linalg.eigvalsh(np.tril(np.nan_to_num(g))), rtol=0,
+                               atol=64 * np.finfo(float).eps * lam.max() * len(lam))
+
+
+def test_numpy_route_is_taken_only_where_it_was_measured_faster(monkeypatch):
+    calls = []
+    real = np.linalg.eigvalsh
+    monkeypatch.setattr(gram.np.linalg, "eigvalsh", lambda a, UPLO="L": calls.append(a.shape) or real(a, UPLO))
+    g, _ = _known_spectrum(20, 0)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        gram._eigvalsh(g)
+        gram._eigvalsh(g.astype(np.float32))  # float32: torch's ssyevd
+        torch.set_num_threads(2)
+        gram._eigvalsh(g)  # several threads per call: MKL's threading
+    finally:
+        torch.set_num_threads(before)
+    assert calls == [(20, 20)]
