@@ -13,7 +13,6 @@ import torch
 
 import toolkit
 from toolkit.collect.cache import open_cache
-from toolkit.collect.execute import stream
 from toolkit.collect.execute.stream import READ_AHEAD_BYTES, map_tensors, read_ahead
 from toolkit.collect.measure.pairs import PairMeasurement
 from toolkit.collect.plan import plan_pieces
@@ -126,7 +125,31 @@ def test_compare_is_unchanged_by_the_budget(tmp_path, monkeypatch):
     base = write_tiny_checkpoint(tmp_path / "b", "llama", num_layers=2, dtype=torch.bfloat16, seed=1)
     tuned = write_tiny_checkpoint(tmp_path / "t", "llama", num_layers=2, dtype=torch.bfloat16, seed=2)
     ahead = toolkit.compare(base, tuned, progress=False, cache=False)
-    monkeypatch.setattr(stream, "READ_AHEAD_BYTES", 0)  # nothing read ahead
+    monkeypatch.setattr(PairMeasurement, "read_ahead_bytes", 0)  # nothing read ahead
     one_by_one = toolkit.compare(base, tuned, progress=False, cache=False)
     for v in ahead.data_vars:
         assert ahead[v].equals(one_by_one[v]), v
+
+
+def test_each_measurement_names_its_budget_and_the_pass_uses_it():
+    from toolkit.collect.measure.weights import WeightMeasurement
+
+    mlp_7b = 3584 * 18944  # entries of a Qwen2.5-7B mlp matrix
+    # the weights pass holds the next 7B mlp matrix (float32) beside the current one; compare never holds
+    # two 7B mlp pairs (bf16 as stored, both sides)
+    assert 2 * mlp_7b * 4 <= WeightMeasurement.read_ahead_bytes < 2 * (8192 * 28672 * 4)
+    assert PairMeasurement.read_ahead_bytes < 2 * (2 * mlp_7b * 2)
+    size = WeightMeasurement.read_ahead_bytes // 2
+    log = Log(3)
+    items = read_ahead(log.readers, sizes=[size] * 3, budget=WeightMeasurement.read_ahead_bytes)
+    first = next(items)
+    for _ in range(100):  # read while item 0 is held here
+        if 1 in log.seen:
+            break
+        threading.Event().wait(0.01)
+    assert log.seen[1] == [0]
+    del first
+    assert consume(items) == [1, 2]
+    log = Log(3)  # over the pairs' budget: one at a time
+    assert consume(read_ahead(log.readers, sizes=[size] * 3, budget=PairMeasurement.read_ahead_bytes)) == [0, 1, 2]
+    assert log.seen == {0: [], 1: [], 2: []}

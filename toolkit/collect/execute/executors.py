@@ -59,7 +59,7 @@ class SerialExecutor:
         readers = [measurement.reader(w) for w in works]
         yield from map_tensors(readers, lambda i, tensors: measurement.measure(works[i], tensors, self.memo),
                                float32=measurement.float32, sizes=[measurement.read_bytes(w) for w in works],
-                               thread_context=reuse_buffers)
+                               read_ahead_bytes=measurement.read_ahead_bytes, thread_context=reuse_buffers)
 
     def forget(self, keep: set) -> None:
         """Drop the memo entries of checkpoints not in ``keep``."""

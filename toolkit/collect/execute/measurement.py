@@ -22,10 +22,14 @@ class Measurement(Protocol):
         The cache folder its results are stored in (:mod:`toolkit.collect.cache_folders`).
     float32 : bool
         Convert each tensor read to float32 as it is read (False when every metric reads the stored dtype).
+    read_ahead_bytes : int
+        Bytes the unit in use and the next one may hold together (``read_bytes``) for the next one to be
+        read while this one is measured (:func:`~toolkit.collect.execute.stream.read_ahead`'s ``budget``).
     """
 
     kind: str
     float32: bool
+    read_ahead_bytes: int
 
     def lookup(self, store, unit):
         """The unit's work record: what the cache ``store`` holds of it and what is left to do (``.todo``)."""

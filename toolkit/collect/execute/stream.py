@@ -24,10 +24,15 @@ each stored tensor, converting it to float32, and measuring it. Here:
 
 Peak memory: per pipeline the item in use and the one read ahead, plus the
 measuring's temporaries. An item is read ahead only while the two together
-hold at most :data:`READ_AHEAD_BYTES` (when the caller gives the items'
-sizes): a 7B-shaped mlp pair (272 MB as stored) is read after the previous
-pair is released, so ``compare`` never holds two of them (issue 38); reading
-it then costs a fraction of a second next to the minute its Gram matrix takes.
+hold at most the pass's budget (``read_ahead_bytes``, when the caller gives the
+items' sizes; each measurement names its own, :data:`READ_AHEAD_BYTES` by
+default): under ``compare``'s 256 MiB a 7B-shaped mlp pair (272 MB as stored)
+is read after the previous pair is released, so ``compare`` never holds two of
+them (issue 38; reading it then costs a fraction of a second next to the minute
+its Gram matrix takes), while the weights pass's 1 GiB
+(:data:`toolkit.collect.measure.weights.WEIGHTS_READ_AHEAD_BYTES`) still reads
+the next 7B mlp matrix (272 MB as float32) during the current one's, so a
+remote read overlaps with the measuring.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import torch
 #: Most pipelines a pass runs (bounds memory: each holds ~3 tensors).
 MAX_PIPELINES = 2
 #: Bytes the item in use and the next one may hold together for the next one to be read ahead
-#: (:func:`read_ahead`'s ``sizes``).
+#: (:func:`read_ahead`'s ``sizes``), unless the caller gives its own ``budget``.
 READ_AHEAD_BYTES = 256 << 20
 
 
@@ -68,7 +73,7 @@ class Workspace:
 
 
 def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None],
-                   sizes: Iterable[int] | None = None) -> Iterator[torch.Tensor | None]:
+                   sizes: Iterable[int] | None = None, budget: int | None = None) -> Iterator[torch.Tensor | None]:
     """Call each reader and yield its tensor as float32, one tensor read ahead.
 
     Parameters
@@ -77,6 +82,7 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None],
         ``reader()`` returns a tensor (e.g. ``TensorRecord.read``); None yields
         None without reading.
     sizes : iterable of int, optional
+    budget : int, optional
         As :func:`read_ahead`.
 
     Yields
@@ -88,12 +94,12 @@ def float32_stream(readers: Iterable[Callable[[], torch.Tensor] | None],
         An exception raised by a reader is raised here, at its tensor.
     """
     spaces = (Workspace(), Workspace())
-    return read_ahead(readers, lambda reader, k: spaces[k].float32(reader()), sizes)
+    return read_ahead(readers, lambda reader, k: spaces[k].float32(reader()), sizes, budget)
 
 
 def read_ahead(readers: Iterable[Callable[[], object] | None],
                load: Callable[[Callable[[], object], int], object] | None = None,
-               sizes: Iterable[int] | None = None) -> Iterator[object]:
+               sizes: Iterable[int] | None = None, budget: int | None = None) -> Iterator[object]:
     """Yield ``load(reader, k)`` for each reader, computed one reader ahead in a background thread.
 
     ``k`` alternates 0, 1 (which of two reusable buffers to fill); ``load``
@@ -102,11 +108,12 @@ def read_ahead(readers: Iterable[Callable[[], object] | None],
 
     ``sizes`` (bytes each item holds once loaded, aligned with ``readers``): an
     item is loaded while the previous one is in use only when the two sizes add
-    up to at most :data:`READ_AHEAD_BYTES`; otherwise it is loaded when asked
-    for, after the generator has dropped the previous one (the caller must have
-    dropped its own reference too). None: every item is read ahead.
+    up to at most ``budget`` (bytes; None: :data:`READ_AHEAD_BYTES`); otherwise it is
+    loaded when asked for, after the generator has dropped the previous one (the
+    caller must have dropped its own reference too). None: every item is read ahead.
     """
     load = load or (lambda reader, k: reader())
+    budget = READ_AHEAD_BYTES if budget is None else budget
     items = zip(readers, sizes, strict=True) if sizes is not None else ((r, 0) for r in readers)
 
     def call(reader, k):
@@ -124,7 +131,7 @@ def read_ahead(readers: Iterable[Callable[[], object] | None],
                 current = pending
                 k ^= 1
                 pending = deferred = None
-                if nxt is not None and size + nxt[1] <= READ_AHEAD_BYTES:
+                if nxt is not None and size + nxt[1] <= budget:
                     pending = pool.submit(call, nxt[0], k)
                 else:
                     deferred = nxt
@@ -143,6 +150,7 @@ def read_ahead(readers: Iterable[Callable[[], object] | None],
 
 def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[int, torch.Tensor], object],
                 *, pipelines: int | None = None, float32: bool = True, sizes: Sequence[int] | None = None,
+                read_ahead_bytes: int | None = None,
                 thread_context: Callable[[], AbstractContextManager] | None = None) -> Iterator[tuple[int, object]]:
     """``work(i, float32 tensor of readers[i])`` for every i, on parallel pipelines.
 
@@ -162,6 +170,8 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     sizes : sequence of int, optional
         Bytes each reader's item holds once read: bounds the read-ahead
         (:func:`read_ahead`). None: every item is read ahead.
+    read_ahead_bytes : int, optional
+        The budget of those sizes (:func:`read_ahead`'s ``budget``; None: :data:`READ_AHEAD_BYTES`).
     thread_context : callable, optional
         ``thread_context()`` gives a context manager that each pipeline thread
         holds open while it measures (e.g.
@@ -193,7 +203,8 @@ def map_tensors(readers: Sequence[Callable[[], torch.Tensor]], work: Callable[[i
     def measure_mine(p: int) -> None:
         mine = range(p, len(readers), n)
         tensors = (float32_stream if float32 else read_ahead)(
-            (readers[i] for i in mine), sizes=None if sizes is None else [sizes[i] for i in mine])
+            (readers[i] for i in mine), sizes=None if sizes is None else [sizes[i] for i in mine],
+            budget=read_ahead_bytes)
         try:
             for i in mine:  # no zip: its reused result tuple would keep the last item while the next is read
                 if stop.is_set():

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from toolkit._version import __version__
 from toolkit.collect.cache import ResultCache, cache_kind, digest, metric_key
 from toolkit.collect.cells import cell_from
+from toolkit.collect.execute.stream import READ_AHEAD_BYTES
 from toolkit.collect.measure.work import CellWork, lookup_cells, with_spectrum_fit
 from toolkit.collect.plan.cell_ids import cut_id, record_id
 from toolkit.collect.plan.pairs import TensorPair
@@ -103,6 +104,7 @@ class PairMeasurement:
     ti: int = 1
     kind = KIND
     float32 = False
+    read_ahead_bytes = READ_AHEAD_BYTES  # never two 7B mlp pairs at once (issue 38)
 
     @classmethod
     def make(cls, metrics, tolerance: float, k: int, device: str, spectra: bool = False) -> PairMeasurement:

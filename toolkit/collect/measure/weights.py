@@ -35,6 +35,13 @@ def metric_keys(metrics, device: str, precision: str) -> dict:
             for m in metrics}
 
 
+#: The weights pass's read-ahead budget (:attr:`WeightMeasurement.read_ahead_bytes`): the next matrix is read
+#: and converted to float32 while the current one is measured as long as the two hold at most 1 GiB as
+#: float32, so a 7B mlp matrix (272 MB) overlaps its read (a remote one's too) with the previous one's
+#: Gram matrix; two 70B-shaped mlp matrices (940 MB each) are held one at a time.
+WEIGHTS_READ_AHEAD_BYTES = 1 << 30
+
+
 @dataclass(frozen=True)
 class WeightMeasurement:
     """The weight metrics of ``weight_stats``: what every stored tensor of one pass shares.
@@ -67,6 +74,7 @@ class WeightMeasurement:
     fit: object = None
     heads: HeadSpec | None = None
     kind = KIND
+    read_ahead_bytes = WEIGHTS_READ_AHEAD_BYTES
 
     @classmethod
     def make(cls, metrics, device: str = "cpu", spectra: bool = False, fit=None,
