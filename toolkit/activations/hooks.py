@@ -64,7 +64,7 @@ class Moments:
     sum3, sum4 : float
         ``S_3``, ``S_4`` over every value.
     max_abs : float
-        ``max |x|`` (0 before any value).
+        ``max |x|`` (0 before any value; NaN once a NaN was seen).
 
     Notes
     -----
@@ -98,7 +98,8 @@ class Moments:
             self.c = float(x.mean())  # exactly representable in x's dtype
         t = x.shape[0]
         lo, hi = torch.aminmax(x)
-        self.max_abs = max(self.max_abs, -float(lo), float(hi))
+        top = max(-float(lo), float(hi))  # NaN propagates (Python's max would skip it past the first place)
+        self.max_abs = math.nan if math.isnan(top) or math.isnan(self.max_abs) else max(self.max_abs, top)
         d = x.sub_(self.c) if owned else x - self.c
         d2 = d * d
         sums = torch.stack([d.sum(0), d2.sum(0)]).to(torch.float64)
@@ -123,6 +124,8 @@ class Moments:
         if not self.n:
             return math.nan
         r1, r2, _, _ = self._raw()
+        if math.isinf(r2):  # an infinite value (r1 is infinite too: c * r1 + r2 could read inf - inf)
+            return math.inf
         return math.sqrt(max(r2 + 2 * self.c * r1 + self.c * self.c, 0.0))
 
     @property
@@ -133,7 +136,7 @@ class Moments:
             return math.nan
         r1, r2, r3, r4 = self._raw()
         m2 = r2 - r1 * r1
-        m4 = r4 - 4 * r1 * r3 + 6 * r1 * r1 * r2 - 3 * r1**4
+        m4 = r4 - 4 * r1 * r3 + 6 * r1 * r1 * r2 - 3 * (r1 * r1) ** 2  # inf, not OverflowError, past 1e77
         return m4 / (m2 * m2) - 3.0 if m2 > 0 else math.nan
 
     def feature_sumsq(self) -> torch.Tensor | None:

@@ -4,6 +4,7 @@ limits, layers and components; what they select (:meth:`ControlPanel.selection`)
 from __future__ import annotations
 
 import html
+import math
 
 import ipywidgets as W
 
@@ -153,16 +154,20 @@ class ControlPanel:
         return cols if cols in var.dims else column_dim(var.dims)
 
     def limits(self):
-        """``(vmin, vmax)`` typed in the boxes (None: automatic); one that cannot be used is left out and
-        ``limits_note`` says why, so the figure stays (with automatic limits) instead of a message."""
+        """``(vmin, vmax)`` typed in the boxes (None: automatic); one that cannot be used (not a number, not
+        finite, min not below max) is left out and ``limits_note`` says why, so the figure stays (with automatic limits) instead of a message."""
         out, notes = [], []
         for key in ("vmin", "vmax"):
             text = self.controls[key].value.strip()
             try:
-                out.append(float(text) if text else None)
+                value = float(text) if text else None
             except ValueError:
-                out.append(None)
+                value = None
                 notes.append(f"{key[1:]} {text!r} is not a number")
+            if value is not None and not math.isfinite(value):  # "nan", "inf", "1e999"
+                value = None
+                notes.append(f"{key[1:]} {text!r} is not a finite number")
+            out.append(value)
         lo, hi = out
         if lo is not None and hi is not None and not lo < hi:
             notes.append(f"min {lo:g} is not below max {hi:g}")

@@ -227,7 +227,22 @@ class Explorer:
 
     def set_data(self, ds) -> None:
         """Show ``ds`` in place of the (one) Dataset, the controls kept: the same grid with more cells
-        measured (the live view of :func:`~toolkit.widgets.explore_model`)."""
+        measured (the live view of :func:`~toolkit.widgets.explore_model`).
+
+        Raises
+        ------
+        toolkit.errors.EmptyInputError
+            ``ds`` is not a Dataset, or lacks a metric the menu offers (the explorer keeps showing the old one).
+        """
+        import xarray as xr
+
+        if not isinstance(ds, xr.Dataset):
+            raise EmptyInputError(f"set_data takes an xarray.Dataset; got {type(ds).__name__}")
+        offered = [name for _, name in self.controls["metric"].options]
+        missing = [name for name in offered if name not in ds.data_vars]
+        if missing:
+            raise EmptyInputError(f"set_data: the Dataset lacks {', '.join(map(repr, missing))} (offered in the "
+                                  f"metric menu); it holds {list(ds.data_vars)}")
         opened = self.cell_panel.opened
         self.model_set.set_data(ds)
         self._redraw(opened)

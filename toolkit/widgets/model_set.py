@@ -161,7 +161,7 @@ class ModelSet:
                 b_label, b_ds, b_sel = p.base
                 b = (b_label, b_ds, applicable(b_ds[metric], {**extra, **b_sel}))
             panels.append(Panel(p.label, p.ds, applicable(p.ds[metric], {**extra, **p.selection}), b, p.combine))
-        prepared = [_prepare(p, metric, kws) for p in panels]
+        prepared = [_prepare(p, metric, _own_columns(kws, p.ds[metric])) for p in panels]
         shared = len(prepared) > 1 and shared_range
         if shared:
             limits = {k: kws[k] for k in ("vmin", "vmax") if kws[k] is not None}
@@ -170,8 +170,18 @@ class ModelSet:
             keywords = {**one.keywords(), **limits}
             if limits:  # a typed limit replaces the pooled one; the centre stays the pooled one
                 keywords["center"] = one.center if one.scale == "diverging" else None
-            prepared = [_prepare(p, metric, {**kws, **keywords}) for p in panels]
+            prepared = [_prepare(p, metric, _own_columns({**kws, **keywords}, p.ds[metric])) for p in panels]
         return metric, panels, prepared, shared
+
+
+def _own_columns(kws: dict, da) -> dict:
+    """``kws`` with its ``components`` cut to those ``da`` holds: the toggles list the first model's, and a
+    model shown beside it may lack one (its panel shows the components it has)."""
+    comps = kws.get("components")
+    if comps is None or "component" not in da.dims:
+        return kws
+    have = {str(c) for c in da["component"].values}
+    return {**kws, "components": [c for c in comps if c in have]}
 
 
 def _prepare(p: Panel, metric: str, kws: dict):

@@ -1,0 +1,65 @@
+"""The explorer on hostile input: typed colour limits that are not finite numbers, a pair of models where one
+lacks a component, set_data with a Dataset that cannot replace the one shown."""
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from toolkit.errors import EmptyInputError
+from toolkit.widgets import explore
+
+V = np.array([[1.5, 2.0, 3.25], [4.0, 0.5, 6.0], [7.5, 8.0, 2.5]])
+COMPONENTS = ["attn.q", "attn.k", "mlp.up"]
+
+
+def _ds(values=V, components=COMPONENTS, name="stable_rank", model=None):
+    values = np.asarray(values, dtype=float)
+    ds = xr.Dataset({name: (("layer", "component"), values, {"long_name": "Stable rank"})},
+                    coords={"layer": np.arange(values.shape[0]), "component": components[: values.shape[1]]})
+    if model:
+        ds.attrs["model"] = model
+    return ds
+
+
+@pytest.mark.parametrize("lo, hi, bad", [("nan", "", "min 'nan'"), ("", "inf", "max 'inf'"),
+                                         ("1e999", "", "min '1e999'"), ("-inf", "5", "min '-inf'"),
+                                         ("nan", "nan", "min 'nan'")])
+def test_a_typed_limit_that_is_not_finite_keeps_the_figure_and_is_noted(lo, hi, bad):
+    e = explore(_ds())
+    with e.hold():
+        e.controls["vmin"].value, e.controls["vmax"].value = lo, hi
+    # the figure stays (was "Nothing to draw ... vmin=nan is not valid"), its limits from the rest
+    assert e.message == "" and e.current is not None
+    expected_hi = float(hi) if hi and np.isfinite(float(hi)) else None
+    finite = V[np.isfinite(V)]
+    assert e.current.vmax == (expected_hi if expected_hi is not None else pytest.approx(np.percentile(finite, 98)))
+    assert e.current.vmin == pytest.approx(np.percentile(finite, 2))
+    note = e.limits_note.value.replace("&#x27;", "'")
+    assert f"{bad} is not a finite number" in note and "automatic limits used" in note
+
+
+def test_side_by_side_shows_a_model_that_lacks_a_component_with_its_own_columns():
+    a, b = _ds(model="a"), _ds(V[:, :2] * 2, model="b")  # b has no mlp.up
+    e = explore([a, b])
+    assert e.controls["view"].value == "side"
+    assert e.message == ""  # was "unknown component(s) ['mlp.up']"
+    first, second = e.prepared
+    np.testing.assert_array_equal(first.values, V)
+    assert second.cols == ("attn.q", "attn.k")
+    np.testing.assert_array_equal(second.values, V[:, :2] * 2)
+    assert e.hover_text(2, "attn.k", panel=1).splitlines()[1] == f"Stable rank: {V[2, 1] * 2:g}"
+    e.controls["components"]["attn.q"].value = False  # a toggle still applies to both panels
+    assert e.prepared[0].cols == ("attn.k", "mlp.up") and e.prepared[1].cols == ("attn.k",)
+    np.testing.assert_array_equal(e.prepared[1].values, V[:, 1:2] * 2)
+
+
+@pytest.mark.parametrize("new, what", [(_ds(name="other"), "lacks 'stable_rank'"), (None, "got NoneType"),
+                                       ([_ds()], "got list")])
+def test_set_data_refuses_what_cannot_replace_the_dataset_and_keeps_the_figure(new, what):
+    e = explore(_ds())
+    with pytest.raises(EmptyInputError, match=what):  # was a KeyError / AttributeError from inside
+        e.set_data(new)
+    assert e.message == "" and e.models[0][1]["stable_rank"].values.tolist() == V.tolist()
+    np.testing.assert_array_equal(e.current.values, V)
+    e.set_data(_ds(V + 1))  # a fitting one is still taken
+    np.testing.assert_array_equal(e.current.values, V + 1)
