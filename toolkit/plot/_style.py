@@ -179,7 +179,8 @@ def symmetric_limits(lo: float, hi: float, center: float, *, log: bool = False) 
         if max(up, down) <= 0:
             half = abs(math.log10(center)) * 0.05 or 0.05
             return float(center / 10.0 ** half), float(center * 10.0 ** half)
-        return (float(center * center / hi), float(hi)) if up >= down else (float(lo), float(center * center / lo))
+        # center * (center / x), not center * center / x: the square under- or overflows past 1e+-154
+        return (float(center * (center / hi)), float(hi)) if up >= down else (float(lo), float(center * (center / lo)))
     up, down = hi - center, center - lo
     if max(up, down) <= 0:
         half = abs(center) * 0.05 or 0.5
@@ -199,7 +200,7 @@ def colorbar_ticks(scale: str, vmin: float, vmax: float, center: float | None,
     """
     if scale == "diverging" and center is not None:
         if log:
-            return (vmin, math.sqrt(vmin * center), center, math.sqrt(center * vmax), vmax)
+            return (vmin, math.sqrt(vmin) * math.sqrt(center), center, math.sqrt(center) * math.sqrt(vmax), vmax)
         return (vmin, (vmin + center) / 2, center, (center + vmax) / 2, vmax)
     if scale == "log":
         lo, hi = math.log10(vmin), math.log10(vmax)

@@ -145,7 +145,9 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     if layers is not None:
         if isinstance(layers, tuple) and len(layers) == 2:
             layers = slice(*layers)
-        da = da.sel(layer=layers) if isinstance(layers, slice) else select(da, {ROW_DIM: list(layers)})
+        # a range of labels needs them sorted: on [2, 0, 1], sel(layer=slice(0, 2)) is empty
+        da = da.sortby(ROW_DIM).sel(layer=layers) if isinstance(layers, slice) else \
+            select(da, {ROW_DIM: list(layers)})
     if components is not None:
         wanted = {str(c) for c in ([components] if isinstance(components, str) else components)}
         known = [str(c) for c in da[col_dim].values]

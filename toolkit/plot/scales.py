@@ -188,7 +188,7 @@ def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=N
     Raises
     ------
     ValueError
-        ``vmin >= vmax``.
+        ``vmin >= vmax``, or ``vmin <= 0`` on a log scale (``scale="log"`` or ``log``).
     toolkit.errors.EmptyInputError
         No finite value to colour.
     """
@@ -202,6 +202,9 @@ def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=N
     lo, hi = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
     if hi <= lo:
         raise ValueError(f"colour limits need vmin < vmax; got vmin={lo:g}, vmax={hi:g}")
+    if (scale == "log" or log) and lo <= 0:  # only a typed limit can be: the data's are positive
+        raise ValueError(f"a log scale needs positive colour limits; got vmin={lo:g} (type one above 0, "
+                         "or pick the linear scale)")
     if c is not None and (vmin is not None or vmax is not None):
         lo, hi = symmetric_limits(lo, hi, c, log=log and c > 0)
     return lo, hi, c
