@@ -63,3 +63,31 @@ def test_set_data_refuses_what_cannot_replace_the_dataset_and_keeps_the_figure(n
     np.testing.assert_array_equal(e.current.values, V)
     e.set_data(_ds(V + 1))  # a fitting one is still taken
     np.testing.assert_array_equal(e.current.values, V + 1)
+
+
+def test_the_save_functions_write_into_new_folders_and_name_the_path_they_cannot_write(tmp_path):
+    from toolkit.errors import OutputPathError
+    from toolkit.widgets import export_html
+
+    e = explore(_ds())
+    got = e.save_csv(tmp_path / "new" / "deeper" / "n.csv")  # was FileNotFoundError
+    rows = [line.split(",") for line in got.read_text().splitlines()[1:]]
+    np.testing.assert_array_equal(np.array([float(r[3]) for r in rows]).reshape(3, 3), V)
+    page = export_html(_ds(), tmp_path / "other" / "p.html")  # was FileNotFoundError naming '.p.html.<hex>.tmp'
+    assert page.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    calls = [lambda: e.save_csv(tmp_path), lambda: e.save_figure(blocker / "f.png"),
+             lambda: export_html(_ds(), tmp_path), lambda: e.save_csv(tmp_path / ("x" * 300 + ".csv"))]
+    for call in calls:
+        with pytest.raises(OutputPathError) as err:
+            call()
+        assert ".tmp" not in str(err.value) and str(tmp_path) in str(err.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "new", "other"]  # no temporary left
+    e.out_dir = tmp_path / "named"
+    e.controls["filename"].value = "y" * 300  # a default name from a long file name box is cut to fit
+    first, second = e.save_csv(), e.save_csv()  # was OSError: File name too long
+    assert len(first.name.encode()) <= 255 and first.name.startswith("y" * 190) and first.suffix == ".csv"
+    assert second.name == first.name.replace(".csv", "-2.csv") and len(second.name.encode()) <= 255
+    e.controls["filename"].value = "é" * 200  # cut between characters, not inside one
+    assert e.save_csv().name.startswith("é" * 100)

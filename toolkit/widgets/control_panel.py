@@ -155,7 +155,8 @@ class ControlPanel:
 
     def limits(self):
         """``(vmin, vmax)`` typed in the boxes (None: automatic); one that cannot be used (not a number, not
-        finite, min not below max) is left out and ``limits_note`` says why, so the figure stays (with automatic limits) instead of a message."""
+        finite, min not below max) is left out and ``limits_note`` says why, so the figure stays (with
+        automatic limits) instead of a message."""
         out, notes = [], []
         for key in ("vmin", "vmax"):
             text = self.controls[key].value.strip()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -156,21 +155,19 @@ def export_html(data, path, *, metrics=None, labels=None, title: str | None = No
     ------
     InvalidOptionError
         As :func:`page_data`, or an option of the wrong type.
+    OutputPathError
+        ``path`` is a folder, or the file cannot be written there (its missing folders are created).
 
     Examples
     --------
     >>> ds = toolkit.weight_stats(keep_spectra=True)          # doctest: +SKIP
     >>> toolkit.widgets.export_html(ds, "smollm2.html")        # doctest: +SKIP
     """
-    from toolkit.atomic import atomic_path
+    from toolkit.widgets.figures import write_file
 
     page = page_data(data, metrics=metrics, labels=labels)
     name = title or _models(data, labels)[0][0]
-    text = _page(page, name)
-    out = Path(os.path.expanduser(os.fspath(path)))
-    with atomic_path(out) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
-    return out
+    return write_file(path, _page(page, name), "export_html's path", "statistics.html")
 
 
 def _page(page: dict, title: str) -> str:

@@ -7,6 +7,7 @@ Every figure is drawn on a fresh pyplot-free ``matplotlib.figure.Figure`` with
 from __future__ import annotations
 
 import io
+import os
 import re
 from pathlib import Path
 
@@ -88,8 +89,16 @@ def file_stem(*parts) -> str:
     return re.sub(r"_+", "_", re.sub(r"[^\w.-]+", "_", text)).strip("_.") or "statistics"
 
 
+#: Longest file name (bytes) of the common file systems (ext4, APFS, NTFS in UTF-16 units).
+NAME_BYTES = 255
+
+
 def unique_path(directory, stem: str, suffix: str) -> Path:
-    """``directory/stem.suffix``, or ``stem-2.suffix``, ``stem-3`` ... when that file exists."""
+    """``directory/stem.suffix``, or ``stem-2.suffix``, ``stem-3`` ... when that file exists; a stem too long
+    for a file name (255 bytes, with the counter and the temporary name of an atomic write) is cut."""
+    # "-" and a counter of up to 7 digits; the atomic write's temporary name adds "." and ".<8 hex>.tmp"
+    room = NAME_BYTES - len(suffix.encode()) - 8 - 14
+    stem = stem.encode()[:room].decode("utf-8", "ignore")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path, n = directory / f"{stem}{suffix}", 1
@@ -97,3 +106,41 @@ def unique_path(directory, stem: str, suffix: str) -> Path:
         n += 1
         path = directory / f"{stem}-{n}{suffix}"
     return path
+
+
+def write_file(path, data: bytes | str, what: str, example: str) -> Path:
+    """Write ``data`` (bytes, or text as UTF-8) to ``path``, whole or not at all
+    (:func:`toolkit.atomic.atomic_path`), its missing folders created; returns the path written.
+
+    Parameters
+    ----------
+    path : str or path-like
+    data : bytes or str
+    what : str
+        How to name the path in a message (``"save_csv's path"``).
+    example : str
+        A file name to suggest when ``path`` is a folder.
+
+    Raises
+    ------
+    toolkit.errors.OutputPathError
+        ``path`` is a folder, a part of its folder is a file, or the file cannot be written there (no
+        permission, a name too long, a full disk); an ``OSError`` too.
+    """
+    from toolkit.atomic import atomic_path
+    from toolkit.errors import OutputPathError
+    from toolkit.io.paths import path_problem, path_text
+
+    text = path_text(path, what)
+    out = Path(os.path.expanduser(text))
+    try:  # a name too long fails already in path_problem's is_dir
+        problem = path_problem(text, out, what, example)
+        if not problem:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(out) as tmp:
+                Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    except OSError as e:  # the temporary file's name in e would mislead: say the path asked for
+        raise OutputPathError(text, f"{e.strerror or e}; choose another path for {what}", e.errno) from e
+    if problem:
+        raise OutputPathError(text, problem)
+    return out

@@ -10,7 +10,7 @@ import ipywidgets as W
 
 from toolkit.errors import EmptyInputError
 from toolkit.widgets import _controls as C
-from toolkit.widgets.figures import figure_bytes, file_stem, panels_csv, unique_path
+from toolkit.widgets.figures import figure_bytes, file_stem, panels_csv, unique_path, write_file
 
 
 class Saver:
@@ -82,6 +82,8 @@ class Saver:
         ------
         toolkit.errors.EmptyInputError
             No figure is shown (the selection left nothing to draw).
+        toolkit.errors.OutputPathError
+            The file cannot be written there (:func:`~toolkit.widgets.figures.write_file`).
         """
         shown = self._shown()
         if not shown.prepared:
@@ -89,21 +91,28 @@ class Saver:
         fmt = fmt or (Path(path).suffix.lstrip(".").lower() if path is not None else self.controls["format"].value)
         path = Path(path) if path is not None else self._default(f".{fmt}")
         data, _ = figure_bytes(shown.prepared, fmt, annotate=self.controls["annotate"].value, dpi=dpi)
-        path.write_bytes(data)
-        return path
+        return write_file(path, data, "save_figure's path", f"figure.{fmt}")
 
     def save_png(self, path=None, *, dpi=150) -> Path:
         """:meth:`save_figure` as PNG."""
         return self.save_figure(path, fmt="png", dpi=dpi)
 
     def save_csv(self, path=None) -> Path:
-        """Save the numbers of the panels shown as CSV (``panel,layer,<column>,<metric>``, one line per cell)."""
+        """Save the numbers of the panels shown as CSV (``panel,layer,<column>,<metric>``, one line per cell).
+
+        Raises
+        ------
+        toolkit.errors.EmptyInputError
+            No figure is shown.
+        toolkit.errors.OutputPathError
+            The file cannot be written there (:func:`~toolkit.widgets.figures.write_file`).
+        """
         shown = self._shown()
         if not shown.prepared:
             raise EmptyInputError("no numbers to save: " + shown.message)
         path = Path(path) if path is not None else self._default(".csv")
-        path.write_text(panels_csv([p.label for p in shown.panels], shown.prepared))
-        return path
+        return write_file(path, panels_csv([p.label for p in shown.panels], shown.prepared), "save_csv's path",
+                          "numbers.csv")
 
     def save_netcdf(self, path=None) -> Path:
         """Save the (first) Dataset with :func:`toolkit.save`; default ``<out_dir>/<file name>.nc``, never
