@@ -51,3 +51,16 @@ def test_a_typed_limit_at_or_below_0_on_a_log_scale_says_so(vmin):
     values = np.array([[1.0, 10.0], [100.0, 1000.0]])
     with pytest.raises(ValueError, match="log scale needs positive colour limits"):  # was "math domain error"
         prepare_heatmap(_ds(values), "m", scale="log", vmin=vmin, vmax=500.0)
+
+
+def test_a_metric_undefined_in_every_cell_draws_its_hatched_panel_on_a_log_scale_too():
+    import matplotlib.pyplot as plt
+
+    from toolkit.plot import heatmap
+
+    ds = _ds(np.full((2, 3), np.nan))
+    q = prepare_heatmap(ds, "m", scale="log")
+    assert q.caption == "m is undefined in every cell" and 0 < q.vmin < q.vmax
+    assert np.asarray(q.face_colors()).shape[:2] == (2, 3)  # was ValueError: Invalid vmin or vmax (LogNorm)
+    ax = heatmap(ds, "m", scale="log")  # the figure too
+    plt.close(ax.figure)

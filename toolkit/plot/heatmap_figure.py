@@ -175,7 +175,7 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
     log = bool(scale == "diverging" and (diverging_log(values, center) if log is None else log))
     caption, constant, undefined = "", None, bool(np.isnan(values).all())
     if undefined:  # nothing defined (delta ranks at step 0): hatched, with the reason
-        lo, hi, c = 0.0, 1.0, None
+        (lo, hi), c = (1.0, 10.0) if scale == "log" else (0.0, 1.0), None  # a LogNorm takes no 0
         why = most_common(reasons[reasons != ""]) if reasons.size else ""
         caption = f"{long_name} is undefined in every cell" + (f": {why}" if why else "")
     elif finite.size and finite.min() == finite.max() and vmin is None and vmax is None:
