@@ -46,3 +46,21 @@ def test_numpy_route_is_taken_only_where_it_was_measured_faster(monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert calls == [(20, 20)]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("view", ["reversed", "every other", "transposed"])
+def test_both_routes_take_a_strided_view(threads, view):
+    g, lam = _known_spectrum(14, 3)
+    g = {"reversed": g[::-1, ::-1],  # P G P^T: the same spectrum, negative strides
+         "every other": g[::2, ::2], "transposed": g.T}[view]
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = gram._eigvalsh(g)  # the torch route (2 threads) raised ValueError on negative strides
+    finally:
+        torch.set_num_threads(before)
+    ref = np.linalg.eigvalsh(np.ascontiguousarray(g))
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=64 * np.finfo(float).eps * np.abs(ref).max() * 14)
+    if view != "every other":
+        np.testing.assert_allclose(got.numpy(), lam, rtol=0, atol=64 * np.finfo(float).eps * lam.max() * 14)

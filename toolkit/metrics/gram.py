@@ -207,7 +207,8 @@ NUMPY_EIGVALSH_MAX = 1536
 
 def _eigvalsh(g: np.ndarray) -> torch.Tensor:
     """Eigenvalues (ascending, float64) of the symmetric matrix ``g`` (not modified; its lower triangle is
-    read), by NumPy's LAPACK (OpenBLAS ``dsyevd``) or torch's (MKL's ``syevd``), whichever is the faster here.
+    read; any strides), by NumPy's LAPACK (OpenBLAS ``dsyevd``) or torch's (MKL's ``syevd``), whichever is the
+    faster here.
 
     Measured on 2 AMD EPYC cores, one BLAS thread per call (a pass's two pipelines), per matrix:
 
@@ -230,7 +231,8 @@ def _eigvalsh(g: np.ndarray) -> torch.Tensor:
     """
     if g.dtype == np.float64 and g.shape[0] <= NUMPY_EIGVALSH_MAX and torch.get_num_threads() == 1:
         return torch.from_numpy(np.linalg.eigvalsh(g, UPLO="L"))
-    return torch.linalg.eigvalsh(torch.from_numpy(g)).to(torch.float64)
+    # torch.from_numpy takes no negative stride (a reversed view); NumPy's route takes any
+    return torch.linalg.eigvalsh(torch.from_numpy(g if min(g.strides, default=0) >= 0 else g.copy())).to(torch.float64)
 
 
 def gram32_cpu(w: torch.Tensor) -> np.ndarray:
