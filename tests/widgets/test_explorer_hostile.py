@@ -91,3 +91,19 @@ def test_the_save_functions_write_into_new_folders_and_name_the_path_they_cannot
     assert second.name == first.name.replace(".csv", "-2.csv") and len(second.name.encode()) <= 255
     e.controls["filename"].value = "é" * 200  # cut between characters, not inside one
     assert e.save_csv().name.startswith("é" * 100)
+
+
+def test_labels_are_one_per_dataset_a_str_is_one_label_and_repeats_never_collide(tmp_path):
+    from toolkit.errors import InvalidOptionError
+    from toolkit.widgets import export_html
+
+    a, b = _ds(model="a"), _ds(2 * V, model="b")
+    assert [p.label for p in explore(a, labels="my model").panels] == ["my model"]  # was 8 labels, one a letter
+    for labels in (["x"], ["x", "y", "z"]):  # was ValueError: zip() argument 2 is longer than argument 1
+        with pytest.raises(InvalidOptionError, match="one label per Dataset"):
+            explore([a, b], labels=labels)
+        with pytest.raises(InvalidOptionError, match="one label per Dataset"):
+            export_html([a, b], tmp_path / "p.html", labels=labels)
+    e = explore([a, b, a], labels=["x", "x (2)", "x"])
+    assert [p.label for p in e.panels] == ["x", "x (2)", "x (3)"]  # the third was a second "x (2)"
+    np.testing.assert_array_equal(e.prepared[1].values, 2 * V)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.errors import CheckpointMismatchError
+from toolkit.errors import CheckpointMismatchError, InvalidOptionError
 from toolkit.plot._select import is_reduction, select
 from toolkit.plot.numbers import digits_for, format_value
 
@@ -254,6 +254,29 @@ def combined(target_da, base_da, how: str, *, col_dim: str, target: str = "targe
     out.attrs = {"long_name": template.format(long_name),
                  "units": units if units is not None else str(target_da.attrs.get("units", ""))}
     out.name = f"{target_da.name}_{how}"
+    return out
+
+
+def unique_labels(labels, count: int, where: str) -> list[str]:
+    """``labels``, one per Dataset (a str: the one label of one Dataset), made unique: a label seen before gets
+    `` (2)``, `` (3)`` ... (the first number no other label holds, so ``["x", "x (2)", "x"]`` gives ``x (3)`` to
+    the third).
+
+    Raises
+    ------
+    toolkit.errors.InvalidOptionError
+        Not one label per Dataset.
+    """
+    labels = [labels] if isinstance(labels, str) else list(labels)  # not one label per character
+    if len(labels) != count:
+        raise InvalidOptionError("labels", labels, f"one label per Dataset ({count} of them)", where)
+    out: list[str] = []
+    for lab in labels:
+        name, n = lab, 1
+        while name in out:
+            n += 1
+            name = f"{lab} ({n})"
+        out.append(name)
     return out
 
 

@@ -28,7 +28,7 @@ from toolkit.plot._select import model_name
 from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
 from toolkit.widgets._assets import FOLDER, style
-from toolkit.widgets.cells import Panel, PanelFacts
+from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
 
 __all__ = ["export_html", "page_data"]
 
@@ -46,9 +46,8 @@ def _models(data, labels) -> list[tuple[str, object]]:
     if not items or not all(isinstance(d, xr.Dataset) for d in items):
         raise InvalidOptionError("data", data, "an xarray.Dataset or a non-empty list of them", "toolkit.widgets."
                                  "export_html")
-    labels = list(labels) if labels is not None else [model_name(d.attrs) or f"model {i}"
-                                                      for i, d in enumerate(items)]
-    return list(zip(labels, items, strict=True))
+    labels = labels if labels is not None else [model_name(d.attrs) or f"model {i}" for i, d in enumerate(items)]
+    return list(zip(unique_labels(labels, len(items), "toolkit.widgets.export_html"), items, strict=True))
 
 
 def _heatmap(models, metric: str) -> dict | None:

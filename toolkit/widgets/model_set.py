@@ -10,7 +10,7 @@ from toolkit.plot._select import column_dim, model_name, select
 from toolkit.plot.heatmap_figure import prepare_heatmap
 from toolkit.plot.scales import CENTER_ATTR, shared_scale
 from toolkit.widgets import _controls as C
-from toolkit.widgets.cells import COMBINATIONS, Panel, combined
+from toolkit.widgets.cells import COMBINATIONS, Panel, combined, unique_labels
 from toolkit.widgets.fit_choice import FitChoice
 
 
@@ -22,12 +22,8 @@ def models_of(data, labels=None) -> list[tuple[str, object]]:
     if not items or not all(isinstance(d, xr.Dataset) for d in items):
         raise EmptyInputError("explore takes an xarray.Dataset or a list of them; got "
                               + (", ".join(type(d).__name__ for d in items) or "an empty list"))
-    labels = list(labels) if labels is not None else [model_name(d.attrs) or f"model {i}" for i, d in enumerate(items)]
-    seen: dict[str, int] = {}
-    for i, lab in enumerate(labels):
-        seen[lab] = seen.get(lab, 0) + 1
-        labels[i] = lab if seen[lab] == 1 else f"{lab} ({seen[lab]})"
-    return list(zip(labels, items, strict=True))
+    labels = labels if labels is not None else [model_name(d.attrs) or f"model {i}" for i, d in enumerate(items)]
+    return list(zip(unique_labels(labels, len(items), "toolkit.widgets.explore"), items, strict=True))
 
 
 def absent_components(datasets, components) -> list[str]:
