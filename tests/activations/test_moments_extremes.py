@@ -32,9 +32,11 @@ def test_a_nan_activation_makes_max_abs_nan_as_numpy_does(where):
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_an_infinite_activation_makes_rms_inf_as_numpy_does(sign):
+@pytest.mark.parametrize("first", [False, True])
+def test_an_infinite_activation_makes_rms_inf_as_numpy_does(sign, first):
     g = torch.Generator().manual_seed(2)
     batches = (torch.randn(6, 4, generator=g) * sign + 0.5 * sign, torch.tensor([[math.inf, 1.0, 2.0, 3.0]]))
+    batches = batches[::-1] if first else batches  # first: the centre came out inf and every mean NaN
     x = np.concatenate([b.double().numpy().ravel() for b in batches])
     m = _moments(*batches)
     assert m.rms == np.sqrt((x * x).mean()) == math.inf  # was NaN (inf - inf inside)

@@ -94,8 +94,9 @@ class Moments:
             x, owned = x.float(), True
         if x.numel() == 0:
             return
-        if self.c is None:
-            self.c = float(x.mean())  # exactly representable in x's dtype
+        if self.c is None:  # exactly representable in x's dtype; from the finite values (an inf centre would make
+            finite = x[torch.isfinite(x)]  # every later x - c NaN, and the mean NaN where NumPy's is inf)
+            self.c = float(finite.mean()) if finite.numel() else 0.0
         t = x.shape[0]
         lo, hi = torch.aminmax(x)
         top = max(-float(lo), float(hi))  # NaN propagates (Python's max would skip it past the first place)
