@@ -55,3 +55,17 @@ def test_float64_values_past_1e77_give_inf_kurtosis_terms_not_an_overflow_error(
         ref = (d**4).mean() / (d**2).mean() ** 2 - 3  # overflows in float64 too: inf / inf
     assert math.isnan(ref)
     assert not math.isfinite(m.kurtosis)  # was OverflowError: (34, 'Numerical result out of range')
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_kurtosis_of_small_noise_on_a_1e6_offset_matches_numpy_in_float64(dtype):
+    g = torch.Generator().manual_seed(4)
+    batches = [(1e6 + torch.randn(n, 64, generator=g, dtype=torch.float64) ** 3).to(dtype) for n in (100, 1, 37, 250)]
+    m = _moments(*batches)
+    x = np.concatenate([b.double().numpy().ravel() for b in batches])  # the values as stored, in float64
+    d = x - x.mean()
+    ref = (d**4).mean() / (d**2).mean() ** 2 - 3  # heavy-tailed: about 50
+    assert ref > 10
+    assert m.kurtosis == pytest.approx(ref, rel=1e-5)
+    assert m.mean == pytest.approx(x.mean(), rel=1e-12)
+    assert m.rms == pytest.approx(np.sqrt((x * x).mean()), rel=1e-12)
