@@ -107,3 +107,13 @@ def test_labels_are_one_per_dataset_a_str_is_one_label_and_repeats_never_collide
     e = explore([a, b, a], labels=["x", "x (2)", "x"])
     assert [p.label for p in e.panels] == ["x", "x (2)", "x (3)"]  # the third was a second "x (2)"
     np.testing.assert_array_equal(e.prepared[1].values, 2 * V)
+
+
+def test_save_figure_takes_a_format_in_any_case_and_a_path_without_suffix(tmp_path):
+    e = explore(_ds())
+    magic = {"png": b"\x89PNG\r\n\x1a\n", "svg": b"<svg", "pdf": b"%PDF"}
+    e.controls["format"].value = "svg"
+    no_suffix = e.save_figure(tmp_path / "figure")  # was ValueError: ... got ''
+    assert no_suffix.name == "figure" and magic["svg"] in no_suffix.read_bytes()[:400]
+    assert e.save_figure(tmp_path / "a.png", fmt="PDF").read_bytes().startswith(magic["pdf"])  # was ... got 'PDF'
+    assert e.save_figure(tmp_path / "b.PNG").read_bytes().startswith(magic["png"])

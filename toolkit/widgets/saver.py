@@ -76,7 +76,8 @@ class Saver:
         """Save the figure shown as PNG, SVG or PDF.
 
         The default name ``<out_dir>/<file name>_<metric>_<selection>.<fmt>``
-        gets ``-2``, ``-3`` ... rather than overwrite an earlier save.
+        gets ``-2``, ``-3`` ... rather than overwrite an earlier save. The format is ``fmt`` (any case), else
+        the suffix of ``path``, else the format menu's.
 
         Raises
         ------
@@ -88,7 +89,8 @@ class Saver:
         shown = self._shown()
         if not shown.prepared:
             raise EmptyInputError("no figure to save: " + shown.message)
-        fmt = fmt or (Path(path).suffix.lstrip(".").lower() if path is not None else self.controls["format"].value)
+        suffix = Path(path).suffix.lstrip(".") if path is not None else ""
+        fmt = str(fmt or suffix or self.controls["format"].value).lower()  # "PNG" as "png"; no suffix: the menu's
         path = Path(path) if path is not None else self._default(f".{fmt}")
         data, _ = figure_bytes(shown.prepared, fmt, annotate=self.controls["annotate"].value, dpi=dpi)
         return write_file(path, data, "save_figure's path", f"figure.{fmt}")
