@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import torch
 
 from toolkit.errors import ToolkitError
@@ -41,15 +42,22 @@ class LayerHooks:
         return False
 
 
-class Moments:
-    """Streaming power sums of a (tokens, features) stream about a fixed centre, in float64.
+#: The range of ``max |x - c|`` over a float32 batch whose powers :class:`Moments` forms in float32: beyond it
+#: ``(x - c)^4`` (1e-29 to 8e28) would leave float32's normal range, or its sum over 1e7 values would.
+_SPAN32 = (2.0**-24, 2.0**24)
 
-    The centre ``c`` is the mean of the first batch, rounded to the batch's
-    dtype so the subtraction is exact; later batches are folded in as per-feature
-    sums ``S_k[f] = sum_t (x[t, f] - c)^k`` for ``k = 1, 2`` and the totals
-    ``S_3``, ``S_4`` over every value. Central moments follow at the end
-    without cancellation, because ``c`` lies within a few standard deviations of
-    the overall mean.
+
+class Moments:
+    """Streaming moments of a (tokens, features) stream: each batch's power sums about a centre near its own
+    mean, merged in float64 as central moments.
+
+    A batch is centred on ``c``, the running mean rounded to the batch's dtype (so the subtraction is exact),
+    or, for the first batch and for one whose value range does not hold the running mean (an unrepresentative
+    first batch, a NaN or inf so far), on the mean of its own finite values (one more read of it). Its sums
+    ``S_k = sum (x - c)^k`` (``k = 1..4``) give its central moments without cancellation, because ``c`` lies
+    near its mean; these are merged into the running ones by the pairwise formulas of Chan et al. and Pébay
+    (float64), so a batch far from the others costs no precision. The sum of squares per feature is kept too
+    (:meth:`feature_sumsq`).
 
     Attributes
     ----------
@@ -58,32 +66,31 @@ class Moments:
     tokens : int
         Rows seen.
     c : float or None
-        The centre (None before any value).
-    sums : torch.Tensor or None, shape (2, features), float64
-        ``S_1, S_2`` per feature.
-    sum3, sum4 : float
-        ``S_3``, ``S_4`` over every value.
+        The centre of the last batch (None before any value).
+    central : tuple of float
+        ``(mean, M2, M3, M4)``: the mean and the sums of ``(x - mean)^k`` over every value (float64).
+    sumsq : torch.Tensor or None, shape (features,), float64
+        ``sum_t x[t, f]^2`` per feature.
     max_abs : float
         ``max |x|`` (0 before any value; NaN once a NaN was seen).
 
     Notes
     -----
-    With ``r_k = sum_f S_k[f] / n``: ``mean = c + r1``,
-    ``m2 = r2 - r1^2``, ``m4 = r4 - 4 r1 r3 + 6 r1^2 r2 - 3 r1^4`` (central
-    moments per value), excess kurtosis ``m4 / m2^2 - 3``. Element-wise work and
-    the sums over one batch run in the batch's dtype (float32; bf16/fp16 are
-    converted to float32) with torch's cascaded sums (relative error a few float32
-    ulps, measured 1e-6 for ``S_3`` and 4e-8 for ``S_4`` against float64 on 430 x 1536
-    Gaussian batches); every sum across batches is float64. A batch makes one
-    temporary the size of ``x`` besides ``x - c`` (none of its own when ``x`` is
-    a copy the caller owns): ``d = x - c``, ``d2 = d * d``, then ``d *= d2`` for
-    ``S_3`` and ``d2 *= d2`` for ``S_4`` in place.
+    A batch of ``b`` values with ``r = S_1 / b`` has mean ``c + r``, ``M2 = S_2 - b r^2``,
+    ``M3 = S_3 - 3 r S_2 + 2 b r^3``, ``M4 = S_4 - 4 r S_3 + 6 r^2 S_2 - 3 b r^4``; excess kurtosis is
+    ``n M4 / M2^2 - 3`` and the RMS ``sqrt(sum sumsq / n)`` (no difference of large numbers). Element-wise work and
+    the sums over one batch run in the batch's dtype (float32; bf16/fp16 are converted to float32; float64 when the
+    batch's ``max |x - c|`` lies outside :data:`_SPAN32`) with torch's cascaded sums (relative error a few float32
+    ulps, measured 1e-6 for ``S_3`` and 4e-8 for ``S_4`` against float64 on 430 x 1536 Gaussian batches); every sum
+    across batches is float64. A batch makes one temporary the size of ``x`` besides ``x - c`` (none of its own when
+    ``x`` is a copy the caller owns): ``d = x - c``, ``d2 = d * d``, then ``d *= d2`` for ``S_3`` and ``d2 *= d2``
+    for ``S_4`` in place.
     """
 
-    __slots__ = ("n", "tokens", "c", "sums", "sum3", "sum4", "max_abs")
+    __slots__ = ("n", "tokens", "c", "central", "sumsq", "max_abs")
 
     def __init__(self):
-        self.n, self.tokens, self.c, self.sums, self.sum3, self.sum4, self.max_abs = 0, 0, None, None, 0.0, 0.0, 0.0
+        self.n, self.tokens, self.c, self.central, self.sumsq, self.max_abs = 0, 0, None, (0.0,) * 4, None, 0.0
 
     def add(self, x: torch.Tensor, *, owned: bool = False) -> None:
         """Fold the rows of ``x`` (tokens, features) in; ``owned``: ``x`` is a copy nobody else reads,
@@ -94,57 +101,82 @@ class Moments:
             x, owned = x.float(), True
         if x.numel() == 0:
             return
-        if self.c is None:  # exactly representable in x's dtype; from the finite values (an inf centre would make
-            finite = x[torch.isfinite(x)]  # every later x - c NaN, and the mean NaN where NumPy's is inf)
-            self.c = float(finite.mean()) if finite.numel() else 0.0
-        t = x.shape[0]
-        lo, hi = torch.aminmax(x)
-        top = max(-float(lo), float(hi))  # NaN propagates (Python's max would skip it past the first place)
+        lo, hi = (float(v) for v in torch.aminmax(x))
+        top = max(-lo, hi)  # NaN propagates (Python's max would skip it past the first place)
         self.max_abs = math.nan if math.isnan(top) or math.isnan(self.max_abs) else max(self.max_abs, top)
-        d = x.sub_(self.c) if owned else x - self.c
+        c = _rounded(self.central[0], x.dtype) if self.n else math.nan  # exact in x's dtype
+        if not lo <= c <= hi:  # the first batch, one the running mean is outside of, or a NaN / inf so far
+            finite = x[torch.isfinite(x)]
+            c = float(finite.mean()) if finite.numel() else 0.0
+        span = max(hi - c, c - lo)
+        if x.dtype == torch.float32 and (0 < span < _SPAN32[0] or span > _SPAN32[1]):
+            x, owned = x.double(), True  # (x - c)^4 would underflow or overflow float32 (or its sum would)
+        t, b = x.shape[0], x.numel()
+        d = x.sub_(c) if owned else x - c
         d2 = d * d
         sums = torch.stack([d.sum(0), d2.sum(0)]).to(torch.float64)
-        self.sum3 += float(d.mul_(d2).sum())  # d is this batch's own: x - c, or the caller's copy
-        self.sum4 += float(d2.square_().sum())
-        self.sums = sums if self.sums is None else self.sums + sums
-        self.n += x.numel()
+        s1, s2 = sums.sum(1).tolist()
+        if 2 * s1 * s1 > s2 * b:  # the batch's mean is more than a standard deviation from c: centre on it
+            shift = _rounded(c + s1 / b, x.dtype) - c  # |x - c| is within the batch's range: d - shift is
+            c = c + shift  # x - c to a few ulps of that range, against (x - c)^2 summed with this mean removed
+            torch.mul(d.sub_(shift), d, out=d2)
+            sums = torch.stack([d.sum(0), d2.sum(0)]).to(torch.float64)
+            s1, s2 = sums.sum(1).tolist()
+        self.c = c
+        sumsq = sums[1].add_(sums[0], alpha=2 * c).add_(t * c * c)  # sum_t x^2 per feature
+        self.sumsq = sumsq if self.sumsq is None else self.sumsq.add_(sumsq)
+        s3 = float(d.mul_(d2).sum())  # d is this batch's own: x - c, or the caller's copy
+        s4 = float(d2.square_().sum())
+        r = s1 / b
+        rr = r * r  # products, not powers: a float's ** raises OverflowError past 1e308 where * gives inf
+        batch = (c + r, s2 - b * rr, s3 - 3 * r * s2 + 2 * b * rr * r, s4 - 4 * r * s3 + 6 * rr * s2 - 3 * b * rr * rr)
+        self.central = _merge(self.n, self.central, b, batch)
+        self.n += b
         self.tokens += t
-
-    def _raw(self) -> list[float]:
-        s1, s2 = self.sums.sum(1).tolist()
-        return [s1 / self.n, s2 / self.n, self.sum3 / self.n, self.sum4 / self.n]
 
     @property
     def mean(self) -> float:
         """Mean of every value; NaN before any value."""
-        return self.c + self._raw()[0] if self.n else math.nan
+        return self.central[0] if self.n else math.nan
 
     @property
     def rms(self) -> float:
         """``sqrt(mean(x^2))``; NaN before any value."""
-        if not self.n:
-            return math.nan
-        r1, r2, _, _ = self._raw()
-        if math.isinf(r2):  # an infinite value (r1 is infinite too: c * r1 + r2 could read inf - inf)
-            return math.inf
-        return math.sqrt(max(r2 + 2 * self.c * r1 + self.c * self.c, 0.0))
+        return math.sqrt(float(self.sumsq.sum()) / self.n) if self.n else math.nan
 
     @property
     def kurtosis(self) -> float:
         """Excess (Fisher) kurtosis ``m4 / m2^2 - 3`` (0 for a Gaussian, as the weight metric ``kurtosis``);
         NaN if empty or constant."""
-        if not self.n:
-            return math.nan
-        r1, r2, r3, r4 = self._raw()
-        m2 = r2 - r1 * r1
-        m4 = r4 - 4 * r1 * r3 + 6 * r1 * r1 * r2 - 3 * (r1 * r1) ** 2  # inf, not OverflowError, past 1e77
-        return m4 / (m2 * m2) - 3.0 if m2 > 0 else math.nan
+        _, m2, _, m4 = self.central
+        return self.n * m4 / (m2 * m2) - 3.0 if self.n and m2 > 0 else math.nan
 
     def feature_sumsq(self) -> torch.Tensor | None:
         """``sum_t x[t, f]^2`` per feature (float64), or None before any value."""
-        if self.sums is None:
-            return None
-        return self.sums[1] + 2 * self.c * self.sums[0] + self.tokens * self.c * self.c
+        return self.sumsq
+
+
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (float32 or float64), as a Python float."""
+    return value if dtype == torch.float64 else float(np.float32(value))
+
+
+def _merge(na: int, a: tuple, nb: int, b: tuple) -> tuple:
+    """``(mean, M2, M3, M4)`` of two sets of ``na`` and ``nb`` values with these central moments (Pébay 2008,
+    eq. 2.1-2.4); float64."""
+    if na == 0:
+        return b
+    (mu_a, m2a, m3a, m4a), (mu_b, m2b, m3b, m4b) = a, b
+    n = na + nb
+    delta = mu_b - mu_a
+    if not math.isfinite(delta):  # an inf so far: the means as NumPy's (inf, not inf - inf); moments NaN
+        return ((na * mu_a + nb * mu_b) / n,) + (math.nan,) * 3
+    f = delta / n
+    m2 = m2a + m2b + delta * f * na * nb
+    m3 = m3a + m3b + delta * f * f * na * nb * (na - nb) + 3 * f * (na * m2b - nb * m2a)
+    m4 = (m4a + m4b + delta * f * f * f * na * nb * (na * na - na * nb + nb * nb)
+          + 6 * f * f * (na * na * m2b + nb * nb * m2a) + 4 * f * (na * m3b - nb * m3a))
+    return mu_a + f * nb, m2, m3, m4
 
 
 @dataclass
