@@ -117,3 +117,12 @@ def test_save_figure_takes_a_format_in_any_case_and_a_path_without_suffix(tmp_pa
     assert no_suffix.name == "figure" and magic["svg"] in no_suffix.read_bytes()[:400]
     assert e.save_figure(tmp_path / "a.png", fmt="PDF").read_bytes().startswith(magic["pdf"])  # was ... got 'PDF'
     assert e.save_figure(tmp_path / "b.PNG").read_bytes().startswith(magic["png"])
+
+
+def test_the_live_view_builds_a_new_explorer_for_a_dataset_lacking_a_variable_it_showed():
+    from toolkit.widgets._model import _same_grid
+
+    both = _ds().assign(other=_ds()["stable_rank"] * 2)
+    assert _same_grid(_ds(), both)  # a new variable: the explorer is kept, set_data takes it
+    assert not _same_grid(both, _ds())  # one gone: set_data would refuse it, a new explorer is built
+    explore(both).set_data(both)

@@ -44,9 +44,12 @@ def _shell():
 
 
 def _same_grid(a, b) -> bool:
-    """Whether two Datasets have the same rows and columns (the live view then keeps its explorer)."""
+    """Whether two Datasets have the same rows and columns, ``b`` every variable of ``a`` (the live view then
+    keeps its explorer: :meth:`~toolkit.widgets.explorer.Explorer.set_data` takes no Dataset lacking a metric
+    its menu offers)."""
     return all(d in a.dims and d in b.dims and a[d].values.tolist() == b[d].values.tolist()
-               for d in ("layer", "component")) and a.sizes.get("expert") == b.sizes.get("expert")
+               for d in ("layer", "component")) and a.sizes.get("expert") == b.sizes.get("expert") \
+        and all(v in b.data_vars for v in a.data_vars)
 
 
 class ModelExplorer:
