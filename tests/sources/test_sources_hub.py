@@ -145,3 +145,31 @@ def test_online_download_asks_only_for_config_index_and_shards(tiny_qwen2, hf_ca
     assert asked == {"single": ["model.safetensors.index.json"],
                      "patterns": ["config.json", "model.safetensors.index.json", *shards]}
     assert (source.location, source.revision, len(source.files())) == ("org/online", COMMIT, len(shards))
+
+
+@pytest.mark.parametrize("reason", [
+    "no answer (ConnectError: [Errno -3] Temporary failure in name resolution)",
+    "no answer (ConnectError: " + "a very long transport text " * 12 + ")",
+    "",
+])
+def test_unreachable_hub_never_prints_empty_parentheses(hf_cache, monkeypatch, reason):
+    """A typo in a hub id, offline: the listing's long URL made a 120-character cut end at
+    ``no answer (``, printed as ``no answer ()``."""
+    import toolkit.sources.remote as remote
+    from toolkit.errors import RemoteTransientError
+
+    url = "https://huggingface.co/api/models/HuggingFaceTB/SmolLM2-135M-Instuct/revision/main?blobs=True"
+
+    def unreachable(repo_id, revision=None):
+        raise RemoteTransientError(url, 0, reason)
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(remote, "hub_folder", unreachable)
+    with pytest.raises(HubUnreachableError) as err:
+        open_source("HuggingFaceTB/SmolLM2-135M-Instuct")
+    msg = str(err.value)
+    assert "()" not in msg and "( " not in msg and ": )" not in msg, msg
+    assert "cannot be reached (RemoteTransientError" in msg, msg
+    assert msg.count("(") == msg.count(")"), msg
+    if reason.startswith("no answer (ConnectError: [Errno"):
+        assert reason in msg, msg

@@ -102,6 +102,22 @@ def _network_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def unreachable_reason(exc: BaseException, limit: int = 160) -> str:
+    """What went wrong with the hub, for a message: ``exc``'s type and its text (a
+    :class:`~toolkit.errors.RemoteReadError`'s reason, without the URL the message names already),
+    cut at a word before ``limit`` characters and never inside parentheses (a cut there printed
+    ``no answer ()``); the type alone when the text is empty."""
+    from toolkit.errors import RemoteReadError
+
+    text = " ".join(str(getattr(exc, "reason", "") if isinstance(exc, RemoteReadError) else exc).split())
+    if len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0]
+        while text.count("(") > text.count(")"):  # drop an opened parenthesis with what follows it
+            text = text[:text.rfind("(")].rstrip()
+        text = f"{text} ..." if text else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _wanted_files(repo_id: str, files: list[str], gguf_file: str | None) -> list[str]:
     """The files of the repo to download (index first when sharded)."""
     top = {f for f in files if "/" not in f}
@@ -272,7 +288,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
             raise client_failure(exc, repo_id) from exc
         except _network_errors() as exc:
             remote = None  # the cached copy, if any, is used (below)
-            why = f"the hub cannot be reached ({type(exc).__name__}: {str(exc)[:120]})"
+            why = f"the hub cannot be reached ({unreachable_reason(exc)})"
             advice = ("check the network connection (and HF_ENDPOINT) to download it; set HF_HUB_OFFLINE=1 to use "
                       "only the local cache without trying the hub")
     if folder is not None:

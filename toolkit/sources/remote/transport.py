@@ -222,7 +222,7 @@ def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, lis
         raise RemoteReadError(url, 0, f"the client refuses the address {redact(hops[-1])!r} ({exc}); only http:// "
                               "and https:// URLs are read") from exc
     except http.TransportError as exc:
-        raise Transient(url, 0, f"no answer ({type(exc).__name__}: {exc})") from exc
+        raise Transient(url, 0, f"no answer ({type(exc).__name__}{f': {exc}' if str(exc).strip() else ''})") from exc
     except http.HTTPError as exc:  # any other failure of the client: never raw
         raise RemoteReadError(url, 0, f"the request failed ({type(exc).__name__}: {exc})") from exc
     try:
