@@ -58,6 +58,8 @@ def test_notebook_01_measures_live_and_the_metric_redraws_the_heatmap(tmp_path):
         _wait_rendered(page, 0)
         _wait_rendered(page, 1)
         page.get_by_text("Measured").first.wait_for(timeout=B.PAGE_TIMEOUT_MS)  # the pass finished
+        # what the later cells show (section 8's MoE model included) fills its placeholder once the pass ends
+        page.get_by_text("shown when the measuring").first.wait_for(state="detached", timeout=B.PAGE_TIMEOUT_MS)
         assert page.locator('.toolkit-heatmap rect.cell.nan').count() < page.locator(".toolkit-heatmap rect.cell") \
             .count()
         metric = page.locator(".widget-vbox:has(> .toolkit-explorer-wrap) select").first

@@ -24,6 +24,18 @@ def test_notebook_runs_headless(tmp_path, monkeypatch):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "\n".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "3 checkpoints at steps [0, 2, 4]" in text and "whole model: relative change" in text
+    # section 6: the sentence is built from the numbers it prints (it said "a little above" of 61 % more)
+    gguf_cell = next(c for c in nb.cells if "compare(None, run.final" in c.source)
+    printed = "".join(o.get("text", "") for o in gguf_cell.outputs if o.output_type == "stream")
+    import re
+
+    found = re.search(r"relative change (\S+), (\S+) x the series' (\S+): the bf16 rounding alone is (\S+) \((\S+) x",
+                      printed)
+    assert found, printed
+    both, ratio, tuned, rounded, share = (float(x) for x in found.groups())
+    assert ratio == pytest.approx(both / tuned, rel=0.02) and share == pytest.approx(rounded / tuned, rel=0.02)
+    assert both > tuned and rounded > 0
+    assert "a little above" not in "".join(c.source for c in nb.cells)
     explorer_cell = next(c for c in nb.cells if "explore(series" in c.source)
     bundles = [o.data for o in explorer_cell.outputs if o.output_type in ("display_data", "execute_result")]
     assert len(bundles) == 2  # the step slider, then the panel
