@@ -49,6 +49,14 @@ def test_notebook_runs_headless_and_draws_the_grid(tmp_path, monkeypatch):
     panel_cell = next(c for c in nb.cells if "lab_explorer(" in c.source)
     bundles = [o.data for o in panel_cell.outputs if o.output_type == "display_data"]
     assert len(bundles) == 1 and WIDGET_VIEW in bundles[0] and "image/png" in bundles[0]
+    # a run without score statistics (the N = 17 one predates them) is said so, not printed as "= nan"
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                      if o.output_type == "stream")
+    import re
+
+    assert not re.search(r"=\s*nan\b", printed, re.IGNORECASE), printed
+    assert "N = 17: the run's Dataset has no score statistics" in printed
+    assert "no share of |S| > 1 for this run" in printed and "x³/1: share of |S| > 1 = 0.0" in printed
     fresh_cell = next(c for c in nb.cells if "run_experiment(" in c.source)
     assert [o for o in fresh_cell.outputs if "image/png" in o.get("data", {})]
     import numpy as np
