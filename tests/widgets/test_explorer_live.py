@@ -326,3 +326,27 @@ def test_when_done_shows_a_placeholder_in_voila_and_fills_it_when_the_pass_ends(
     monkeypatch.delenv("VOILA_KERNEL_ID")
     running = _panel(ckpt, layers=[0])
     assert not running.when_done(lambda ds: None).defer  # the pass is not running in the background
+
+
+def test_a_deferred_explorer_fills_its_placeholder(ckpt, monkeypatch):
+    """An explorer (it has ``_ipython_display_``) given to ``when_done`` goes into the placeholder as its MIME
+    bundle; IPython's formatter would have displayed it beside the placeholder and left the placeholder empty."""
+    from _gate import TIMEOUT, Gate
+    from toolkit.widgets import explore
+
+    monkeypatch.setenv("VOILA_KERNEL_ID", "test")
+    gate = Gate.on_read(monkeypatch, 2)
+    panel = _panel(ckpt).start(background=True)
+    shown = {}
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        later = panel.when_done(lambda ds: shown.setdefault("ex", explore(ds, "stable_rank")))
+        assert later.defer
+    finally:
+        gate.open()
+    panel.wait(TIMEOUT)
+    (out,) = later.output.outputs
+    bundle = out["data"]
+    assert out["output_type"] == "display_data"
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == shown["ex"].widget.model_id
+    assert bundle["text/plain"].startswith("Explorer(") and "image/png" in bundle

@@ -97,6 +97,10 @@ class Deferred:
         for item in items:
             if isinstance(item, str):
                 out.append_stdout(item + "\n")
+            elif hasattr(item, "_repr_mimebundle_") and hasattr(item, "_ipython_display_"):
+                # an explorer: IPython's formatter would call its _ipython_display_, which displays it beside
+                # the placeholder and leaves the placeholder empty; its bundle goes in instead
+                out.outputs += ({"output_type": "display_data", "data": item._repr_mimebundle_(), "metadata": {}},)
             else:
                 out.append_display_data(item)
                 _close(item)
