@@ -131,7 +131,11 @@ class PanelFacts:
 
     def _fit_lines(self, i: int, j: int) -> list[str]:
         """The hover lines of alpha's fit quality at cell (i, j) (none where the Dataset holds none)."""
-        return fit_quality_lines({name: float(v[i, j]) for name, v in self.fit.items()}, self.p.digits)
+        from toolkit.plot.fit_marks import uncertain_reason
+
+        facts = {name: float(v[i, j]) for name, v in self.fit.items()}
+        verdict = uncertain_reason(float(self.p.values[i, j]), facts)  # the mark's test, on this cell
+        return fit_quality_lines(facts, self.p.digits) + ([verdict] if verdict else [])
 
     def _values(self, ds, selection):
         got = self._aligned(ds[self.metric], selection)
