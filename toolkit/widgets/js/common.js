@@ -7,6 +7,15 @@ function esc(text) {
 
 function clamp(x, lo, hi) { return Math.max(lo, Math.min(hi, x)); }
 
+// Where a tooltip of w x h pixels goes for the pointer at (x, y) in a box of boxW x boxH (all relative
+// to the box): right of and below the pointer, left of it where it would leave the box on the right,
+// above it where it would leave the box at the bottom (a box with overflow: hidden cuts it off there).
+function tipPosition(x, y, w, h, boxW, boxH) {
+  const left = x + 14 + w > boxW ? x - 10 - w : x + 14;
+  const top = y + 12 + h > boxH ? y - 8 - h : y + 12;
+  return { left: Math.max(0, left), top: Math.max(0, top) };
+}
+
 function svgText(x, y, text, attrs) {
   const extra = Object.entries(attrs || {}).map(([k, v]) => ` ${k}="${esc(v)}"`).join("");
   return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}"${extra}>${esc(text)}</text>`;
