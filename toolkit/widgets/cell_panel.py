@@ -19,7 +19,7 @@ import threading
 import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.plot.numbers import distinct_digits, format_value
+from toolkit.plot.numbers import distinct_digits, format_column, format_value
 from toolkit.widgets import _controls as C
 from toolkit.widgets.cells import Panel, Shown, top_cells
 from toolkit.widgets.chart_view import ChartView
@@ -96,11 +96,14 @@ class CellPanel:
         rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
         multi = len(prepared) > 1
         # the digits that tell the panels' values apart, and the rows of the table from one another
+        # (the hover's digits, more only where two rows would read alike), every row with those digits and
+        # in one notation (format_column: "192.0" beside "192.3", not "192")
         digits = distinct_digits([r[3] for r in rows], max(q.digits for q in prepared))
+        texts = format_column([r[3] for r in rows], digits)
         head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
-                                        ([lab] if multi else []) + [layer, col, format_value(v, digits)]) + "</tr>"
-                       for lab, layer, col, v in rows)
+                                        ([lab] if multi else []) + [layer, col, text]) + "</tr>"
+                       for (lab, layer, col, _), text in zip(rows, texts, strict=True))
         self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
 
     # -- what a cell offers ----------------------------------------------------

@@ -68,7 +68,8 @@ function logTicks(lo, hi) {
 // A number as Python's toolkit.plot.numbers.format_value prints it (the same rule, tested against it):
 // `digits` significant digits (ties away from zero), plain from 0.001 to 9999 with trailing zeros dropped,
 // scientific outside ("1.90e+04"); "" for NaN.
-function formatNumber(x, digits = 3) {
+// toolkit.plot.numbers.format_value: `trim` false keeps a plain number's trailing zeros ("192.0").
+function formatNumber(x, digits = 3, trim = true) {
   x = Number(x);
   if (Number.isNaN(x)) return "";
   if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
@@ -79,7 +80,7 @@ function formatNumber(x, digits = 3) {
   if (a >= 1e-3 && a < 1e4) {
     const e = Number(r.toExponential().split("e")[1]);
     let s = r.toFixed(Math.max(0, d - 1 - e));
-    if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
+    if (trim && s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
     return s;
   }
   return x.toExponential(d - 1).replace(/e([+-])(\d)$/, "e$10$2");
