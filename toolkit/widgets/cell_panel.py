@@ -21,12 +21,8 @@ import ipywidgets as W
 from toolkit.errors import EmptyInputError, ToolkitError
 from toolkit.plot.numbers import distinct_digits, format_column, format_value
 from toolkit.widgets import _controls as C
-from toolkit.widgets.cells import Panel, Shown, top_cells
+from toolkit.widgets.cells import Panel, Shown, is_activations, top_cells
 from toolkit.widgets.chart_view import ChartView
-
-
-def _is_activations(ds) -> bool:
-    return str(ds.attrs.get("kind", "")) == "activations"
 
 
 class CellPanel:
@@ -120,7 +116,7 @@ class CellPanel:
             return ""
         p = panels[0]
         keys = "Click a cell, or move with the arrow keys and press Enter,"
-        if _is_activations(p.ds):
+        if is_activations(p.ds):
             return f"{keys} for its numbers (activation statistics: no spectrum to draw)."
         if not per_matrix:
             return f"{keys} for its numbers (spectra are per matrix: these columns have none)."
@@ -135,7 +131,7 @@ class CellPanel:
         """The local checkpoint a missing spectrum can be computed from, or None (not weights, a comparison,
         entries not to be read, or a source that is not a local file)."""
         ds = panel.ds
-        if not self.read_entries or panel.combine or _is_activations(ds) or "eigenvalues" in ds:
+        if not self.read_entries or panel.combine or is_activations(ds) or "eigenvalues" in ds:
             return None
         if ds.attrs.get("base_source") or ds.attrs.get("checkpoint_sources") is not None:
             return None  # a comparison: the spectrum of an update needs both sides
@@ -228,7 +224,7 @@ class CellPanel:
 
         pan, prep = self.shown.panels[panel], self.shown.prepared[panel]
         key, status, source = self._opened_key, "", None
-        if _is_activations(pan.ds):
+        if is_activations(pan.ds):
             dd = DrillDown(layer, component, notes=["activation statistics: no spectrum or weight entries to draw"])
         else:
             matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None
