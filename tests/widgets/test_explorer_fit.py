@@ -72,7 +72,7 @@ def test_a_marked_cell_is_uncertain_in_the_drill_down_title_and_hover_whatever_t
     assert "uncertain: 48 tail eigenvalues < 50" in ex.hover_text(2, "mlp.up")
     spec = ex.view.spec["panels"][0]
     said = np.array([["uncertain:" in h for h in row] for row in spec["hover"]])
-    np.testing.assert_array_equal(said, np.asarray(spec["marks"]))  # one verdict: every marked cell says so, no other does
+    np.testing.assert_array_equal(said, np.asarray(spec["marks"]))  # one verdict: the marked cells, no other
 
 
 @pytest.fixture(scope="module")

@@ -249,7 +249,6 @@ def test_top_cells_table_lists_the_extremes_of_the_shown_metric():
     for flat in order:
         i, j = np.unravel_index(flat, v.shape)
         assert f"<td>{i}</td>" in html
-    first = np.unravel_index(order[0], v.shape)
     from toolkit.plot.numbers import distinct_digits, format_column
 
     d = distinct_digits(v.ravel()[order], ex.prepared[0].digits)  # the rows' digits tell them apart
