@@ -317,6 +317,9 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     notes = _explorer(page, 2).locator("text.toolkit-xlabel").all_text_contents()
     assert any(t.startswith("black corner: alpha uncertain") for t in notes), notes
 
+    # a metric change under a resting pointer: the tooltip shows the new metric's text (it kept the old one)
+    _check_tooltip_follows_the_metric(page)
+
     # times: measured in the page, recorded with the load, not asserted
     _record(front_end, _measure(page))
 
@@ -341,6 +344,33 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     assert head.is_disabled() and label.replace("\xa0", " ") == "— (no heads)"
     text = page.inner_text("body")
     assert "Traceback" not in text, text[:2000]
+
+
+def _check_tooltip_follows_the_metric(page) -> None:
+    """Rest the pointer on a cell, change the metric (the menu, without moving the pointer; the user pressed
+    ArrowDown in Voilà, which JupyterLab's notebook takes for itself): the figure redraws, and the tooltip
+    is the new figure's text of that cell (what a fresh hover shows), never the old metric's."""
+    hm = _explorer(page, 0).locator(".toolkit-heatmap")
+    tip = hm.locator(".toolkit-heatmap-tooltip")
+    menu = _explorer(page, 0).locator("select").first
+    menu.scroll_into_view_if_needed()
+    x, y = centre(_cell(page, 0, 0, 5, 2))
+    page.mouse.move(x, y)
+    tip.wait_for(state="visible", timeout=10_000)
+    before = tip.inner_text()
+    n = int(hm.get_attribute("data-renders"))
+    menu.select_option(index=1)
+    _wait_rendered(page, 0, after=n)
+    page.wait_for_timeout(200)
+    after = tip.inner_text() if tip.is_visible() else None
+    assert after != before, f"the tooltip still shows the old metric: {before!r}"
+    page.mouse.move(x + 1, y)  # a fresh hover of the same cell: the new figure's own text
+    tip.wait_for(state="visible", timeout=10_000)
+    assert after is None or after == tip.inner_text(), (after, tip.inner_text())
+    page.mouse.move(1, 1)
+    n = int(hm.get_attribute("data-renders"))
+    menu.select_option(index=0)  # the first metric again (the timings below pick from it)
+    _wait_rendered(page, 0, after=n)
 
 
 @pytest.fixture(scope="module")

@@ -69,3 +69,28 @@ def test_a_series_exports_one_panel_per_step_on_one_scale():
     assert spec["shared_cbar"] is not None and page["drilldowns"] == {}
     with pytest.raises(toolkit.errors.InvalidOptionError, match="metrics"):
         page_data(ds, metrics=["nope"])
+
+
+def test_a_page_without_spectra_has_the_live_labels_and_names_the_clicked_cell(tmp_path):
+    """The menu lists "Frobenius norm", not frobenius_norm; a click says which layer and component has no
+    spectrum (it said "panel 1, row 3, column 5": a 1-based panel beside 0-based rows) and how to get one."""
+    from _stats_data import make_stats
+
+    ds = make_stats(6)
+    with pytest.warns(UserWarning, match="no drill-down spectra"):
+        path = export_html(ds, tmp_path / "plain.html", metrics=["frobenius_norm", "stable_rank"])
+    with chromium(tmp_path, 1400, 900) as tab:
+        errors = []
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto(path.as_uri())
+        tab.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        options = tab.locator("#toolkit-metric option").evaluate_all("os => os.map(o => [o.value, o.text])")
+        assert options == [["frobenius_norm", ds["frobenius_norm"].attrs["long_name"]],
+                           ["stable_rank", ds["stable_rank"].attrs["long_name"]]]
+        assert "keep_spectra=True" in tab.locator("#toolkit-heatmap .toolkit-heatmap-info").inner_text()
+        tab.locator('#toolkit-heatmap rect.cell[data-r="3"][data-c="5"]').click()
+        tab.wait_for_function("document.querySelector('#toolkit-drilldown').innerText.includes('keep_spectra')")
+        note = tab.locator("#toolkit-drilldown").inner_text()
+        assert "layer 3, mlp. down" in note and "no drill-down spectra" in note, note
+        assert "panel" not in note and "row" not in note, note
+    assert not errors, errors

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from tests._node import needs_node, run_js
-from toolkit.plot.numbers import digits_for, distinct_digits, format_ticks, format_value, near_constant_note
+from toolkit.plot.numbers import (
+    digits_for,
+    distinct_digits,
+    format_column,
+    format_ticks,
+    format_value,
+    near_constant_note,
+)
 
 VALUES = [0.0, -0.0, 1.0, -1.0, 0.0912, 35.5, 9710.0, 9996.0, 9999.5, 19000.0, 8.54e-4, 0.001, 0.00099999,
           0.125, 0.0125, -0.0125, 2.5, 0.35, 1.005, 0.020012345, 0.0200022, 27.094123, 27.0985, 0.99951,
@@ -26,6 +33,25 @@ def test_python_and_page_format_every_value_alike():
     want = [format_value(x, d) for x, d in table]
     assert [(x, d, g) for (x, d), g, w in zip(table, got, want, strict=True) if g != w] == []
     assert want[VALUES.index(9996.0) * len(DIGITS) + 1] == "1.00e+04"
+
+
+@needs_node
+def test_python_and_page_keep_trailing_zeros_alike():
+    table = [[x, d] for x in VALUES for d in DIGITS]
+    got = run_js(f"const t = {json.dumps(table)};\n"
+                 "console.log(JSON.stringify(t.map(([x, d]) => formatNumber(x, d, false))));")
+    want = [format_value(x, d, trim=False) for x, d in table]
+    assert [(x, d, g) for (x, d), g, w in zip(table, got, want, strict=True) if g != w] == []
+    assert format_value(192.0, 4, trim=False) == "192.0" and format_value(1.0, 4, trim=False) == "1.000"
+
+
+def test_a_column_and_a_colour_bar_use_one_notation():
+    assert format_column([192.31, 192.0, 191.2], 4) == ["192.3", "192.0", "191.2"]
+    assert format_column([0.0053, 0.00105, 0.0, 4e-4], 3) == ["5.30e-03", "1.05e-03", "0", "4.00e-04"]
+    assert format_column([0.0053, 0.00105, 0.0], 3) == ["0.00530", "0.00105", "0"]
+    assert format_column([48.0, 120.0, 7.0], 3) == ["48", "120", "7"]  # counts stay whole
+    # a 0 tick prints "0" in either notation: it does not force scientific on 0.001 .. 0.003
+    assert format_ticks([0.0, 0.001, 0.002, 0.003], "sequential", 3) == ["0", "0.001", "0.002", "0.003"]
 
 
 def test_format_value_keeps_its_three_digit_look():

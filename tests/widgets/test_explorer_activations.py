@@ -64,3 +64,18 @@ def test_an_activation_cell_offers_no_spectrum_and_reads_no_weights(ds, monkeypa
     dd = ex.show_cell(1, "mlp.up")
     assert dd.kinds == [] and dd.panels == [] and "activation statistics" in dd.notes[0]
     assert "layer 1, mlp. up" in ex.cell_text.value
+
+
+def test_hovering_an_activation_statistic_names_the_module_not_the_weight(ds):
+    """Notebook 03's hover showed the weight's "tensor: ...mlp.down_proj.weight / shape: 576 x 1536" over an
+    activation statistic: it names the module whose output (or input) it is; dL/dW keeps the weight's lines."""
+    ex = explore(ds, "max_abs_activation")
+    text = ex.hover_text(1, "mlp.down")
+    assert "tensor:" not in text and "shape:" not in text and ".weight" not in text, text
+    assert "module: " in text and "mlp.down_proj (its output)" in text, text
+    ex.controls["metric"].value = "input_rms"
+    assert "mlp.down_proj (its input)" in ex.hover_text(1, "mlp.down")
+    if "gradient_norm" in ds:
+        ex.controls["metric"].value = "gradient_norm"
+        text = ex.hover_text(1, "mlp.down")
+        assert "tensor: " in text and "down_proj.weight" in text and "shape: " in text, text

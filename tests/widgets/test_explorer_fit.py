@@ -34,7 +34,8 @@ def test_the_drill_down_shows_alpha_with_its_interval_count_and_range():
     dd = drill_down(ds, 1, "attn.k")
     # hand-computed: width (3.5 - 2.0) / 2.5 = 0.6 > 0.5 and 30 < 50 eigenvalues: marked
     assert dd.fit == ["α = 2.5", "95 % interval: 2 to 3.5", "tail: 30 eigenvalues, range λmax / xmin = 10",
-                      "uncertain: marked on the heatmap"]
+                      "uncertain: 95 % interval 2 to 3.5 is 60 % of alpha (> 50 %); 30 tail eigenvalues < 50 "
+                      "(marked on the heatmap)"]
     assert dd.spec()["title"] == " · ".join(dd.fit)
     # width 0.6 / 3 = 0.2, 120 eigenvalues: not marked; range 40 / 0.5 = 80
     assert drill_down(ds, 1, "mlp.up").fit == ["α = 3", "95 % interval: 2.7 to 3.3",
@@ -47,7 +48,31 @@ def test_the_explorer_marks_the_uncertain_cell_and_its_drill_down_says_so():
     marks = ex.current.marks
     assert marks.sum() == 1 and marks[1, list(ex.current.cols).index("attn.k")]
     dd = ex.show_cell(1, "attn.k")
-    assert "uncertain: marked on the heatmap" in dd.fit and ex.drill.spec["title"].startswith("α = 2.5 · ")
+    assert any(line.endswith("(marked on the heatmap)") for line in dd.fit)
+    assert ex.drill.spec["title"].startswith("α = 2.5 · ")
+
+
+def test_a_marked_cell_is_uncertain_in_the_drill_down_title_and_hover_whatever_the_stored_label():
+    """The stored quality label said "ok" for cells the heatmap marks (81 of 157 in a real run): the ESD's
+    title and the hover give the mark's verdict (toolkit.plot.fit_marks) instead."""
+    from toolkit.plot.fit_marks import uncertain_alpha
+
+    ds = _fitted_stats()
+    ds = ds.assign_coords(quality=(("layer", "component"), np.full(ds["alpha"].shape, "ok")))
+    k = list(ds.component.values).index("mlp.up")
+    ds["num_pl_spikes"][2, k] = 48  # only the tail is short: interval 2.7 to 3.3 is fine
+    ds["alpha"][2, k] = 4.06
+    ds["alpha_ci_lower"][2, k], ds["alpha_ci_upper"][2, k] = 3.9, 4.2
+    assert bool(uncertain_alpha(ds).sel(layer=2, component="mlp.up"))
+    dd = drill_down(ds, 2, "mlp.up")
+    assert "α = 4.06 (uncertain: 48 tail eigenvalues < 50)" in dd.esd.title
+    assert "(ok)" not in dd.esd.title
+    assert drill_down(ds, 0, "mlp.up").esd.title.endswith("α = 3 (ok)")  # unmarked: the stored label
+    ex = explore(ds, "alpha")
+    assert "uncertain: 48 tail eigenvalues < 50" in ex.hover_text(2, "mlp.up")
+    spec = ex.view.spec["panels"][0]
+    said = np.array([["uncertain:" in h for h in row] for row in spec["hover"]])
+    np.testing.assert_array_equal(said, np.asarray(spec["marks"]))  # one verdict: the marked cells, no other
 
 
 @pytest.fixture(scope="module")

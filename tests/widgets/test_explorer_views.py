@@ -249,15 +249,41 @@ def test_top_cells_table_lists_the_extremes_of_the_shown_metric():
     for flat in order:
         i, j = np.unravel_index(flat, v.shape)
         assert f"<td>{i}</td>" in html
-    first = np.unravel_index(order[0], v.shape)
-    from toolkit.plot.numbers import distinct_digits, format_value
+    from toolkit.plot.numbers import distinct_digits, format_column
 
     d = distinct_digits(v.ravel()[order], ex.prepared[0].digits)  # the rows' digits tell them apart
-    assert html.index(format_value(v[first], d)) < html.index(format_value(v[np.unravel_index(order[1], v.shape)], d))
+    texts = format_column(v.ravel()[order], d)
+    assert html.index(f"<td>{texts[0]}</td>") < html.index(f"<td>{texts[1]}</td>")
     ex.controls["rank"].value = "lowest"
     low = np.sort(v, axis=None)[:5]
     d = distinct_digits(low, ex.prepared[0].digits)
-    assert format_value(v.min(), d) in ex.top.value and format_value(v.max(), d) not in ex.top.value
+    assert f"<td>{format_column(low, d)[0]}</td>" in ex.top.value
+
+
+def test_top_cells_carry_the_same_digits_in_one_notation():
+    """The table read "192.3 / 192 / 191.2" and "1 / 0.9976" (trailing zeros dropped), and a relative change
+    "0.0053" beside a colour bar in scientific notation: every row now has the same significant digits, in
+    one notation, by the hover's rule (format_value, trailing zeros kept)."""
+    import re
+
+    ds = make_stats(4)
+    v = np.full(ds["frobenius_norm"].shape, 150.0)
+    v[0, :3] = [192.31, 192.0, 191.2]
+    ds["frobenius_norm"].values[:] = v
+    ex = explore(ds, "frobenius_norm")
+    top = re.findall(r"<td>([0-9.e+-]+)</td></tr>", ex.top.value)
+    assert top[:3] == ["192.3", "192.0", "191.2"], ex.top.value
+    v = np.full(v.shape, 0.9)
+    v[1, :2] = [1.0, 0.9976]
+    ds["frobenius_norm"].values[:] = v
+    ex = explore(ds, "frobenius_norm")
+    assert re.findall(r"<td>([0-9.e+-]+)</td></tr>", ex.top.value)[:2] == ["1.000", "0.9976"]
+    v = np.linspace(0, 0.0053, v.size).reshape(v.shape)  # a relative change: the top values below 1e-3 too
+    ds["frobenius_norm"].values[:] = v
+    ex = explore(ds, "frobenius_norm")
+    ex.controls["rank"].value = "lowest"
+    texts = re.findall(r"<td>([0-9.e+-]+)</td></tr>", ex.top.value)
+    assert texts[0] == "0" and all("e-0" in t for t in texts[1:]), texts  # one notation, not 0.0053 beside 1.9e-4
 
 
 def _moe(n_layers=6, n_experts=4):

@@ -199,3 +199,56 @@ def test_a_new_selection_is_a_new_run_and_the_same_one_resumes(ckpt, cache):
     live.start(layers=[0, 1])
     assert live.pace.total == 14 and live.pace.from_cache == 7 and list(live.ds.layer.values) == [0, 1]
     assert live.partial is live.ds
+
+
+def test_a_live_pass_fills_in_the_smallest_matrices_first_then_layers_by_number(tmp_path):
+    """The cells came in file order (layers 0, 1, 10-11, 2 ...; each layer's large MLP matrices among the
+    first): a pass that shows its cells as they come now measures by matrix size, then layer as a number."""
+    import math
+
+    import numpy as np
+
+    import toolkit
+    from toolkit.collect.plan import plan_pieces
+    from toolkit.collect.weights import live_order
+    from toolkit.sources import SourceRequest
+
+    path = write_tiny_checkpoint(tmp_path / "m12", "llama", num_layers=12, seed=4)
+    plan = plan_pieces(SourceRequest.of(str(path)), cache=False)
+    files = [(t.pieces[0].layer, t.pieces[0].component) for t in plan.tensors]
+    units = live_order(plan.tensors)
+    keys = [(math.prod(t.record.shape), t.pieces[0].layer) for t in units]
+    assert keys == sorted(keys) and len(units) == len(plan.tensors) == 12 * 7
+    assert [layer for layer, c in ((t.pieces[0].layer, t.pieces[0].component) for t in units) if c == "attn.k"] \
+        == list(range(12))
+    assert files != [(t.pieces[0].layer, t.pieces[0].component) for t in units]
+
+    order, seen = [], None
+
+    def on_cells(partial):
+        nonlocal seen
+        got = measured(partial())
+        new = got & ~seen if seen is not None else got
+        seen = got
+        comps = list(partial().component.values)
+        order.extend(comps[j] for _, j in np.argwhere(new))
+
+    toolkit.weight_stats(path, METRICS, progress=False, cache=False, on_cells=on_cells)
+    # the readers run in parallel and finish out of turn, but the smallest (attn.k, attn.v) come first
+    assert set(order[:8]) <= {"attn.k", "attn.v"}, order
+
+
+def test_unmeasured_cells_of_a_running_pass_are_noted_as_not_measured_yet():
+    from _stats_data import make_stats
+    from toolkit.widgets import explore
+    from toolkit.widgets.heatmap_spec import PENDING_NOTE
+
+    ds = make_stats(4)
+    ds["frobenius_norm"][2:] = float("nan")
+    ex = explore(ds, "frobenius_norm")
+    ex.pending = True  # what the live view sets while its pass runs
+    ex.render()
+    xlabel = ex.view.spec["panels"][0]["xlabel"]
+    assert PENDING_NOTE in xlabel and "no value (NaN)" not in xlabel
+    done = explore(ds, "frobenius_norm")
+    assert "hatched: no value (NaN)" in done.view.spec["panels"][0]["xlabel"]

@@ -276,3 +276,34 @@ def test_the_export_html_button_writes_the_page_of_what_the_explorer_holds(tmp_p
     assert "stable_rank" in data["metrics"]
     titles = [p["title"] for p in data["heatmaps"]["stable_rank"]["panels"]]
     assert len(titles) == 2 and titles[0].startswith("a: ") and titles[1].startswith("b: ")
+
+
+def test_an_export_without_spectra_says_so_and_its_menu_has_the_live_labels(tmp_path):
+    """A Dataset without stored spectra gave a page whose every click said "no stored spectrum" and no word
+    at export; its menu listed variable names (frobenius_norm) where the live menu has labels."""
+    import json
+    import re
+    import warnings
+
+    from _stats_data import with_spectra
+    from toolkit.widgets import export_html
+    from toolkit.widgets._controls import metric_options
+    from toolkit.widgets.export import NO_SPECTRA, page_data
+
+    ds = make_stats(8)
+    ex = explore(ds, out_dir=tmp_path)
+    ex.controls["save_html"].click()
+    status = ex.status.value
+    assert "Saved" in status and "no drill-down spectra" in status and "keep_spectra=True" in status, status
+    page = next(tmp_path.glob("*.html"))
+    data = json.loads(re.search(r'id="toolkit-data">(.*?)</script>', page.read_text(), re.S).group(1))
+    live = dict((name, label) for label, name in metric_options(ds, data["metrics"]))
+    assert data["labels"] == [live[m] for m in data["metrics"]]
+    assert data["labels"][data["metrics"].index("frobenius_norm")] == ds["frobenius_norm"].attrs["long_name"]
+    assert data["note"] == NO_SPECTRA and NO_SPECTRA in data["heatmaps"]["frobenius_norm"]["hint"]
+    with pytest.warns(UserWarning, match="no drill-down spectra.*keep_spectra=True"):
+        export_html(ds, tmp_path / "direct.html")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with spectra: no warning, no note
+        export_html(with_spectra(make_stats(4)), tmp_path / "spectra.html")
+    assert page_data(with_spectra(make_stats(4)), metrics=["stable_rank"])["note"] == ""

@@ -8,6 +8,7 @@ The front door of one checkpoint: options checked, then plan
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import xarray as xr
@@ -230,9 +231,21 @@ def weight_stats(
             found.update(got)
             on_cells(lambda: assemble(dict(found)))
 
-        results = run.run(measurement, plan.tensors, identity=plan.value_identity, sources=[plan.source],
+        units = live_order(plan.tensors) if on_cells is not None else plan.tensors  # cells shown as they come
+        results = run.run(measurement, units, identity=plan.value_identity, sources=[plan.source],
                           on_cells=finished if on_cells is not None else None)
     return assemble({key: cell for got in results for key, cell in got.items()})
+
+
+def live_order(tensors) -> list:
+    """The order of a pass whose cells are shown as they come (``on_cells``): smallest matrices first, then by
+    layer as a number. File order puts ``layers.10`` .. ``layers.19`` before ``layers.2``, and a heatmap
+    filled in that order looked random; stable, so equal sizes and layers keep file order."""
+    def key(t):
+        layers = [int(p.layer) for p in t.pieces if p.layer is not None]
+        return math.prod(int(d) for d in t.record.shape) // max(len(t.pieces), 1), min(layers, default=-1)
+
+    return sorted(tensors, key=key)
 
 
 @checks_options(layer=Whole(meaning="a layer index, -1 the last"), component=Text("a component name, e.g. 'attn.q'"),

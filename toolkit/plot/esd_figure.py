@@ -190,6 +190,11 @@ def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpo
     if not (math.isfinite(alpha) and math.isfinite(xmin)):
         quality = ("no fit: " + _reason(ds, fit[0], layer, component)) if all(n in ds for n in fit) else \
             f"no fit stored (measure {fit[0]} and {fit[1]} with the spectrum)"
+    elif not update:
+        from toolkit.plot.fit_marks import cell_verdict
+
+        # the heatmap's mark and this title give one verdict: a marked alpha's label is not known
+        quality = cell_verdict(ds, layer, component) or quality
     head = model_name(ds.attrs)
     if update:
         title = f"{head + ': ' if head else ''}update ΔW, layer {layer} {component}, α = {number(alpha)}"

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "draw_marks", "mark_note", "panel_marks", "uncertain_alpha"]
+__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "cell_verdict", "draw_marks", "mark_note", "panel_marks",
+           "uncertain_alpha", "uncertain_reason"]
 
 #: A cell whose 95 % interval of alpha is wider than this fraction of alpha is marked.
 MAX_RELATIVE_WIDTH = 0.5
@@ -81,6 +82,55 @@ def uncertain_alpha(ds, *, max_relative_width: float = MAX_RELATIVE_WIDTH, min_t
         if "num_pl_spikes" in names:
             marked = marked | (ds["num_pl_spikes"] < min_tail).fillna(False)
     return (marked & np.isfinite(alpha)).rename("alpha_uncertain")
+
+
+def uncertain_reason(alpha: float, facts: dict, *, max_relative_width: float = MAX_RELATIVE_WIDTH,
+                     min_tail: int = MIN_TAIL) -> str:
+    """Why one cell's alpha is marked (:func:`uncertain_alpha`'s test on one cell), ``""`` when it is not.
+
+    Parameters
+    ----------
+    alpha : float
+    facts : dict of str -> float
+        Any of ``alpha_ci_lower``, ``alpha_ci_upper``, ``num_pl_spikes`` of the cell.
+
+    Returns
+    -------
+    str
+        ``"uncertain: 48 tail eigenvalues < 50"``, ``"uncertain: 95 % interval 2.7 to 5 is 77 % of alpha
+        (> 50 %)"`` (both, joined by ``"; "``, where both hold), or ``""``.
+    """
+    from toolkit.plot.numbers import format_value
+
+    if alpha is None or not np.isfinite(alpha):
+        return ""
+    why = []
+    lo, hi = facts.get("alpha_ci_lower", np.nan), facts.get("alpha_ci_upper", np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        width = (hi - lo) / alpha
+    if np.isfinite(width) and width > max_relative_width:
+        why.append(f"95 % interval {format_value(lo, 3)} to {format_value(hi, 3)} is "
+                   f"{width * 100:.0f} % of alpha (> {max_relative_width * 100:g} %)")
+    tail = facts.get("num_pl_spikes", np.nan)
+    if np.isfinite(tail) and tail < min_tail:
+        why.append(f"{tail:g} tail eigenvalues < {min_tail}")
+    return ("uncertain: " + "; ".join(why)) if why else ""
+
+
+def cell_verdict(ds, layer, component) -> str:
+    """Why alpha of the cell (``layer``, ``component``) of ``ds`` is marked, ``""`` when it is not
+    (or ``ds`` holds no alpha): the verdict the drill-down's title and the hover give with the mark."""
+    names = getattr(ds, "data_vars", {})
+    if "alpha" not in names or not {"layer", "component"} <= set(ds["alpha"].dims):
+        return ""
+    where = {"layer": layer, "component": component}
+    try:
+        alpha = float(ds["alpha"].sel(where))
+        facts = {n: float(ds[n].sel(where)) for n in ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes")
+                 if n in names and set(ds[n].dims) == set(ds["alpha"].dims)}
+    except (KeyError, ValueError, TypeError):
+        return ""
+    return uncertain_reason(alpha, facts)
 
 
 def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):

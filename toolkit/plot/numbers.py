@@ -41,7 +41,7 @@ def _round(x: float, digits: int) -> Decimal:
     return d.quantize(Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=ROUND_HALF_UP)
 
 
-def format_value(x: float, digits: int = MIN_DIGITS) -> str:
+def format_value(x: float, digits: int = MIN_DIGITS, *, trim: bool = True) -> str:
     """A number as every view of the toolkit prints it.
 
     Parameters
@@ -49,6 +49,11 @@ def format_value(x: float, digits: int = MIN_DIGITS) -> str:
     x : float
     digits : int, default 3
         Significant digits (:func:`digits_for` gives a panel's).
+    trim : bool, default True
+        Drop a plain number's trailing zeros (``192``); False keeps them, so that a column of
+        numbers (the explorer's top-cells table) shows every value with its ``digits`` digits
+        (``192.0`` beside ``192.3``, ``1.000`` beside ``0.9976``). The page's ``formatNumber(x, digits,
+        trim)`` does the same.
 
     Returns
     -------
@@ -69,7 +74,7 @@ def format_value(x: float, digits: int = MIN_DIGITS) -> str:
     q = _round(x, digits)
     if PLAIN_RANGE[0] <= abs(q) < PLAIN_RANGE[1]:
         text = f"{q:.{max(0, digits - 1 - q.adjusted())}f}"
-        return text.rstrip("0").rstrip(".") if "." in text else text
+        return text.rstrip("0").rstrip(".") if trim and "." in text else text
     return scientific(x, digits)
 
 
@@ -168,11 +173,23 @@ def format_tick(x: float, scale: str, digits: int = MIN_DIGITS) -> str:
     return format_value(x, digits)
 
 
+def format_column(values, digits: int = MIN_DIGITS) -> list[str]:
+    """A column of numbers (a table's) in one notation, each with ``digits`` significant digits, trailing
+    zeros kept (``8.00`` beside ``3.25``; a column of whole numbers, counts, stays ``48``): scientific for
+    all where any needs it (:func:`format_ticks`' rule), else plain."""
+    values = [float(v) for v in values]
+    finite = [v for v in values if math.isfinite(v)]
+    sci = not all(is_plain(v, digits) for v in finite if v != 0)
+    trim = all(v == round(v) for v in finite)
+    return [scientific(v, digits) if sci and math.isfinite(v) and v != 0 else format_value(v, digits, trim=trim)
+            for v in values]
+
+
 def format_ticks(ticks, scale: str, digits: int = MIN_DIGITS) -> list[str]:
     """Labels for one colorbar's ticks in one notation: when any of them needs scientific notation (see
     :func:`format_value`) all get it, so 8.54e-04 never sits next to 0.00177."""
     ticks = [float(t) for t in ticks]
-    sci = not all(is_plain(t, digits) for t in ticks)
+    sci = not all(is_plain(t, digits) for t in ticks if math.isfinite(t) and t != 0)  # 0 prints as "0" either way
     labels = []
     for t in ticks:
         label = format_tick(t, scale, digits)

@@ -19,14 +19,10 @@ import threading
 import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError
-from toolkit.plot.numbers import distinct_digits, format_value
+from toolkit.plot.numbers import distinct_digits, format_column, format_value
 from toolkit.widgets import _controls as C
-from toolkit.widgets.cells import Panel, Shown, top_cells
+from toolkit.widgets.cells import Panel, Shown, is_activations, top_cells
 from toolkit.widgets.chart_view import ChartView
-
-
-def _is_activations(ds) -> bool:
-    return str(ds.attrs.get("kind", "")) == "activations"
 
 
 class CellPanel:
@@ -96,11 +92,14 @@ class CellPanel:
         rows = sorted(rows, key=lambda r: r[3], reverse=not lowest)[:k]
         multi = len(prepared) > 1
         # the digits that tell the panels' values apart, and the rows of the table from one another
+        # (the hover's digits, more only where two rows would read alike), every row with those digits and
+        # in one notation (format_column: "192.0" beside "192.3", not "192")
         digits = distinct_digits([r[3] for r in rows], max(q.digits for q in prepared))
+        texts = format_column([r[3] for r in rows], digits)
         head = "".join(f"<th>{h}</th>" for h in (["model"] if multi else []) + ["layer", "column", "value"])
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(x))}</td>" for x in
-                                        ([lab] if multi else []) + [layer, col, format_value(v, digits)]) + "</tr>"
-                       for lab, layer, col, v in rows)
+                                        ([lab] if multi else []) + [layer, col, text]) + "</tr>"
+                       for (lab, layer, col, _), text in zip(rows, texts, strict=True))
         self.top.value = f"<table class='toolkit-top-cells'><tr>{head}</tr>{body}</table>"
 
     # -- what a cell offers ----------------------------------------------------
@@ -117,7 +116,7 @@ class CellPanel:
             return ""
         p = panels[0]
         keys = "Click a cell, or move with the arrow keys and press Enter,"
-        if _is_activations(p.ds):
+        if is_activations(p.ds):
             return f"{keys} for its numbers (activation statistics: no spectrum to draw)."
         if not per_matrix:
             return f"{keys} for its numbers (spectra are per matrix: these columns have none)."
@@ -132,7 +131,7 @@ class CellPanel:
         """The local checkpoint a missing spectrum can be computed from, or None (not weights, a comparison,
         entries not to be read, or a source that is not a local file)."""
         ds = panel.ds
-        if not self.read_entries or panel.combine or _is_activations(ds) or "eigenvalues" in ds:
+        if not self.read_entries or panel.combine or is_activations(ds) or "eigenvalues" in ds:
             return None
         if ds.attrs.get("base_source") or ds.attrs.get("checkpoint_sources") is not None:
             return None  # a comparison: the spectrum of an update needs both sides
@@ -225,7 +224,7 @@ class CellPanel:
 
         pan, prep = self.shown.panels[panel], self.shown.prepared[panel]
         key, status, source = self._opened_key, "", None
-        if _is_activations(pan.ds):
+        if is_activations(pan.ds):
             dd = DrillDown(layer, component, notes=["activation statistics: no spectrum or weight entries to draw"])
         else:
             matrix = self._matrix(pan, layer, component) if prep.col_dim == "component" else None

@@ -131,7 +131,11 @@ class PanelFacts:
 
     def _fit_lines(self, i: int, j: int) -> list[str]:
         """The hover lines of alpha's fit quality at cell (i, j) (none where the Dataset holds none)."""
-        return fit_quality_lines({name: float(v[i, j]) for name, v in self.fit.items()}, self.p.digits)
+        from toolkit.plot.fit_marks import uncertain_reason
+
+        facts = {name: float(v[i, j]) for name, v in self.fit.items()}
+        verdict = uncertain_reason(float(self.p.values[i, j]), facts)  # the mark's test, on this cell
+        return fit_quality_lines(facts, self.p.digits) + ([verdict] if verdict else [])
 
     def _values(self, ds, selection):
         got = self._aligned(ds[self.metric], selection)
@@ -151,10 +155,15 @@ class PanelFacts:
         if self.sides is not None:
             lines.append("; ".join(f"{label}: {_value_text(float(v[i, j]), self.side_digits)}"
                                    for label, v in self.sides))
-        if self.names is not None and str(self.names[i, j]):
-            lines.append(f"tensor: {self.names[i, j]}")
-        if self.n_rows is not None and self.n_cols is not None and int(self.n_rows[i, j]) > 0:
-            lines.append(f"shape: {int(self.n_rows[i, j])} × {int(self.n_cols[i, j])}")
+        of_module = module_side(self.panel.ds, self.metric)
+        if of_module:  # an activation statistic: the module's output (or input), not its weight
+            if self.names is not None and str(self.names[i, j]):
+                lines.append(f"module: {str(self.names[i, j]).removesuffix('.weight')} ({of_module})")
+        else:
+            if self.names is not None and str(self.names[i, j]):
+                lines.append(f"tensor: {self.names[i, j]}")
+            if self.n_rows is not None and self.n_cols is not None and int(self.n_rows[i, j]) > 0:
+                lines.append(f"shape: {int(self.n_rows[i, j])} × {int(self.n_cols[i, j])}")
         if self.fit and np.isfinite(value):
             lines.extend(self._fit_lines(i, j))
         if np.isnan(value):
@@ -179,6 +188,24 @@ class PanelFacts:
         """``grid[row][col]``: the hover text of every cell, row 0 = the lowest layer."""
         n_rows, n_cols = self.p.values.shape
         return [["\n".join(self.lines(i, j)) for j in range(n_cols)] for i in range(n_rows)]
+
+
+#: Statistics of an activation Dataset that are of the weight (the rest are of the module's input or output).
+WEIGHT_SIDE = ("gradient_norm",)
+
+
+def module_side(ds, metric: str) -> str:
+    """``"its output"`` or ``"its input"`` for an activation statistic (``ds.attrs["kind"] ==
+    "activations"``), whose hover names the module rather than the weight tensor and its shape; ``""``
+    for a weight statistic (or ``gradient_norm``, dL/dW)."""
+    if not is_activations(ds) or metric in WEIGHT_SIDE:
+        return ""
+    return "its input" if metric.startswith("input_") else "its output"
+
+
+def is_activations(ds) -> bool:
+    """``ds`` is an activation Dataset (:func:`toolkit.activations.activation_stats`)."""
+    return str(getattr(ds, "attrs", {}).get("kind", "")) == "activations"
 
 
 def fit_quality_lines(facts: dict, digits: int = 3) -> list[str]:

@@ -144,7 +144,7 @@ def drill_down(ds, layer: int, column, *, col_dim: str = "component", selection=
 
 def fit_text(cell, layer: int, component: str) -> list[str]:
     """alpha of one cell and its fit quality, as the drill-down shows them (:attr:`DrillDown.fit`)."""
-    from toolkit.plot.fit_marks import uncertain_alpha
+    from toolkit.plot.fit_marks import cell_verdict
     from toolkit.plot.numbers import format_value
     from toolkit.widgets.cells import FIT_FACTS, fit_quality_lines
 
@@ -156,9 +156,9 @@ def fit_text(cell, layer: int, component: str) -> list[str]:
         return []
     facts = {name: float(cell[name].sel(where)) for name in FIT_FACTS if name in cell}
     lines = [f"α = {format_value(alpha, 3)}", *fit_quality_lines(facts)]
-    marked = uncertain_alpha(cell)
-    if marked is not None and bool(marked.sel(where)):
-        lines.append("uncertain: marked on the heatmap")
+    verdict = cell_verdict(cell, layer, component)
+    if verdict:
+        lines.append(verdict + " (marked on the heatmap)")
     return lines
 
 

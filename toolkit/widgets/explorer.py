@@ -188,7 +188,7 @@ class Explorer:
             metric, panels, prepared, shared = self.model_set.prepare(
                 panel.selection(), view=panel.view(), shared_range=panel.shared_range(), **panel.pair())
             facts = [PanelFacts(p, q, metric, pending=self.pending) for p, q in zip(panels, prepared, strict=True)]
-            spec = heatmap_spec.spec(prepared, [f.grid() for f in facts], shared=shared,
+            spec = heatmap_spec.spec(prepared, [f.grid() for f in facts], shared=shared, pending=self.pending,
                                      hint=self.cell_panel.hint(panels, per_matrix=panel.per_matrix()))
         except (ToolkitError, ValueError) as err:
             self._show_message(f"Nothing to draw for this selection: {err}")

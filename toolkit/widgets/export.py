@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +31,11 @@ from toolkit.widgets import heatmap_spec
 from toolkit.widgets._assets import FOLDER, style
 from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
 
-__all__ = ["export_html", "page_data"]
+__all__ = ["NO_SPECTRA", "export_html", "page_data"]
+
+#: What an export of Datasets without stored spectra says (the page, export_html's warning, the explorer's status).
+NO_SPECTRA = ("the export has no drill-down spectra (the Dataset stores none), so clicking a cell shows no "
+              "spectrum: measure with toolkit.weight_stats(..., keep_spectra=True) and export that Dataset")
 
 
 def _models(data, labels) -> list[tuple[str, object]]:
@@ -88,7 +93,10 @@ def _drilldowns(models) -> dict:
 
 
 def page_data(data, *, metrics=None, labels=None) -> dict:
-    """What the exported page holds: ``{"metrics": [...], "heatmaps": {metric: spec}, "drilldowns": {...}}``.
+    """What the exported page holds: ``{"metrics": [...], "labels": [...], "heatmaps": {metric: spec},
+    "drilldowns": {...}, "note": str}``: the menu's variable names and their labels (the live explorer's,
+    :func:`toolkit.widgets._controls.metric_options`), and ``note`` = :data:`NO_SPECTRA` where no cell
+    has a stored spectrum (else ``""``).
 
     Parameters
     ----------
@@ -110,7 +118,15 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     if not heatmaps:
         raise InvalidOptionError("metrics", metrics, "metrics of the data that a heatmap can draw, e.g. "
                                  f"{metric_names(models[0][1])[:3]}", "toolkit.widgets.export_html")
-    return {"metrics": list(heatmaps), "heatmaps": heatmaps, "drilldowns": _drilldowns(models)}
+    from toolkit.widgets._controls import metric_options
+
+    drilldowns = _drilldowns(models)
+    labels = dict((name, label) for label, name in metric_options(models[0][1], list(heatmaps)))
+    if not drilldowns:
+        for spec in heatmaps.values():
+            spec["hint"] = "hover a cell for its numbers; " + NO_SPECTRA
+    return {"metrics": list(heatmaps), "labels": [labels[m] for m in heatmaps], "heatmaps": heatmaps,
+            "drilldowns": drilldowns, "note": "" if drilldowns else NO_SPECTRA}
 
 
 def _json(data) -> str:
@@ -150,6 +166,11 @@ def export_html(data, path, *, metrics=None, labels=None, title: str | None = No
     pathlib.Path
         The file written.
 
+    Warns
+    -----
+    UserWarning
+        No cell of ``data`` has a stored spectrum: the page has no drill-down (:data:`NO_SPECTRA`).
+
     Raises
     ------
     InvalidOptionError
@@ -166,7 +187,10 @@ def export_html(data, path, *, metrics=None, labels=None, title: str | None = No
 
     page = page_data(data, metrics=metrics, labels=labels)
     name = title or _models(data, labels)[0][0]
-    return write_file(path, _page(page, name), "export_html's path", "statistics.html")
+    out = write_file(path, _page(page, name), "export_html's path", "statistics.html")
+    if page["note"]:
+        warnings.warn(f"{out}: {page['note']}", UserWarning, stacklevel=3)
+    return out
 
 
 def _page(page: dict, title: str) -> str:

@@ -27,24 +27,36 @@ def colorbar(prepared) -> dict:
             "ticks": [[float(pos), str(label)] for pos, label in bar["ticks"]]}
 
 
-def panel(prepared, hover: list, *, cbar: bool = True) -> dict:
+#: The note of hatched cells while a pass is still measuring (a finished panel's says "no value (NaN)").
+PENDING_NOTE = "hatched: not measured yet (or no value)"
+
+
+def notes(prepared, *, pending: bool = False) -> list[str]:
+    """The panel's notes (:attr:`~toolkit.plot.heatmap_data.PreparedHeatmap.notes`); while a pass is still
+    measuring (``pending``) its hatched cells are mostly the ones not measured yet, and the note says so."""
+    return [PENDING_NOTE if pending and n == "hatched: no value (NaN)" else n for n in prepared.notes]
+
+
+def panel(prepared, hover: list, *, cbar: bool = True, pending: bool = False) -> dict:
     """One panel: ``title``, ``rows``, ``cols``, ``colors``, ``hover``, ``xlabel``, ``cbar``, and ``marks``
     (``marks[row][col]``: the cell gets the mark of an uncertain alpha, :mod:`toolkit.plot.fit_marks`;
-    None when the panel has none)."""
+    None when the panel has none); ``pending``: a pass is still measuring (:func:`notes`)."""
     marks = prepared.marks.tolist() if prepared.marks is not None and prepared.marks.any() else None
     return {"marks": marks, "title": prepared.title, "rows": [str(r) for r in prepared.rows],
             "cols": [str(c) for c in prepared.col_labels], "colors": hex_colors(prepared.face_colors()),
-            "hover": hover, "xlabel": "\n".join(prepared.notes), "cbar": colorbar(prepared) if cbar else None,
+            "hover": hover, "xlabel": "\n".join(notes(prepared, pending=pending)),
+            "cbar": colorbar(prepared) if cbar else None,
             "scale": prepared.scale, "digits": prepared.digits}
 
 
-def spec(prepared: list, hovers: list, *, shared: bool = False, hint: str = "") -> dict:
+def spec(prepared: list, hovers: list, *, shared: bool = False, hint: str = "", pending: bool = False) -> dict:
     """The spec of :class:`~toolkit.widgets.heatmap_view.HeatmapView` for panels ``prepared``.
 
     With ``shared`` (one norm for every panel) the panels have no colour bar of their own and
-    ``shared_cbar`` is the first panel's, labelled with every panel's distinct label.
+    ``shared_cbar`` is the first panel's, labelled with every panel's distinct label. ``pending``: a pass
+    is still measuring (hatched cells are "not measured yet", :func:`notes`).
     """
-    panels = [panel(p, h, cbar=not shared) for p, h in zip(prepared, hovers, strict=True)]
+    panels = [panel(p, h, cbar=not shared, pending=pending) for p, h in zip(prepared, hovers, strict=True)]
     shared_cbar = None
     if shared and prepared:
         shared_cbar = colorbar(prepared[0])

@@ -138,7 +138,14 @@ class Saver:
 
     def report(self, action) -> None:
         """Run ``action`` (a save) and say in ``status`` what it saved, or why it could not."""
+        import warnings
+
         try:
-            self.status.value = f"Saved <code>{html.escape(str(action()))}</code>"
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                saved = action()
+            # what the save warned of (an export without drill-down spectra) goes under the path, not to a log
+            notes = "".join(f"<br>{html.escape(str(w.message).removeprefix(f'{saved}: '))}" for w in caught)
+            self.status.value = f"Saved <code>{html.escape(str(saved))}</code>{notes}"
         except Exception as err:  # noqa: BLE001 - a button has nowhere else to report
             self.status.value = f"Could not save: {html.escape(str(err))}"

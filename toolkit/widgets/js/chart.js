@@ -216,8 +216,9 @@ function render({ model, el }) {
     tip.style.display = "block";
     const box = root.getBoundingClientRect();
     const x = ev.clientX - box.left, y = ev.clientY - box.top;
-    tip.style.left = (x + 14 + tip.offsetWidth > box.width ? x - 10 - tip.offsetWidth : x + 14) + "px";
-    tip.style.top = (y + 12) + "px";
+    const at = tipPosition(x, y, tip.offsetWidth, tip.offsetHeight, box.width, box.height);
+    tip.style.left = at.left + "px";
+    tip.style.top = at.top + "px";
   });
   root.addEventListener("mouseleave", () => { tip.style.display = "none"; });
 

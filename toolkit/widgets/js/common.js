@@ -7,6 +7,15 @@ function esc(text) {
 
 function clamp(x, lo, hi) { return Math.max(lo, Math.min(hi, x)); }
 
+// Where a tooltip of w x h pixels goes for the pointer at (x, y) in a box of boxW x boxH (all relative
+// to the box): right of and below the pointer, left of it where it would leave the box on the right,
+// above it where it would leave the box at the bottom (a box with overflow: hidden cuts it off there).
+function tipPosition(x, y, w, h, boxW, boxH) {
+  const left = x + 14 + w > boxW ? x - 10 - w : x + 14;
+  const top = y + 12 + h > boxH ? y - 8 - h : y + 12;
+  return { left: Math.max(0, left), top: Math.max(0, top) };
+}
+
 function svgText(x, y, text, attrs) {
   const extra = Object.entries(attrs || {}).map(([k, v]) => ` ${k}="${esc(v)}"`).join("");
   return `<text x="${x.toFixed(1)}" y="${y.toFixed(1)}"${extra}>${esc(text)}</text>`;
@@ -59,7 +68,8 @@ function logTicks(lo, hi) {
 // A number as Python's toolkit.plot.numbers.format_value prints it (the same rule, tested against it):
 // `digits` significant digits (ties away from zero), plain from 0.001 to 9999 with trailing zeros dropped,
 // scientific outside ("1.90e+04"); "" for NaN.
-function formatNumber(x, digits = 3) {
+// toolkit.plot.numbers.format_value: `trim` false keeps a plain number's trailing zeros ("192.0").
+function formatNumber(x, digits = 3, trim = true) {
   x = Number(x);
   if (Number.isNaN(x)) return "";
   if (!Number.isFinite(x)) return x > 0 ? "inf" : "-inf";
@@ -70,7 +80,7 @@ function formatNumber(x, digits = 3) {
   if (a >= 1e-3 && a < 1e4) {
     const e = Number(r.toExponential().split("e")[1]);
     let s = r.toFixed(Math.max(0, d - 1 - e));
-    if (s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
+    if (trim && s.includes(".")) s = s.replace(/0+$/, "").replace(/\.$/, "");
     return s;
   }
   return x.toExponential(d - 1).replace(/e([+-])(\d)$/, "e$10$2");

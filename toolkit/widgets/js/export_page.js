@@ -29,9 +29,15 @@ function standInModel(values, onSend) {
 
 const [heatmap, chart] = await Promise.all([load(sources.heatmap), load(sources.chart)]);
 const chartModel = standInModel({ spec: {}, renders: 0 });
-const noSpectrum = (k, row, col) => ({ title: "", panels: [], status: "", note:
-  `no stored spectrum for this cell (panel ${k + 1}, row ${row}, column ${col}): export a Dataset measured with ` +
-  "keep_spectra=True" });
+// A cell without a stored spectrum, named by its model, layer and component (the rows and columns the
+// heatmap shows), and what gives it one.
+const noSpectrum = (k, row, col) => {
+  const p = (model.get("spec").panels || [])[k] || { rows: [], cols: [] };
+  const many = (model.get("spec").panels || []).length > 1;
+  const where = `layer ${p.rows[row] ?? row}, ${p.cols[col] ?? col}` + (many && p.title ? ` of ${p.title.split(": ")[0]}` : "");
+  return { title: "", panels: [], status: "", note: data.note ? `${where}: ${data.note}` :
+    `no stored spectrum for ${where}: export a Dataset measured with keep_spectra=True` };
+};
 const open = (msg) => {
   if (!msg || msg.event !== "open") return;
   const spec = data.drilldowns[`${msg.panel},${msg.row},${msg.col}`] || noSpectrum(msg.panel, msg.row, msg.col);
@@ -42,7 +48,7 @@ heatmap.render({ model, el: document.getElementById("toolkit-heatmap") });
 chart.render({ model: chartModel, el: document.getElementById("toolkit-drilldown") });
 
 const menu = document.getElementById("toolkit-metric");
-for (const m of data.metrics) menu.add(new Option(m, m));
+data.metrics.forEach((m, i) => menu.add(new Option((data.labels || [])[i] || m, m)));  // the live menu's labels
 menu.addEventListener("change", () => {
   model.update({ spec: data.heatmaps[menu.value], renders: model.get("renders") + 1 });
 });

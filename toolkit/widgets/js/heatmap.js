@@ -155,6 +155,7 @@ function render({ model, el }) {
   let drawnSelection = "";
   let lastClick = null;
   let drag = null;
+  let pointer = null; // the last pointer position over the grid (clientX, clientY), for the tooltip
 
   const spec = () => model.get("spec") || { panels: [] };
   const panels = () => spec().panels || [];
@@ -385,10 +386,21 @@ function render({ model, el }) {
   stage.addEventListener("mousemove", (ev) => {
     if (drag) return;
     const hit = locate(ev);
+    pointer = { clientX: ev.clientX, clientY: ev.clientY };
     if (!hit || !hit.inside) { tip.style.display = "none"; return; }
     showTip(hit, ev);
   });
-  stage.addEventListener("mouseleave", () => { if (!drag) tip.style.display = "none"; });
+  stage.addEventListener("mouseleave", () => { pointer = null; if (!drag) tip.style.display = "none"; });
+
+  // A new spec (another metric, a live pass's new cells): the tooltip shown is the old spec's text.
+  // It shows the new text of the cell under the pointer, or goes away when there is none.
+  function refreshTip() {
+    if (tip.style.display === "none") return;
+    const k = Number(tip.dataset.panel);
+    const hit = pointer && panels()[k] ? locate(pointer, k) : null;
+    if (!hit || !hit.inside || !panels()[k].hover[hit.row]) { tip.style.display = "none"; return; }
+    showTip(hit, pointer);
+  }
 
   stage.addEventListener("mousedown", (ev) => {
     if (ev.button !== 0) return;
@@ -498,7 +510,7 @@ function render({ model, el }) {
     select(k, clamp(r, 0, ps[k].rows.length - 1), c, false);
   });
 
-  const onSpec = () => { loadWindows(); draw(); };
+  const onSpec = () => { loadWindows(); draw(); refreshTip(); };
   const onSelected = () => { if (JSON.stringify(model.get("selected") || []) !== drawnSelection) draw(); };
   model.on("change:renders", onSpec);
   model.on("change:selected", onSelected);
