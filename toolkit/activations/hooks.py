@@ -106,8 +106,11 @@ class Moments:
         self.max_abs = math.nan if math.isnan(top) or math.isnan(self.max_abs) else max(self.max_abs, top)
         c = _rounded(self.central[0], x.dtype) if self.n else math.nan  # exact in x's dtype
         if not lo <= c <= hi:  # the first batch, one the running mean is outside of, or a NaN / inf so far
-            finite = x[torch.isfinite(x)]
-            c = float(finite.mean()) if finite.numel() else 0.0
+            if math.isfinite(lo) and math.isfinite(hi):  # every value finite: no mask to build (a copy)
+                c = float(x.mean())
+            else:
+                finite = x[torch.isfinite(x)]
+                c = float(finite.mean()) if finite.numel() else 0.0
         span = max(hi - c, c - lo)
         if x.dtype == torch.float32 and (0 < span < _SPAN32[0] or span > _SPAN32[1]):
             x, owned = x.double(), True  # (x - c)^4 would underflow or overflow float32 (or its sum would)
