@@ -36,16 +36,37 @@ def test_numpy_route_is_taken_only_where_it_was_measured_faster(monkeypatch):
     real = np.linalg.eigvalsh
     monkeypatch.setattr(gram.np.linalg, "eigvalsh", lambda a, UPLO="L": calls.append(a.shape) or real(a, UPLO))
     g, _ = _known_spectrum(20, 0)
+    big, _ = _known_spectrum(gram.NUMPY_EIGVALSH_MAX + 1, 1)
     before = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        gram._eigvalsh(g)
+        for threads in (1, 2):  # the route never depends on the threads a call is given
+            torch.set_num_threads(threads)
+            gram._eigvalsh(g)
         gram._eigvalsh(g.astype(np.float32))  # float32: torch's ssyevd
-        torch.set_num_threads(2)
-        gram._eigvalsh(g)  # several threads per call: MKL's threading
+        gram._eigvalsh(big)  # a larger order: torch's (MKL's) syevd
     finally:
         torch.set_num_threads(before)
-    assert calls == [(20, 20)]
+    assert calls == [(20, 20), (20, 20)]
+
+
+def test_a_spectrum_is_the_same_bit_for_bit_on_one_thread_and_on_two():
+    """A cell measured alone (every thread) equals the same cell measured in a pass (one thread per pipeline)."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1536, 576))
+    g = x.T @ x
+    before = torch.get_num_threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            with threadpool_limits(threads, user_api="blas"):
+                got.append(gram._eigvalsh(g).numpy().copy())
+    finally:
+        torch.set_num_threads(before)
+    assert np.array_equal(got[0], got[1])
+
 
 
 @pytest.mark.parametrize("threads", [1, 2])

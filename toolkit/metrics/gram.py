@@ -8,6 +8,7 @@ eigensolve always in float64.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 
 import numpy as np
@@ -201,6 +202,14 @@ def _into(buf: np.ndarray, blk: torch.Tensor) -> np.ndarray:
     return b.numpy()
 
 
+@functools.cache
+def _blas_controller():
+    """threadpoolctl's view of the BLAS libraries loaded (inspected once: 22 us a call to limit, not ms)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 #: Largest order of a float64 matrix diagonalised by NumPy's LAPACK on one thread (see :func:`_eigvalsh`).
 NUMPY_EIGVALSH_MAX = 1536
 
@@ -221,16 +230,19 @@ def _eigvalsh(g: np.ndarray) -> torch.Tensor:
     ==========  ==============  ===============  =====================  ======================
 
     torch's calls do not run side by side (two at once take as long as one after the other, though
-    torch releases the GIL); NumPy's do. So a float64 matrix of order at most
-    :data:`NUMPY_EIGVALSH_MAX` on a one-thread budget (``torch.get_num_threads() == 1``, as each pipeline
-    of a pass on two cores has) goes to NumPy, which is as fast alone and about twice as fast beside
-    another pipeline; larger orders, float32 (torch's ``ssyevd`` is the faster alone at every order from
-    576) and several threads per call (MKL's threading) stay with torch. Both are LAPACK's
-    tridiagonal reduction and root-free QR / divide-and-conquer; they agree to a few ulps of ``λ_max``
-    (``tests/metrics/test_gram_eigvalsh.py``).
+    torch releases the GIL); NumPy's do. With two threads per call NumPy's is the faster too (order 576:
+    16 ms against 21.5 ms; 1536: 185 ms against 247 ms). So a float64 matrix of order at most
+    :data:`NUMPY_EIGVALSH_MAX` goes to NumPy; larger orders and float32 (torch's ``ssyevd`` is the faster
+    alone at every order from 576) stay with torch. The route depends on the matrix only, never on the
+    threads a call is given, and NumPy's runs on one BLAS thread (OpenBLAS's ``dsyevd`` on two threads sums
+    in another order, a few ulps apart), so a cell measured alone (one pipeline, every thread) equals the
+    same cell measured in a whole pass (two pipelines of one thread) bit for bit, and a cached value is the
+    value a fresh run gives. Both are LAPACK's tridiagonal reduction and divide-and-conquer; they agree to a few
+    ulps of ``λ_max`` (``tests/metrics/test_gram_eigvalsh.py``).
     """
-    if g.dtype == np.float64 and g.shape[0] <= NUMPY_EIGVALSH_MAX and torch.get_num_threads() == 1:
-        return torch.from_numpy(np.linalg.eigvalsh(g, UPLO="L"))
+    if g.dtype == np.float64 and g.shape[0] <= NUMPY_EIGVALSH_MAX:
+        with _blas_controller().limit(limits=1, user_api="blas"):
+            return torch.from_numpy(np.linalg.eigvalsh(g, UPLO="L"))
     # torch.from_numpy takes no negative stride (a reversed view); NumPy's route takes any
     return torch.linalg.eigvalsh(torch.from_numpy(g if min(g.strides, default=0) >= 0 else g.copy())).to(torch.float64)
 
