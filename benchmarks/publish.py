@@ -270,8 +270,12 @@ INDEX = [
     ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
                    "modeldelta 0.4.4"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
-    ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition"),
-    ("alpha_pruning", "notebook 05: perplexity of SmolLM2 magnitude-pruned by uniform, alpha and reverse allocations"),
+    ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
+                       "the embedded model"),
+    ("alpha_coverage", "coverage of alpha's 95 % interval beside WeightWatcher's sigma, tails of 30-1000 values"),
+    ("farms", "the aspect-ratio bias of alpha, with and without FARMS, i.i.d. matrices of q = 1-8"),
+    ("alpha_pruning", "notebook 05: a grid of AlphaPruning allocations (metric, ε, magnitude and Wanda) against "
+                      "uniform, SmolLM2"),
 ]
 
 
@@ -718,19 +722,29 @@ def readme_farms(rec: dict, res: dict) -> str:
 
 @needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
 def readme_alpha_pruning(rec: dict, res: dict) -> str:
-    """Notebook 05's perplexity table and its reading (written by the notebook from the same numbers)."""
+    """Notebook 05's grid: uniform perplexity and each alpha allocation's ratio to it with its bootstrap interval,
+    per pruner and sparsity, and the reading the notebook wrote from the same numbers."""
     f = rec["figures"]
-    allocations = f["settings"]["allocations"]
-    by = {(r["sparsity"], r["allocation"]): r for r in f["rows"]}
-    rows = [["dense", *[f"{f['dense_perplexity']:.1f}"] * len(allocations)]]
-    for s in f["settings"]["sparsities"]:
-        rows.append([f"{s:.0%}", *(f"{by[s, a]['perplexity']:.1f}" for a in allocations)])
-    eps = f["settings"]["epsilon"]
+    st = f["settings"]
+    cols = [(m, e) for m in st["metrics"] for e in st["epsilons"]]
+    by = {(r["pruner"], r["sparsity"], r["metric"], r["epsilon"]): r for r in f["rows"]}
+    rows = []
+    for p in st["pruners"]:
+        for s in st["sparsities"]:
+            u = by[p, s, None, 0.0]
+            cells = []
+            for m, e in cols:
+                r = by[p, s, m, e]
+                cells.append("refused" if "refused" in r else f"{r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]")
+            rows.append([p, f"{s:.0%}", f"{u['perplexity']:.1f} [{u['ppl_lo']:.1f}, {u['ppl_hi']:.1f}]", *cells])
     return (f"Perplexity of the embedded SmolLM2-135M-Instruct on {f['tokens']} tokens of `data/heldout.txt` "
-            f"(windows of {f['settings']['window']}), magnitude-pruned per matrix with each allocation of the "
-            f"global sparsity (`toolkit.analysis.alpha_allocation`, ε = {eps:g}, per layer); {when(rec)}, "
-            f"{f['threads']} thread(s), {secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
-            + table(["sparsity", *allocations], rows) + "\n" + f["reading"] + "\n")
+            f"({f['windows']} windows of {st['window']}; dense {f['dense_perplexity']:.1f}), pruned uniformly and "
+            f"with AlphaPruning's allocation (`toolkit.analysis.alpha_allocation`, per layer); the alpha columns are "
+            f"the ratio of its perplexity to uniform's at the same pruner and sparsity, with the "
+            f"{st['level']:.0%} paired bootstrap interval over the windows; {when(rec)}, {f['threads']} thread(s), "
+            f"{secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
+            + table(["pruner", "sparsity", "uniform", *(f"`{m}`, ε = {e:g}" for m, e in cols)], rows) + "\n"
+            + f["reading"] + "\n")
 
 
 # ---------------------------------------------------------------- the documents
