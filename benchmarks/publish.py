@@ -663,7 +663,10 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
         f"+{model['goal']:.0%}: {_pass(model['extra'] <= model['goal'])}); the passes: `alpha` "
         + ", ".join(secs(x) for x in model["runs_s"]["alpha"]) + "; with the interval "
         + ", ".join(secs(x) for x in model["runs_s"]["alpha_and_interval"])
-        + " (a difference within their spread is the load's, not the interval's).\n")
+        + " (a difference within their spread is the load's, not the interval's)"
+        + (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given): "
+           f"{secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the `alpha` pass"
+           if "intervals_alone_s" in model else "") + ".\n")
     return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
             f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
             f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
