@@ -1,5 +1,6 @@
-"""Notebook 05's full run: magnitude pruning of the embedded SmolLM2 by uniform, alpha and reverse-alpha
-allocations at 50 % and 70 % global sparsity, perplexity on ``data/heldout.txt``.
+"""Notebook 05's full grid: the embedded SmolLM2 pruned (magnitude and Wanda) uniformly and by AlphaPruning's
+allocation (metrics ``alpha`` and ``alpha_peak``, ε 0.1-0.3) at 50-80 % global sparsity, perplexity on
+``data/heldout.txt`` with a paired bootstrap over its windows.
 
 Executes ``notebooks/05_alpha_pruning.ipynb`` headless (nbclient, its default settings, not the tests' QUICK
 one) with ``TOOLKIT_OUT`` pointing at a temporary folder, and saves the notebook's result (the perplexity
@@ -62,7 +63,10 @@ def main(argv=None) -> int:
         raise SystemExit("the notebook ran its QUICK setting; unset TOOLKIT_QUICK")
     print(f"{load()}; dense perplexity {record['dense_perplexity']:.2f} on {record['tokens']} tokens")
     for row in record["rows"]:
-        print(f"  {row['sparsity']:.0%} {row['allocation']:>13}: {row['perplexity']:.2f}")
+        figures = (f"{row['perplexity']:.2f}" + (f" ({row['ratio']:.2f}x uniform [{row['lo']:.2f}, {row['hi']:.2f}])"
+                                                 if "ratio" in row else "")) if "perplexity" in row else "refused"
+        print(f"  {row['pruner']} {row['sparsity']:.0%} {row['allocation']} {row['metric']} {row['epsilon']:g}: "
+              f"{figures}")
     print(record["reading"])
     if not args.no_save:
         results.save({**record, "threads": args.threads})

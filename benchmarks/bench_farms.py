@@ -1,12 +1,21 @@
-"""The aspect-ratio bias of alpha, and what FARMS does to it: Gaussian matrices of q = rows/cols = 1, 2, 4, 8.
+"""The aspect-ratio bias of alpha, with and without FARMS: i.i.d. matrices of q = rows/cols = 1, 2, 4, 8.
 
-For each size n (columns) and aspect ratio q, ``--seeds`` Gaussian matrices (q n x n, i.i.d. N(0, 1), float64)
-are measured with the toolkit's ``alpha`` (WeightWatcher's default fit of the ESD of W^T W) and ``alpha_farms``
-(the same fit of the average ESD of its square n x n blocks, :mod:`toolkit.metrics.farms`). A random matrix has
-no heavy tail, so an unbiased statistic reads the same at every q: the table gives the mean and the standard
-deviation over the seeds, and the spread of the means over q (max - min) for each statistic.
+For each entry distribution (Gaussian, Student-t with 3 degrees of freedom), size n (columns) and aspect ratio
+q, ``--seeds`` matrices of q n x n (float64) are measured with five statistics, side by side:
 
-    .venv/bin/python benchmarks/bench_farms.py --sizes 128 256 --seeds 5
+- ``alpha``: the toolkit's default (WeightWatcher's fit of the ESD of the whole matrix);
+- ``alpha_peak``: the FARMS authors' ``xmin_peak`` fit of the whole ESD (their baseline without FARMS,
+  :func:`toolkit.metrics.farms.fit_peak_authors`);
+- ``alpha_farms``: FARMS as its authors run it (100 x 200 windows on 10 x 10 positions, their ``xmin_peak``
+  fit; :mod:`toolkit.metrics.farms`);
+- ``farms_ww_fit`` (variant): the same windows fitted with the default fit;
+- ``square_blocks`` (variant, the toolkit's former ``alpha_farms``): the ceil(m/n) square n x n row blocks
+  pooled and fitted with the default fit.
+
+The entries are i.i.d., so a statistic free of aspect-ratio bias reads the same at every q: the table gives the
+mean and standard deviation over the seeds, and the spread of the means over q (max - min) per statistic.
+
+    .venv/bin/python benchmarks/bench_farms.py --sizes 256 512 --seeds 5
 
 Writes ``benchmarks/results/farms.json`` (``--no-save``: print only).
 """
@@ -16,56 +25,72 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _harness import Results, load, table  # noqa: E402
 
+STATS = ("alpha", "alpha_peak", "alpha_farms", "farms_ww_fit", "square_blocks")
+DISTS = {"gaussian": "Gaussian", "student_t3": "Student-t(3)"}
 
-def measure(n: int, q: int, seed: int) -> dict:
+
+def matrix(dist: str, n: int, q: int, seed: int):
+    import numpy as np
     import torch
 
-    from toolkit.metrics.farms import alpha_farms
-    from toolkit.metrics.powerlaw import alpha
+    rng = np.random.default_rng([seed, n, q])
+    x = rng.standard_normal((q * n, n)) if dist == "gaussian" else rng.standard_t(3.0, size=(q * n, n))
+    return torch.from_numpy(x)
+
+
+def measure(w) -> dict:
+    import numpy as np
+
+    from toolkit.metrics.farms import farms_eigenvalues, fit_peak_authors
+    from toolkit.metrics.powerlaw import fit_power_law
     from toolkit.metrics.spectral import singular_values
 
-    w = torch.randn(q * n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    t = time.perf_counter()
-    a = alpha(w, singular_values(w))
-    t_alpha = time.perf_counter() - t
-    t = time.perf_counter()
-    f = alpha_farms(w)
-    return {"alpha": a, "alpha_farms": f, "alpha_s": t_alpha, "farms_s": time.perf_counter() - t}
+    lam = singular_values(w).numpy() ** 2
+    pooled = farms_eigenvalues(w)
+    n = w.shape[1]
+    starts = list(range(0, w.shape[0] - n + 1, n)) + ([w.shape[0] - n] if w.shape[0] % n else [])
+    blocks = np.concatenate([singular_values(w[s:s + n]).numpy() ** 2 for s in starts])
+    return {"alpha": fit_power_law(lam).alpha, "alpha_peak": fit_peak_authors(lam).alpha,
+            "alpha_farms": fit_peak_authors(pooled).alpha, "farms_ww_fit": fit_power_law(pooled).alpha,
+            "square_blocks": fit_power_law(blocks).alpha}
+
+
+def spreads(per_q: dict) -> dict:
+    return {k: max(statistics.mean(v[k]) for v in per_q.values()) - min(statistics.mean(v[k])
+                                                                         for v in per_q.values()) for k in STATS}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[128, 256], help="columns n of the matrices")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[256, 512], help="columns n of the matrices")
     ap.add_argument("--ratios", type=int, nargs="+", default=[1, 2, 4, 8], help="aspect ratios q = rows / n")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--no-save", action="store_true")
     args = ap.parse_args(argv)
     results = Results("farms")
-    rows, figures = [], {"sizes": {}}
-    for n in args.sizes:
-        per_q = {}
-        for q in args.ratios:
-            runs = [measure(n, q, seed) for seed in range(args.seeds)]
-            per_q[q] = {k: [r[k] for r in runs] for k in runs[0]}
-            a, f = per_q[q]["alpha"], per_q[q]["alpha_farms"]
-            rows.append([str(n), str(q), f"{statistics.mean(a):.2f} ± {statistics.stdev(a):.2f}",
-                         f"{statistics.mean(f):.2f} ± {statistics.stdev(f):.2f}",
-                         f"{statistics.mean(per_q[q]['farms_s']) / statistics.mean(per_q[q]['alpha_s']):.1f}x"])
-        spread = {k: max(statistics.mean(v[k]) for v in per_q.values()) - min(statistics.mean(v[k])
-                                                                               for v in per_q.values())
-                  for k in ("alpha", "alpha_farms")}
-        figures["sizes"][str(n)] = {"per_ratio": {str(q): v for q, v in per_q.items()}, "spread_of_means": spread}
-        rows.append([str(n), "spread", f"{spread['alpha']:.2f}", f"{spread['alpha_farms']:.2f}", ""])
+    rows, figures = [], {"dists": {}}
+    for dist in DISTS:
+        figures["dists"][dist] = {}
+        for n in args.sizes:
+            per_q = {}
+            for q in args.ratios:
+                runs = [measure(matrix(dist, n, q, seed)) for seed in range(args.seeds)]
+                per_q[q] = {k: [r[k] for r in runs] for k in STATS}
+                rows.append([DISTS[dist], str(n), str(q), *(f"{statistics.mean(per_q[q][k]):.2f} ± "
+                                                              f"{statistics.stdev(per_q[q][k]):.2f}" for k in STATS)])
+            spread = spreads(per_q)
+            figures["dists"][dist][str(n)] = {"per_ratio": {str(q): v for q, v in per_q.items()},
+                                              "spread_of_means": spread}
+            rows.append([DISTS[dist], str(n), "spread", *(f"{spread[k]:.2f}" for k in STATS)])
     print(f"load {load()}; {args.seeds} seeds per cell")
-    print(table(rows, ["n", "q", "alpha (mean ± sd)", "alpha_farms (mean ± sd)", "farms time / alpha time"]))
+    print(table(rows, ["entries", "n", "q", *STATS]))
     if not args.no_save:
-        figures.update(seeds=args.seeds, ratios=args.ratios)
+        figures.update(seeds=args.seeds, ratios=args.ratios, sizes=args.sizes, stats=list(STATS))
         results.save(figures)
     return 0
 

@@ -25,6 +25,7 @@ import argparse
 import json
 import math
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -208,8 +209,6 @@ def readme_performance(res: dict) -> str:
 @needs("explorer", ".venv/bin/python benchmarks/bench_explorer.py")
 def readme_explorer(rec: dict, res: dict) -> str:
     """The explorer's update and hover times in a browser, and the first cells of a live 7B-shaped pass."""
-    import statistics
-
     f = rec["figures"]
     rows = []
     for key, name in (("jupyterlab", "JupyterLab"), ("voila", "Voilà")):
@@ -271,8 +270,12 @@ INDEX = [
     ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
                    "modeldelta 0.4.4"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
-    ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition"),
-    ("alpha_pruning", "notebook 05: perplexity of SmolLM2 magnitude-pruned by uniform, alpha and reverse allocations"),
+    ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
+                       "the embedded model"),
+    ("alpha_coverage", "coverage of alpha's 95 % interval beside WeightWatcher's sigma, tails of 30-1000 values"),
+    ("farms", "the aspect-ratio bias of alpha, with and without FARMS, i.i.d. matrices of q = 1-8"),
+    ("alpha_pruning", "notebook 05: a grid of AlphaPruning allocations (metric, ε, magnitude and Wanda) against "
+                      "uniform, SmolLM2"),
 ]
 
 
@@ -652,29 +655,99 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
     rows = [[shape, str(m["eigenvalues"]), secs(m["eigvalsh_s"]), secs(m["eigvalsh_1_thread_s"]),
              secs(m["interval_s"]), f"{m['ratio']:.1%}", f"{m['ratio_1_thread']:.1%}",
              "yes" if m["reproducible"] else "NO"] for shape, m in shapes.items()]
+    model = f.get("model")
+    on_model = "" if not model else (
+        f"\nOn the embedded model (`toolkit.weight_stats()`, every matrix, no cache; medians of "
+        f"{len(model['runs_s']['alpha'])} interleaved passes): `alpha` alone {secs(model['median_s']['alpha'])}, "
+        f"with the interval {secs(model['median_s']['alpha_and_interval'])}, **{model['extra']:+.0%}** (goal: at most "
+        f"+{model['goal']:.0%}: {_pass(model['extra'] <= model['goal'])}); the passes: `alpha` "
+        + ", ".join(secs(x) for x in model["runs_s"]["alpha"]) + "; with the interval "
+        + ", ".join(secs(x) for x in model["runs_s"]["alpha_and_interval"])
+        + " (a difference within their spread is the load's, not the interval's)"
+        + (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given): "
+           f"{secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the `alpha` pass"
+           if "intervals_alone_s" in model else "") + ".\n")
     return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
             f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
             f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
             f"`benchmarks/results/alpha_interval.json`; goal: at most {f['goal']:.0%}):\n\n"
             + table(["shape", "eigenvalues", "eigvalsh", "eigvalsh, 1 thread", "interval (1 thread)",
-                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval"], rows))
+                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval"], rows) + on_model)
+
+
+@needs("alpha_coverage", ".venv/bin/python benchmarks/bench_alpha_coverage.py")
+def readme_alpha_coverage(rec: dict, res: dict) -> str:
+    """Coverage of alpha's interval and of WeightWatcher's sigma per tail size and setting, against the goal."""
+    f = rec["figures"]
+    lo, hi = f["goal"]["coverage"]
+    rows, met = [], []
+    for n, m in f["tails"].items():
+        for setting, label in (("fixed_tail", "fixed tail"), ("fitted_spectrum", "tail above a bulk, xmin fitted")):
+            b, w = m[setting]["bootstrap"], m[setting]["ww_sigma"]
+            rows.append([n, label, f"{b['coverage']:.3f} ({b['width_over_ideal']:.2f})",
+                         f"{w['coverage']:.3f} ({w['width_over_ideal']:.2f})"])
+            if setting == "fixed_tail":
+                met.append(lo <= b["coverage"] <= hi and b["width_over_ideal"] <= f["goal"]["width_over_ideal"])
+    return (f"Share of {f['level']:.0%} intervals covering α = {f['true_alpha']:g} over {f['draws']} draws per row "
+            f"({f['replicates']} bootstrap replicates; {when(rec)}; `benchmarks/results/alpha_coverage.json`). Goal on "
+            f"the fixed tail: coverage in [{lo:g}, {hi:g}], width at most {f['goal']['width_over_ideal']:g}x the "
+            f"ideal: {_pass(all(met))} ({sum(met)} of {len(met)} tail sizes).\n\n"
+            + table(["tail n", "setting", "bootstrap interval", "α ± 1.96 sigma (WeightWatcher)"], rows))
+
+
+FARMS_NAMES = {"alpha": "`alpha` (default fit)", "alpha_peak": "authors' `xmin_peak` fit, whole ESD",
+               "alpha_farms": "`alpha_farms` (FARMS)", "farms_ww_fit": "FARMS windows, default fit",
+               "square_blocks": "square n x n blocks, default fit (the former `alpha_farms`)"}
+
+
+@needs("farms", ".venv/bin/python benchmarks/bench_farms.py")
+def readme_farms(rec: dict, res: dict) -> str:
+    """The spread over q of each statistic's mean, per distribution and size, and the sentence read from it."""
+    f = rec["figures"]
+    names = {"gaussian": "Gaussian", "student_t3": "Student-t(3)"}
+    rows, said = [], []
+    for dist, sizes in f["dists"].items():
+        for n, cell in sizes.items():
+            sp = cell["spread_of_means"]
+            rows.append([names[dist], n, *(f"{sp[k]:.2f}" for k in f["stats"])])
+            before, after = sp["alpha_peak"], sp["alpha_farms"]
+            sd = max(statistics.stdev(v[k]) for v in cell["per_ratio"].values() for k in ("alpha_peak", "alpha_farms"))
+            said.append(f"{names[dist]}, n = {n}: {after:.2f} against {before:.2f} (the default `alpha`: "
+                        f"{sp['alpha']:.2f}; standard deviation over the seeds of a cell up to {sd:.1f})")
+    q = ", ".join(str(r) for r in f["ratios"])
+    return (f"Spread over q = {q} of the mean alpha of i.i.d. q n x n matrices ({f['seeds']} seeds per cell; "
+            f"{when(rec)}; `benchmarks/results/farms.json`, per-cell means and deviations there). A statistic "
+            f"free of aspect-ratio bias has a spread near 0; a difference of spreads smaller than the cells' "
+            f"standard deviations is within the noise. The spread of `alpha_farms` against the authors' fit of "
+            f"the whole ESD: " + "; ".join(said) + ".\n\n"
+            + table(["entries", "n", *(FARMS_NAMES[k] for k in f["stats"])], rows))
 
 
 @needs("alpha_pruning", ".venv/bin/python benchmarks/bench_alpha_pruning.py")
 def readme_alpha_pruning(rec: dict, res: dict) -> str:
-    """Notebook 05's perplexity table and its reading (written by the notebook from the same numbers)."""
+    """Notebook 05's grid: uniform perplexity and each alpha allocation's ratio to it with its bootstrap interval,
+    per pruner and sparsity, and the reading the notebook wrote from the same numbers."""
     f = rec["figures"]
-    allocations = f["settings"]["allocations"]
-    by = {(r["sparsity"], r["allocation"]): r for r in f["rows"]}
-    rows = [["dense", *[f"{f['dense_perplexity']:.1f}"] * len(allocations)]]
-    for s in f["settings"]["sparsities"]:
-        rows.append([f"{s:.0%}", *(f"{by[s, a]['perplexity']:.1f}" for a in allocations)])
-    eps = f["settings"]["epsilon"]
+    st = f["settings"]
+    cols = [(m, e) for m in st["metrics"] for e in st["epsilons"]]
+    by = {(r["pruner"], r["sparsity"], r["metric"], r["epsilon"]): r for r in f["rows"]}
+    rows = []
+    for p in st["pruners"]:
+        for s in st["sparsities"]:
+            u = by[p, s, None, 0.0]
+            cells = []
+            for m, e in cols:
+                r = by[p, s, m, e]
+                cells.append("refused" if "refused" in r else f"{r['ratio']:.2f} [{r['lo']:.2f}, {r['hi']:.2f}]")
+            rows.append([p, f"{s:.0%}", f"{u['perplexity']:.1f} [{u['ppl_lo']:.1f}, {u['ppl_hi']:.1f}]", *cells])
     return (f"Perplexity of the embedded SmolLM2-135M-Instruct on {f['tokens']} tokens of `data/heldout.txt` "
-            f"(windows of {f['settings']['window']}), magnitude-pruned per matrix with each allocation of the "
-            f"global sparsity (`toolkit.analysis.alpha_allocation`, ε = {eps:g}, per layer); {when(rec)}, "
-            f"{f['threads']} thread(s), {secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
-            + table(["sparsity", *allocations], rows) + "\n" + f["reading"] + "\n")
+            f"({f['windows']} windows of {st['window']}; dense {f['dense_perplexity']:.1f}), pruned uniformly and "
+            f"with AlphaPruning's allocation (`toolkit.analysis.alpha_allocation`, per layer); the alpha columns are "
+            f"the ratio of its perplexity to uniform's at the same pruner and sparsity, with the "
+            f"{st['level']:.0%} paired bootstrap interval over the windows; {when(rec)}, {f['threads']} thread(s), "
+            f"{secs(rec['wall_s'])} (`benchmarks/results/alpha_pruning.json`).\n\n"
+            + table(["pruner", "sparsity", "uniform", *(f"`{m}`, ε = {e:g}" for m, e in cols)], rows) + "\n"
+            + f["reading"] + "\n")
 
 
 # ---------------------------------------------------------------- the documents
@@ -682,7 +755,8 @@ def readme_alpha_pruning(rec: dict, res: dict) -> str:
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
     "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
-    "readme-alpha-interval": readme_alpha_interval,
+    "readme-alpha-interval": readme_alpha_interval, "readme-farms": readme_farms,
+    "readme-alpha-coverage": readme_alpha_coverage,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations, "bench-compare": bench_compare,

@@ -8,6 +8,7 @@ import torch
 import xarray as xr
 
 from toolkit.analysis.pruning import magnitude_prune_, pruned
+from toolkit.analysis.wanda import input_feature_norms, wanda_prune_
 from toolkit.errors import SelectionError
 
 
@@ -70,3 +71,42 @@ def test_a_cell_the_model_lacks_is_refused():
     with pytest.raises(SelectionError, match="layer 0 mlp.router"):
         with pruned(model, allocation([[0.5], [0.5]], components=("mlp.router",))):
             pass
+
+
+def test_wanda_zeroes_each_rows_lowest_magnitude_times_input_norm_by_hand():
+    w = torch.tensor([[1.0, -2.0, 3.0, 0.5], [4.0, 0.1, -0.2, 1.0]])
+    norms = torch.tensor([1.0, 0.1, 1.0, 10.0])  # scores: [1, .2, 3, 5], [4, .01, .2, 10]
+    assert wanda_prune_(w, 0.5, norms) == 4
+    assert torch.equal(w, torch.tensor([[0.0, 0.0, 3.0, 0.5], [4.0, 0.0, 0.0, 1.0]]))
+    with pytest.raises(ValueError, match="one norm per column"):
+        wanda_prune_(w, 0.5, torch.ones(3))
+
+
+class _Tokens:
+    """A tokenizer of a text of digits: one token per character."""
+
+    def __call__(self, text, return_tensors=None, add_special_tokens=False):
+        return {"input_ids": torch.tensor([[int(c) for c in text if c.isdigit()]])}
+
+
+def test_input_feature_norms_are_the_norms_of_each_modules_inputs():
+    from types import SimpleNamespace
+
+    model = tiny_llama()
+    loaded = SimpleNamespace(model=model, tokenizer=_Tokens())
+    text = "0123456789" * 5
+    norms = input_feature_norms(loaded, text, window=16)
+    seen = []
+    handle = model.model.layers[1].mlp.down_proj.register_forward_pre_hook(lambda m, a: seen.append(a[0]))
+    ids = torch.tensor([[int(c) for c in text]])
+    with torch.no_grad():
+        for s in range(0, 50, 16):
+            model(input_ids=ids[:, s:s + 16])
+    handle.remove()
+    x = torch.cat([t.reshape(-1, t.shape[-1]) for t in seen]).double()
+    torch.testing.assert_close(norms[1, "mlp.down"], x.norm(dim=0), rtol=1e-10, atol=1e-12)
+    assert len(norms) == 14 and norms[0, "attn.q"].shape == (16,)
+    share = allocation([[0.5] * 7, [0.25] * 7])
+    with pruned(model, share, norms=norms) as zeroed:
+        down = model.model.layers[1].mlp.down_proj.weight  # 16 x 32: 8 per row at 25 %
+        assert zeroed[1, "mlp.down"] == 128 and ((down == 0).sum(1) == 8).all()

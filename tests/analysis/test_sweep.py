@@ -1,37 +1,57 @@
-"""The reading of notebook 05 says what the numbers say, whichever way they fall; the three allocations share
-one budget."""
+"""Notebook 05's grid: the paired bootstrap of perplexity ratios over held-out windows, a reading that counts wins
+and losses only beyond that noise, and the three allocations on one budget."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import xarray as xr
 
-from toolkit.analysis.sweep import ALLOCATIONS, allocation_for, reading
+from toolkit.analysis.sweep import ALLOCATIONS, allocation_for, paired_ratio, reading
 
 
-def result(table: dict, dense: float = 20.0) -> dict:
-    """A pruning_sweep result from ``{sparsity: (uniform, alpha, reverse)}`` perplexities."""
-    rows = [{"sparsity": s, "allocation": a, "perplexity": p}
-            for s, values in table.items() for a, p in zip(ALLOCATIONS, values, strict=True)]
-    return {"dense_perplexity": dense, "tokens": 1536, "rows": rows,
-            "settings": {"epsilon": 0.2, "sparsities": list(table)}}
+def test_paired_ratio_against_a_hand_bootstrap():
+    rng = np.random.default_rng(0)
+    counts = rng.integers(100, 128, 12)
+    base = counts * rng.uniform(3.0, 4.0, 12)
+    got = base + counts * rng.normal(0.1, 0.05, 12)
+    r = paired_ratio(got, base, counts, replicates=4000, seed=3)
+    assert r["ratio"] == pytest.approx(math.exp((got.sum() - base.sum()) / counts.sum()))
+    assert r["ppl"] == pytest.approx(math.exp(got.sum() / counts.sum()))
+    idx = np.random.default_rng(3).integers(0, 12, (4000, 12))  # the same draws, by hand
+    ratios = np.exp((got[idx].sum(1) - base[idx].sum(1)) / counts[idx].sum(1))
+    assert (r["lo"], r["hi"]) == tuple(np.quantile(ratios, [0.025, 0.975]))
+    assert 1 < r["lo"] < r["ratio"] < r["hi"]
+    same = paired_ratio(base, base, counts)
+    assert same["ratio"] == same["lo"] == same["hi"] == 1.0
 
 
-def test_the_predicted_order_holding_everywhere():
-    text = reading(result({0.5: (40.0, 30.0, 50.0), 0.7: (400.0, 300.0, 900.0)}))
-    assert text.startswith("On this model and text the allocation AlphaPruning predicts")
-    assert "At 50% sparsity: uniform 40.0, alpha-allocated 30.0 (0.75x of uniform), reverse 50.0 (1.25x)" in text
-    assert "best to worst: alpha, uniform, reverse alpha. The predicted order holds." in text
+def row(pruner, metric, eps, ratio, lo, hi, ppl=50.0):
+    return {"pruner": pruner, "sparsity": 0.5, "allocation": "alpha", "metric": metric, "epsilon": eps,
+            "perplexity": ppl, "ratio": ratio, "lo": lo, "hi": hi}
+
+
+def result(rows, dense=20.0):
+    return {"dense_perplexity": dense, "tokens": 1536, "windows": 12, "rows": rows,
+            "settings": {"pruners": ["magnitude", "wanda"], "metrics": ["alpha", "alpha_peak"], "level": 0.95,
+                         "window": 128}}
+
+
+def test_the_reading_counts_only_what_clears_the_noise():
+    rows = [row("magnitude", "alpha", 0.1, 0.8, 0.7, 0.9), row("magnitude", "alpha", 0.2, 0.95, 0.85, 1.05),
+            row("magnitude", "alpha_peak", 0.1, 1.3, 1.1, 1.5, ppl=900.0), row("wanda", "alpha", 0.1, 0.9, 0.85, 0.97),
+            {**row("wanda", "alpha_peak", 0.3, 0, 0, 0), "refused": "too large"}]
+    text = reading(result(rows))
+    assert text.startswith("Of the 4 settings of the grid (sparsity, ε, metric, pruner) the alpha allocation wins in "
+                           "2, loses in 1, within the noise in 1; its wins: 0.80x to 0.90x of uniform's perplexity; "
+                           "its losses: 1.30x")
+    assert "1 setting(s) were refused" in text
+    assert "- magnitude, ranked by `alpha`: wins in 1, loses in 0, within the noise in 1; its wins: 0.80x" in text
+    assert "- wanda, ranked by `alpha_peak`: wins in 0, loses in 0, within the noise in 0 (of 0)" in text
     assert "Perplexities up to 900 mean the pruned model no longer writes usable text" in text
-
-
-def test_the_predicted_order_failing_or_mixed_is_said_so():
-    none = reading(result({0.5: (30.0, 40.0, 35.0)}))
-    assert "held at none of the sparsities tried" in none and "does not hold" in none
-    assert "no longer writes usable text" not in none  # 40 is not 10x the dense 20
-    mixed = reading(result({0.5: (30.0, 25.0, 35.0), 0.7: (300.0, 350.0, 200.0)}))
-    assert "held at 50% but not at 70%." in mixed
+    assert "every" not in text
 
 
 def test_the_three_allocations_spend_one_budget():

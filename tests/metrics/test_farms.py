@@ -1,35 +1,118 @@
-"""alpha_farms: the fit of the pooled ESD of square blocks, against numpy's eigenvalues of the blocks."""
+"""alpha_farms against the FARMS authors' procedure, re-typed here from their repository.
+
+The reference below re-types, loop for loop, ``fixed_sampling`` (LLM_Pruning/lib/sampling.py) and the
+``fix_fingers='xmin_peak'`` branch of ``analysis_esd`` (LLM_Pruning/lib/esd_utils_farms.py) of
+github.com/HUST-AI-HYZ/FARMS (commit 8e07c3f), in float64; the package computes the same thing vectorised.
+"""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
 
-from toolkit.metrics.farms import alpha_farms, farms_blocks, farms_eigenvalues
-from toolkit.metrics.powerlaw import alpha, fit_power_law
-from toolkit.metrics.spectral import singular_values
+from toolkit.errors import DegenerateMatrix
+from toolkit.metrics.farms import alpha_farms, farms_eigenvalues, farms_windows, fit_peak_authors
 
 
-def test_blocks_cover_every_row_once_but_the_last_overlap():
-    assert farms_blocks((8, 4)) == [slice(0, 4), slice(4, 8)]
-    assert farms_blocks((10, 4)) == [slice(0, 4), slice(4, 8), slice(6, 10)]
-    assert farms_blocks((4, 4)) == [slice(0, 4)]
-    with pytest.raises(ValueError, match="longer side first"):
-        farms_blocks((3, 4))
+def authors_windows_eigs(matrix, num_row_samples=100, Q_ratio=2.0, sampling_ops_per_dim=10):
+    rows, cols = matrix.shape
+    num_col_samples = int(num_row_samples * Q_ratio)
+    row_step = max(1, (rows - num_row_samples) // (sampling_ops_per_dim - 1))
+    col_step = max(1, (cols - num_col_samples) // (sampling_ops_per_dim - 1))
+    num_row_windows = min(sampling_ops_per_dim, max(1, (rows - num_row_samples) // row_step + 1))
+    num_col_windows = min(sampling_ops_per_dim, max(1, (cols - num_col_samples) // col_step + 1))
+    all_eigs = []
+    for i in range(num_row_windows):
+        for j in range(num_col_windows):
+            row_start = min(i * row_step, rows - num_row_samples)
+            col_start = min(j * col_step, cols - num_col_samples)
+            sub = matrix[row_start:row_start + num_row_samples, col_start:col_start + num_col_samples]
+            all_eigs.append(torch.square(torch.linalg.svdvals(sub)))
+    return torch.sort(torch.cat(all_eigs)).values
 
 
-def test_pooled_eigenvalues_and_fit_are_numpys():
-    g = torch.Generator().manual_seed(1)
-    w = torch.randn(70, 300, generator=g, dtype=torch.float64)  # wide: taken transposed, 300 x 70
-    x = w.T.numpy()
-    want = np.concatenate([np.linalg.eigvalsh(x[r].T @ x[r])[::-1] for r in farms_blocks((300, 70))])
-    got = farms_eigenvalues(w)
-    assert got.shape == (5 * 70,)
-    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * want.max())
-    assert alpha_farms(w) == pytest.approx(fit_power_law(want).alpha, rel=1e-9)
+def authors_alpha_peak(eigs, bins=100):
+    nz_eigs = torch.sort(eigs).values
+    N = len(nz_eigs)
+    log_nz_eigs = torch.log(nz_eigs)
+    alphas = torch.zeros(N - 1, dtype=eigs.dtype)
+    Ds = torch.ones(N - 1, dtype=eigs.dtype)
+    hist = torch.log10(nz_eigs)
+    min_e, max_e = hist.min(), hist.max()
+    counts = torch.histc(hist, bins, min=float(min_e), max=float(max_e))
+    boundaries = torch.linspace(float(min_e), float(max_e), bins + 1, dtype=eigs.dtype)
+    xmin2 = 10 ** boundaries[torch.argmax(counts)]
+    xmin_min, xmin_max = torch.log10(0.95 * xmin2), 1.5 * xmin2
+    for i, xmin in enumerate(nz_eigs[:-1]):
+        if xmin < xmin_min:
+            continue
+        if xmin > xmin_max:
+            break
+        n = float(N - i)
+        seq = torch.arange(n, dtype=eigs.dtype)
+        alpha = 1 + n / (torch.sum(log_nz_eigs[i:]) - n * log_nz_eigs[i])
+        alphas[i] = alpha
+        if alpha > 1:
+            Ds[i] = torch.max(torch.abs(1 - (nz_eigs[i:] / xmin) ** (-alpha + 1) - seq / n))
+    k = torch.argmin(Ds)
+    return float(alphas[k]), float(Ds[k])
 
 
-def test_a_square_matrix_is_its_own_block():
-    w = torch.randn(96, 96, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
-    assert alpha_farms(w) == pytest.approx(alpha(w, singular_values(w)), rel=1e-12)
+def _student(shape, seed, df=3.0):
+    g = np.random.default_rng(seed)
+    return torch.from_numpy(g.standard_t(df, size=shape))
+
+
+@pytest.mark.parametrize("shape, seed, kind, opts", [
+    ((300, 700), 1, "gauss", dict(rows=40, ratio=2.0, positions=6)),
+    ((1000, 250), 2, "t", dict(rows=30, ratio=1.0, positions=7)),
+    ((128, 576), 3, "gauss", dict(rows=50, ratio=3.0, positions=5)),
+    pytest.param((576, 1536), 0, "t", {}, marks=pytest.mark.slow),  # the authors' defaults: 10,000 values
+])
+def test_alpha_farms_is_the_authors_procedure(shape, seed, kind, opts):
+    w = _student(shape, seed) if kind == "t" else torch.randn(*shape, generator=torch.Generator().manual_seed(seed),
+                                                                 dtype=torch.float64)
+    names = {"rows": "num_row_samples", "ratio": "Q_ratio", "positions": "sampling_ops_per_dim"}
+    want_eigs = authors_windows_eigs(w, **{names[k]: v for k, v in opts.items()})
+    got_eigs = farms_eigenvalues(w, **opts)
+    np.testing.assert_allclose(got_eigs, want_eigs.numpy(), rtol=1e-10, atol=1e-10 * float(want_eigs.max()))
+    want_alpha, want_d = authors_alpha_peak(want_eigs)
+    fit = fit_peak_authors(got_eigs)
+    assert fit.alpha == pytest.approx(want_alpha, rel=1e-9)
+    assert fit.ks_distance == pytest.approx(want_d, rel=1e-9, abs=1e-12)
+    assert alpha_farms(w, **opts) == pytest.approx(want_alpha, rel=1e-9)
+
+
+def test_windows_grid_and_shape():
+    win = farms_windows((576, 1536))
+    assert len(win) == 100
+    assert {(r.stop - r.start, c.stop - c.start) for r, c in win} == {(100, 200)}
+    assert win[0] == (slice(0, 100), slice(0, 200))
+    assert win[-1] == (slice(468, 568), slice(1332, 1532))  # steps (576 - 100) // 9 = 52, (1536 - 200) // 9 = 148
+    assert farms_windows((105, 205)) == [(slice(r, r + 100), slice(c, c + 200)) for r in range(6) for c in range(6)]
+
+
+def test_a_matrix_smaller_than_the_window_gets_the_largest_window_of_its_ratio():
+    win = farms_windows((64, 1000))
+    assert {(r.stop - r.start, c.stop - c.start) for r, c in win} == {(64, 128)}
+    win = farms_windows((576, 150))
+    assert {(r.stop - r.start, c.stop - c.start) for r, c in win} == {(75, 150)}
+    with pytest.raises(ValueError, match="no window"):
+        farms_windows((10, 1))
+
+
+def test_degenerate_inputs_are_typed():
+    with pytest.raises(DegenerateMatrix, match="all-zero"):
+        alpha_farms(torch.zeros(300, 300))
+    with pytest.raises(DegenerateMatrix):
+        alpha_farms(torch.ones(3))
+    with pytest.raises(DegenerateMatrix, match="too short"):
+        fit_peak_authors(np.array([1.0]))
+
+
+def test_sigma_is_the_mle_standard_error():
+    fit = fit_peak_authors(farms_eigenvalues(_student((400, 800), 5), rows=40, positions=5))
+    assert fit.sigma == pytest.approx((fit.alpha - 1) / math.sqrt(fit.num_tail))

@@ -1,5 +1,6 @@
 """What a Dataset's statistics suggest doing to the model, and doing it: per-cell allocations computed from a
-Dataset (pure: :mod:`.allocation`), magnitude pruning of a loaded model by such an allocation (:mod:`.pruning`)
+Dataset (pure: :mod:`.allocation`), magnitude or Wanda pruning of a loaded model by such an allocation
+(:mod:`.pruning`, :mod:`.wanda`)
 and the perplexity that judges it (:mod:`.held_out`).
 
 Arrows: analysis reads Datasets (``xarray``) and loaded models (:mod:`toolkit.activations`); nothing below it
@@ -9,8 +10,8 @@ Public API
 ----------
 alpha_allocation(ds, sparsity, ...) -> xarray.DataArray (layer, component)
     AlphaPruning's per-cell sparsity for a global budget (Lu et al. 2024).
-pruned(model, allocation) -> context manager
-    Magnitude pruning, undone on exit.
+pruned(model, allocation, norms=None) -> context manager
+    Magnitude pruning (Wanda with input-feature norms, :mod:`.wanda`), undone on exit.
 perplexity(loaded, text, ...) -> float
     Next-token perplexity on a text; :data:`HELD_OUT_TEXT` is the shipped held-out text.
 """

@@ -19,7 +19,7 @@ from toolkit.activations.gradients import next_token_loss_sum
 from toolkit.data import data_path
 from toolkit.options import read_text_file
 
-__all__ = ["HELD_OUT_TEXT", "load_held_out", "perplexity"]
+__all__ = ["HELD_OUT_TEXT", "load_held_out", "perplexity", "window_losses"]
 
 #: ``data/heldout.txt``: plain English prose written for this evaluation, used by no prompt or training file.
 HELD_OUT_TEXT = data_path("heldout.txt")
@@ -32,6 +32,37 @@ def load_held_out(path: str | os.PathLike | None = None) -> str:
 
 
 @torch.no_grad()
+def window_losses(loaded, text: str, *, max_tokens: int | None = None, window: int = 256) -> tuple[list, list]:
+    """The next-token loss sum (nats) and the predicted-token count of each window of ``text``.
+
+    Parameters
+    ----------
+    loaded : toolkit.activations.Loaded
+    text : str
+    max_tokens, window
+        As :func:`perplexity`.
+
+    Returns
+    -------
+    (list of float, list of int)
+        One entry per window, in order.
+    """
+    ids = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
+    if max_tokens is not None:
+        ids = ids[:max_tokens]
+    device = next(loaded.model.parameters()).device
+    losses, counts = [], []
+    for start in range(0, len(ids) - 1, window):
+        chunk = ids[start:start + window].unsqueeze(0).to(device)
+        if chunk.shape[1] < 2:
+            break
+        logits = loaded.model(input_ids=chunk).logits
+        loss, n = next_token_loss_sum(logits, chunk, torch.ones_like(chunk))
+        losses.append(float(loss))
+        counts.append(int(n))
+    return losses, counts
+
+
 def perplexity(loaded, text: str, *, max_tokens: int | None = None, window: int = 256) -> float:
     """Perplexity of ``loaded.model`` on ``text``: ``exp`` of the mean next-token loss over windows.
 
@@ -50,16 +81,5 @@ def perplexity(loaded, text: str, *, max_tokens: int | None = None, window: int 
     float
         The perplexity (1 is a perfect prediction; the vocabulary size is a uniform guess).
     """
-    ids = loaded.tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"][0]
-    if max_tokens is not None:
-        ids = ids[:max_tokens]
-    device = next(loaded.model.parameters()).device
-    total, count = 0.0, 0
-    for start in range(0, len(ids) - 1, window):
-        chunk = ids[start:start + window].unsqueeze(0).to(device)
-        if chunk.shape[1] < 2:
-            break
-        logits = loaded.model(input_ids=chunk).logits
-        loss, n = next_token_loss_sum(logits, chunk, torch.ones_like(chunk))
-        total, count = total + float(loss), count + n
-    return math.exp(total / count)
+    losses, counts = window_losses(loaded, text, max_tokens=max_tokens, window=window)
+    return math.exp(sum(losses) / sum(counts))

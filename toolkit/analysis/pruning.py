@@ -14,6 +14,7 @@ from contextlib import contextmanager
 import torch
 
 from toolkit.activations.hook_plan import plan_hooks
+from toolkit.analysis.wanda import wanda_prune_
 from toolkit.collect.plan.selection import Selection
 from toolkit.errors import SelectionError
 
@@ -48,8 +49,8 @@ def magnitude_prune_(weight: torch.Tensor, sparsity: float) -> int:
 
 
 @contextmanager
-def pruned(model: torch.nn.Module, allocation, *, mapping=None):
-    """Within the block, ``model``'s component matrices are magnitude-pruned to ``allocation``.
+def pruned(model: torch.nn.Module, allocation, *, mapping=None, norms: dict | None = None):
+    """Within the block, ``model``'s component matrices are pruned to ``allocation`` (magnitude, or Wanda).
 
     Parameters
     ----------
@@ -60,6 +61,9 @@ def pruned(model: torch.nn.Module, allocation, *, mapping=None):
         The sparsity of each matrix, e.g. :func:`toolkit.analysis.alpha_allocation`; NaN cells are left alone.
     mapping : toolkit.Mapping, optional
         A component mapping for an unregistered family.
+    norms : dict, optional
+        ``{(layer, component): input-feature norms}`` (:func:`toolkit.analysis.wanda.input_feature_norms`):
+        Wanda pruning (:func:`toolkit.analysis.wanda.wanda_prune_`) instead of magnitude pruning.
 
     Yields
     ------
@@ -90,7 +94,8 @@ def pruned(model: torch.nn.Module, allocation, *, mapping=None):
     saved = {key: weight.detach().clone() for key, (weight, _) in cells.items()}
     try:
         with torch.no_grad():
-            zeroed = {key: magnitude_prune_(weight.data, s) for key, (weight, s) in cells.items()}
+            zeroed = {key: (magnitude_prune_(weight.data, s) if norms is None else
+                            wanda_prune_(weight.data, s, norms[key])) for key, (weight, s) in cells.items()}
         yield zeroed
     finally:
         with torch.no_grad():

@@ -1,9 +1,12 @@
-"""Notebook 05's experiment: perplexity of a model magnitude-pruned with uniform, alpha and reverse-alpha
-allocations at several global sparsities, and a reading of the result written from its numbers.
+"""Notebook 05's experiment: a grid of AlphaPruning allocations against uniform pruning, judged by perplexity with
+its bootstrap uncertainty over held-out windows, and a reading written from the grid.
 
-One function runs it (:func:`pruning_sweep`, used by the notebook and by ``benchmarks/bench_alpha_pruning.py``
-through the notebook), one writes what it shows (:func:`reading`), so the README's conclusion comes from the
-committed numbers and says what they say, whichever way they fall.
+The grid (:func:`pruning_grid`) crosses the global sparsity, AlphaPruning's ε, the metric the layers are ranked
+by (the default ``alpha``, or ``alpha_peak``: the ``xmin_peak`` fit the paper's released scripts read) and the
+pruner (magnitude, or Wanda: :mod:`toolkit.analysis.wanda`); each pruned model's perplexity on the held-out text
+is compared with uniform pruning's at the same sparsity and pruner, window by window (a paired bootstrap over the
+held-out windows, :func:`paired_ratio`). :func:`reading` counts the settings where the alpha allocation wins or
+loses beyond that noise, and by how much, and says nothing the grid does not show.
 """
 
 from __future__ import annotations
@@ -11,16 +14,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import torch
+import numpy as np
 
 from toolkit.analysis.allocation import DEFAULT_EPSILON, alpha_allocation
-from toolkit.analysis.held_out import perplexity
+from toolkit.analysis.held_out import window_losses
 from toolkit.analysis.pruning import pruned
+from toolkit.errors import InvalidOptionError
 
-__all__ = ["ALLOCATIONS", "allocation_for", "pruning_sweep", "reading"]
+__all__ = ["ALLOCATIONS", "EPSILONS", "allocation_for", "paired_ratio", "pruning_grid", "reading"]
 
-#: The allocations compared: the same global budget everywhere, alpha's AlphaPruning allocation, and its mirror.
+#: The allocations: the same global budget everywhere, alpha's AlphaPruning allocation, and its mirror.
 ALLOCATIONS = ("uniform", "alpha", "reverse alpha")
+#: ε values tried: the range the AlphaPruning / FARMS authors tune over for LLaMA pruning (their scripts'
+#: ``epsilon`` column, ``LLM_Pruning/scripts/llm_pruning_main.txt`` of github.com/HUST-AI-HYZ/FARMS, from 0.1 up).
+EPSILONS = (0.1, 0.2, 0.3)
+#: Bootstrap replicates over the held-out windows, and the level of the intervals.
+REPLICATES, LEVEL = 2000, 0.95
 
 
 def allocation_for(ds, name: str, sparsity: float, *, epsilon: float = DEFAULT_EPSILON):
@@ -35,100 +44,153 @@ def allocation_for(ds, name: str, sparsity: float, *, epsilon: float = DEFAULT_E
                             reverse=name == "reverse alpha")
 
 
-def pruning_sweep(loaded, ds, text: str, sparsities: Sequence[float], *, epsilon: float = DEFAULT_EPSILON,
-                  max_tokens: int | None = None, window: int = 256,
-                  progress: Callable[[str], None] | None = None) -> dict:
-    """Perplexity of ``loaded`` on ``text`` dense, then pruned with each allocation at each sparsity.
+def paired_ratio(losses, base_losses, counts, *, replicates: int = REPLICATES, level: float = LEVEL,
+                 seed: int = 0) -> dict:
+    """Perplexity of ``losses`` over that of ``base_losses`` on the same windows, with a paired bootstrap interval.
+
+    Parameters
+    ----------
+    losses, base_losses : sequence of float
+        Next-token loss sums (nats) per held-out window (:func:`toolkit.analysis.held_out.window_losses`).
+    counts : sequence of int
+        Predicted tokens per window (the same windows for both).
+    replicates, level, seed
+        Windows are resampled with replacement ``replicates`` times (``numpy.random.default_rng(seed)``); the
+        interval is the percentile interval at ``level`` (Efron & Tibshirani 1993, ch. 13).
+
+    Returns
+    -------
+    dict
+        ``ratio``, ``lo``, ``hi`` (of the ratio) and ``ppl``, ``ppl_lo``, ``ppl_hi`` (of ``losses``' perplexity).
+    """
+    a, b, c = (np.asarray(v, dtype=np.float64) for v in (losses, base_losses, counts))
+    idx = np.random.default_rng(seed).integers(0, c.size, (int(replicates), c.size))
+    sa, sb, sc = a[idx].sum(1), b[idx].sum(1), c[idx].sum(1)
+    q = [(1 - level) / 2, (1 + level) / 2]
+    r_lo, r_hi = np.quantile(np.exp((sa - sb) / sc), q)
+    p_lo, p_hi = np.quantile(np.exp(sa / sc), q)
+    return {"ratio": math.exp((a.sum() - b.sum()) / c.sum()), "lo": float(r_lo), "hi": float(r_hi),
+            "ppl": math.exp(a.sum() / c.sum()), "ppl_lo": float(p_lo), "ppl_hi": float(p_hi)}
+
+
+def pruning_grid(loaded, datasets: dict, text: str, sparsities: Sequence[float], *,
+                 epsilons: Sequence[float] = EPSILONS, norms: dict | None = None, max_tokens: int | None = None,
+                 window: int = 128, progress: Callable[[str], None] | None = None) -> dict:
+    """Perplexity of ``loaded`` dense, pruned uniformly, and pruned with each alpha allocation of the grid.
 
     Parameters
     ----------
     loaded : toolkit.activations.Loaded
         The model and tokenizer; its weights are restored after each pruned run.
-    ds : xarray.Dataset
-        ``alpha`` (layer, component) of the same model (:func:`toolkit.weight_stats`).
+    datasets : dict
+        ``{metric name: Dataset}``, each with ``alpha`` (layer, component) measured by that metric's fit (e.g.
+        ``{"alpha": ds, "alpha_peak": ds_peak}``).
     text : str
         Held-out text (:func:`toolkit.analysis.held_out.load_held_out`).
     sparsities : sequence of float
-        Global budgets in [0, 1).
-    epsilon, max_tokens, window
-        As in :func:`~toolkit.analysis.alpha_allocation` and :func:`~toolkit.analysis.perplexity`.
+    epsilons : sequence of float
+    norms : dict, optional
+        Input-feature norms (:func:`toolkit.analysis.wanda.input_feature_norms`): Wanda runs beside magnitude.
+    max_tokens, window
+        As :func:`~toolkit.analysis.held_out.window_losses`.
     progress : callable, optional
         ``progress(line)`` after each run.
 
     Returns
     -------
     dict
-        ``dense_perplexity``; ``tokens`` (tokens evaluated); ``rows``: one dict per (sparsity, allocation) with
-        ``sparsity``, ``allocation``, ``perplexity``, ``zeroed_share`` (zeros written / weights of the
-        allocated matrices, the budget met) and ``layer_sparsity`` (the size-weighted sparsity of each layer);
-        ``settings`` (epsilon, window, max_tokens, sparsities, allocations, granularity).
+        ``dense_perplexity``, ``tokens``, ``windows``; ``rows``: one per (pruner, sparsity, metric, ε) and one
+        uniform row per (pruner, sparsity), with ``perplexity`` and its interval ``ppl_lo``/``ppl_hi``, and for the
+        alpha rows ``ratio`` (to uniform) with ``lo``/``hi``; a setting the allocation refuses (a matrix at 100 %
+        or more) has ``refused`` and no figures. ``settings``: the grid and the evaluation.
     """
     say = progress or (lambda line: None)
-    ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
-    tokens = len(ids) if max_tokens is None else min(len(ids), max_tokens)
-    dense = perplexity(loaded, text, max_tokens=max_tokens, window=window)
-    say(f"dense: perplexity {dense:.2f} on {tokens} tokens")
+    first = next(iter(datasets.values()))
+    dense, counts = window_losses(loaded, text, max_tokens=max_tokens, window=window)
+    say(f"dense: perplexity {math.exp(sum(dense) / sum(counts)):.2f} on {sum(counts) + len(counts)} tokens")
+    pruners = {"magnitude": None, **({"wanda": norms} if norms is not None else {})}
     rows = []
-    for sparsity in sparsities:
-        for name in ALLOCATIONS:
-            share = allocation_for(ds, name, sparsity, epsilon=epsilon)
-            size = share.n_rows * share.n_cols
-            with pruned(loaded.model, share) as zeroed:
-                ppl = perplexity(loaded, text, max_tokens=max_tokens, window=window)
-            total = float(size.where(share.notnull()).sum())
-            layer = (share * size).sum("component") / size.where(share.notnull()).sum("component")
-            rows.append({"sparsity": float(sparsity), "allocation": name, "perplexity": ppl,
-                         "zeroed_share": sum(zeroed.values()) / total,
-                         "layer_sparsity": [round(float(x), 4) for x in layer.values]})
-            say(f"{sparsity:.0%} {name}: perplexity {ppl:.2f}")
-    return {"dense_perplexity": dense, "tokens": tokens, "rows": rows,
-            "settings": {"epsilon": epsilon, "window": window, "max_tokens": max_tokens,
-                         "sparsities": [float(s) for s in sparsities], "allocations": list(ALLOCATIONS),
-                         "granularity": "layer", "threads": torch.get_num_threads()}}
+    for pruner, pruner_norms in pruners.items():
+        for sparsity in sparsities:
+            base, zeroed = _pruned_losses(loaded, allocation_for(first, "uniform", sparsity), pruner_norms, text,
+                                          max_tokens, window)
+            u = paired_ratio(base, base, counts)
+            rows.append({"pruner": pruner, "sparsity": float(sparsity), "allocation": "uniform", "metric": None,
+                         "epsilon": 0.0, "perplexity": u["ppl"], "ppl_lo": u["ppl_lo"], "ppl_hi": u["ppl_hi"],
+                         "zeroed_share": zeroed})
+            say(f"{pruner} {sparsity:.0%} uniform: {u['ppl']:.2f}")
+            for metric, ds in datasets.items():
+                for eps in epsilons:
+                    row = {"pruner": pruner, "sparsity": float(sparsity), "allocation": "alpha", "metric": metric,
+                           "epsilon": float(eps)}
+                    try:
+                        share = allocation_for(ds, "alpha", sparsity, epsilon=eps)
+                    except InvalidOptionError as err:
+                        rows.append({**row, "refused": str(err)})
+                        continue
+                    got, zeroed = _pruned_losses(loaded, share, pruner_norms, text, max_tokens, window)
+                    r = paired_ratio(got, base, counts)
+                    rows.append({**row, "perplexity": r["ppl"], "ppl_lo": r["ppl_lo"], "ppl_hi": r["ppl_hi"],
+                                 "ratio": r["ratio"], "lo": r["lo"], "hi": r["hi"], "zeroed_share": zeroed})
+                    say(f"{pruner} {sparsity:.0%} {metric} eps={eps:g}: {r['ppl']:.2f} ({r['ratio']:.2f}x uniform, "
+                        f"[{r['lo']:.2f}, {r['hi']:.2f}])")
+    return {"dense_perplexity": math.exp(sum(dense) / sum(counts)), "tokens": sum(counts) + len(counts),
+            "windows": len(counts), "rows": rows,
+            "settings": {"sparsities": [float(s) for s in sparsities], "epsilons": [float(e) for e in epsilons],
+                         "metrics": list(datasets), "pruners": list(pruners), "window": window,
+                         "max_tokens": max_tokens, "replicates": REPLICATES, "level": LEVEL,
+                         "granularity": "layer"}}
+
+
+def _pruned_losses(loaded, share, norms, text: str, max_tokens, window: int) -> tuple[list, float]:
+    """The window losses of ``loaded`` pruned to ``share`` (Wanda with ``norms``), and the share of weights zeroed."""
+    size = share.n_rows * share.n_cols
+    with pruned(loaded.model, share, norms=norms) as zeroed:
+        losses, _ = window_losses(loaded, text, max_tokens=max_tokens, window=window)
+    return losses, sum(zeroed.values()) / float(size.where(share.notnull()).sum())
 
 
 def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)") -> str:
-    """A Markdown paragraph saying what ``result`` (of :func:`pruning_sweep`) shows, from its numbers.
+    """A Markdown paragraph saying what ``result`` (of :func:`pruning_grid`) shows, from its numbers.
 
-    For each sparsity: the perplexity of each allocation against uniform's (a ratio; below 1 is better), and
-    whether the order AlphaPruning predicts (alpha <= uniform <= reverse) holds; then what the result does not
-    show (one small model, one text, magnitude pruning without any update of the remaining weights).
+    A setting is a win for the alpha allocation only where the whole bootstrap interval of its perplexity ratio to
+    uniform is below 1, a loss only where it is above 1; otherwise it is within the noise. The paragraph counts
+    them, overall and per pruner and metric, gives the range of the ratios of the wins and losses, and its limits.
     """
-    by = {(r["sparsity"], r["allocation"]): r["perplexity"] for r in result["rows"]}
-    sparsities = result["settings"]["sparsities"]
-    lines, held = [], []
-    for s in sparsities:
-        u, a, rv = by[s, "uniform"], by[s, "alpha"], by[s, "reverse alpha"]
-        order = sorted(ALLOCATIONS, key=lambda n: by[s, n])
-        ok = a <= u <= rv
-        held.append(ok)
-        lines.append(f"- At {s:.0%} sparsity: uniform {u:.1f}, alpha-allocated {a:.1f} ({_ratio(a, u)} of uniform), "
-                     f"reverse {rv:.1f} ({_ratio(rv, u)}); best to worst: {', '.join(order)}. "
-                     + ("The predicted order holds." if ok else "The predicted order does not hold."))
+    rows = [r for r in result["rows"] if r["allocation"] == "alpha"]
+    tried = [r for r in rows if "refused" not in r]
+    level = result["settings"]["level"]
+
+    def count(sel) -> str:
+        win = [r for r in sel if r["hi"] < 1]
+        lose = [r for r in sel if r["lo"] > 1]
+        text = f"wins in {len(win)}, loses in {len(lose)}, within the noise in {len(sel) - len(win) - len(lose)}"
+        if win:
+            text += f"; its wins: {_span(win)} of uniform's perplexity"
+        if lose:
+            text += f"; its losses: {_span(lose)}"
+        return text
+
+    lines = [f"- {p}, ranked by `{m}`: " + count([r for r in tried if r["pruner"] == p and r["metric"] == m])
+             + f" (of {sum(r['pruner'] == p and r['metric'] == m for r in tried)})"
+             for p in result["settings"]["pruners"] for m in result["settings"]["metrics"]]
+    refused = len(rows) - len(tried)
+    head = (f"Of the {len(tried)} settings of the grid (sparsity, ε, metric, pruner) the alpha allocation "
+            + count(tried) + f", each against uniform pruning at the same sparsity and pruner (a win or a loss only "
+            f"where the {level:.0%} paired bootstrap interval over the {result['windows']} held-out windows excludes "
+            "1)." + (f" {refused} setting(s) were refused: a matrix would get 100 % sparsity or more." if refused
+                     else ""))
     dense = result["dense_perplexity"]
-    if all(held):
-        verdict = ("On this model and text the allocation AlphaPruning predicts (prune heavy-tailed layers, small "
-                   "alpha, less) beat uniform pruning and its mirror beat neither, at every sparsity tried.")
-    elif not any(held):
-        verdict = ("On this model and text the order AlphaPruning predicts (alpha-allocated better than uniform, "
-                   "reverse worse) held at none of the sparsities tried.")
-    else:
-        verdict = ("On this model and text the order AlphaPruning predicts held at "
-                   + ", ".join(f"{s:.0%}" for s, h in zip(sparsities, held, strict=True) if h)
-                   + " but not at " + ", ".join(f"{s:.0%}" for s, h in zip(sparsities, held, strict=True) if not h)
-                   + ".")
-    worst = max(by.values())
+    worst = max((r["perplexity"] for r in result["rows"] if "perplexity" in r), default=dense)
     caveat = (f"Read it with its limits: one {model}, dense perplexity {dense:.1f} on {result['tokens']} tokens of "
-              f"one held-out text; plain magnitude pruning, no update of the remaining weights (the paper's LLaMA-7B "
-              "figures use Wanda and SparseGPT as well); ε = "
-              f"{result['settings']['epsilon']:g}, within the authors' LLaMA-7B values (0.2 to 0.3), not tuned "
-              "here. "
-              + (f"Perplexities up to {worst:.0f} mean the pruned model no longer writes usable text at these "
-                 "sparsities, whichever allocation: a 135M model quantized to 4 bits has little redundancy to "
-                 "spare, unlike the 7B models of the paper. " if worst > 10 * dense else "")
-              + "One run is no proof either way; it is a lesson in testing a claim on the model at hand.")
-    return verdict + "\n\n" + "\n".join(lines) + "\n\n" + caveat
+              "one held-out text, windows of "
+              f"{result['settings']['window']} tokens; no update of the remaining weights; ε not tuned per setting "
+              "as the paper does. "
+              + (f"Perplexities up to {worst:.0f} mean the pruned model no longer writes usable text at the higher "
+                 "sparsities, whichever allocation. " if worst > 10 * dense else ""))
+    return head + "\n\n" + "\n".join(lines) + "\n\n" + caveat
 
 
-def _ratio(x: float, ref: float) -> str:
-    return f"{x / ref:.2f}x" if math.isfinite(x) and ref > 0 else "n/a"
+def _span(rows) -> str:
+    lo, hi = min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)
+    return f"{lo:.2f}x" if lo == hi else f"{lo:.2f}x to {hi:.2f}x"

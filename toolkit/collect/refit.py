@@ -26,8 +26,8 @@ __all__ = ["fit_metrics", "refit"]
 def fit_metrics(ds) -> list:
     """The registered metrics of ``ds``'s variables that take the fit options and read only the spectrum.
 
-    ``alpha_farms`` takes them too but fits blocks of the matrix itself: it is not among them (and keeps
-    the values it was measured with).
+    ``alpha_farms`` reads windows of the matrix itself with its own fit (the FARMS authors'): it is not
+    among them (and keeps the values it was measured with).
     """
     from toolkit.metrics.registry import get_metric, list_metrics
 

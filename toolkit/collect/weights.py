@@ -252,7 +252,8 @@ def live_order(tensors) -> list:
                 **metrics_of("weight"), **ADDRESS, mapping=PASS["mapping"], device=PASS["device"],
                 cache=PASS["cache"], expert=Optional(Whole(minimum=0, meaning="a routed expert's index")),
                 fit=WEIGHTS["fit"])
-def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", "alpha_xmin"),
+def cell_spectrum(source=None, *, layer: int, component: str,
+                  metrics=("alpha", "alpha_xmin", "alpha_ci_lower", "alpha_ci_upper"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
                   cache: bool = True, expert: int | None = None, fit=None, download: bool = False) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.
@@ -268,7 +269,8 @@ def cell_spectrum(source=None, *, layer: int, component: str, metrics=("alpha", 
     layer : int
     component : str
     metrics : sequence of str
-        Weight metrics to compute with it (default: the power-law fit).
+        Weight metrics to compute with it (default: the power-law fit and alpha's 95 % interval, which the
+        explorer's drill-down shows).
     expert : int, optional
         The routed expert, for an expert component of an MoE layer (required there).
 

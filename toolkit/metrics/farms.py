@@ -1,25 +1,36 @@
-r"""FARMS: the power-law exponent of the average ESD of fixed-aspect-ratio submatrices.
+r"""FARMS: the power-law exponent of the pooled ESD of fixed-aspect-ratio windows of a matrix.
 
 The fitted alpha of a matrix's ESD depends on its shape: a pure random matrix of aspect
-ratio :math:`q = \text{rows}/\text{cols}` has a Marchenko-Pastur ESD whose edge and shape
-change with :math:`q`, so an MLP matrix (:math:`q \approx 5`) and an attention one
-(:math:`q = 1`) do not compare. FARMS (Fixed-Aspect-Ratio Matrix Subsampling; Hu et al.,
-"Eigenspectrum Analysis of Neural Networks without Aspect Ratio Bias", ICML 2025,
-arXiv:2506.06280) measures instead the average ESD of submatrices that all have one aspect
-ratio:
+ratio :math:`q` has a Marchenko-Pastur ESD whose edge and shape change with :math:`q`, so an
+MLP matrix (:math:`q \approx 4`) and an attention one (:math:`q = 1`) do not compare. FARMS
+(Fixed-Aspect-Ratio Matrix Subsampling; Hu et al., "Eigenspectrum Analysis of Neural Networks
+without Aspect Ratio Bias", ICML 2025, arXiv:2506.06280) fits instead the ESD pooled over
+submatrices that all have one shape. The authors' code is the specification here
+(github.com/HUST-AI-HYZ/FARMS, commit 8e07c3f): ``LLM_Pruning/lib/sampling.py`` (``fixed_sampling``,
+called by ``sampled_eigs`` from ``net_esd_estimator_farms`` in ``LLM_Pruning/lib/esd_utils_farms.py``),
+with the defaults of ``LLM_Pruning/main.py`` (``--num_row_samples 100 --Q_ratio 2.0
+--sampling_ops_per_dim 10``) and the fit its ``alpha_peak_farms`` metric asks for
+(``fix_fingers='xmin_peak'``, ``analysis_esd`` in ``esd_utils_farms.py``):
 
-1. cut :math:`W` (:math:`m \times n`, taken with :math:`m \ge n`, transposed otherwise) into
-   square :math:`n \times n` blocks of consecutive rows: :math:`\lceil m/n \rceil` of them, the
-   last one aligned to the end (so every row is in a block, and blocks overlap only there);
-2. the eigenvalues of :math:`B^\top B` of each block, pooled: the average ESD (blocks of one
-   size, so each weighs the same);
-3. the default power-law fit (:func:`~toolkit.metrics.powerlaw.fit_power_law`, WeightWatcher's)
-   of the pooled eigenvalues: ``alpha_farms``.
+1. windows (:func:`farms_windows`): ``h = 100`` rows by ``int(h * Q) = 200`` columns of ``W`` as stored
+   (out, in); row steps ``max(1, (m - h) // (P - 1))`` with ``P = 10`` positions per dimension,
+   ``min(P, max(1, (m - h) // step + 1))`` positions, the start of position ``i`` at
+   ``min(i * step, m - h)``; columns likewise; every row position with every column position
+   (at most 100 windows, overlapping where the matrix is less than 10 windows long);
+2. the squared singular values of every window, pooled (:func:`farms_eigenvalues`);
+3. the authors' ``xmin_peak`` fit of the pooled values (:func:`fit_peak_authors`): ``alpha_farms``.
 
-A square matrix is its own single block, so its ``alpha_farms`` is its ``alpha``. The blocks are
-diagonalised in float64 (Gram route, :func:`~toolkit.metrics.spectral.singular_values`): about
-:math:`m/n` times one :math:`n \times n` eigensolve, so it is opt-in.
-``benchmarks/bench_farms.py`` measures the bias on Gaussian matrices of :math:`q` = 1, 2, 4, 8.
+Where the code leaves a case open the toolkit chooses, and says so: a matrix smaller than the
+window in either dimension gets the largest window of the same aspect ratio that fits
+(``h = min(100, m, floor(n / Q))``; the authors' ``main.py`` lowers ``num_row_samples`` to
+``min(m, n)`` in its sanity check, and ``fixed_sampling`` as written would slice from a negative
+start); values are computed in float64 on the CPU (the authors: float32, on the GPU); eigenvalues
+that are exactly 0 are dropped (the authors keep them, ``filter_zeros=False``, which makes the
+log histogram undefined).
+
+The authors' LLaMA runs (``LLM_Pruning/scripts/llm_pruning_main.txt``) used 2000 x 2000 windows
+(``Q = 1``) on 15 x 15 positions; pass ``rows``, ``ratio``, ``positions`` for those.
+``benchmarks/bench_farms.py`` measures the aspect-ratio bias with and without it.
 """
 
 from __future__ import annotations
@@ -29,84 +40,175 @@ import math
 import numpy as np
 import torch
 
-from toolkit.metrics.powerlaw import FIT_METRIC_OPTIONS, fit_power_law
+from toolkit.metrics.power_law_tail import PowerLawFit, exact_ks_distances, tail_alphas
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-__all__ = ["farms_blocks", "farms_eigenvalues", "alpha_farms"]
+__all__ = ["farms_windows", "farms_eigenvalues", "fit_peak_authors", "alpha_farms", "FARMS_DEFAULTS"]
 
 REFERENCE = ("Hu, Y. et al. (2025), Eigenspectrum Analysis of Neural Networks without Aspect Ratio Bias, "
-             "ICML 2025, arXiv:2506.06280 (FARMS)")
+             "ICML 2025, arXiv:2506.06280 (FARMS); code: github.com/HUST-AI-HYZ/FARMS, LLM_Pruning/lib/sampling.py "
+             "(fixed_sampling) and lib/esd_utils_farms.py (analysis_esd, fix_fingers='xmin_peak')")
+#: The authors' defaults (``LLM_Pruning/main.py``): window rows, columns per row, positions per dimension.
+FARMS_DEFAULTS = {"rows": 100, "ratio": 2.0, "positions": 10}
+#: Bins of the log10 histogram whose fullest bin is the peak (``analysis_esd``'s ``bins=100``).
+PEAK_BINS = 100
 
 
-def farms_blocks(shape: tuple[int, int]) -> list[slice]:
-    """The row slices of the square blocks of a matrix of ``shape`` (its longer side first: rows).
+def _starts(length: int, window: int, positions: int) -> list[int]:
+    """Start offsets of the windows along one dimension (``fixed_sampling``'s step and count rule)."""
+    step = max(1, (length - window) // max(1, positions - 1))
+    count = min(positions, max(1, (length - window) // step + 1))
+    return [min(i * step, length - window) for i in range(count)]
+
+
+def farms_windows(shape: tuple[int, int], rows: int = 100, ratio: float = 2.0,
+                  positions: int = 10) -> list[tuple[slice, slice]]:
+    """The windows FARMS pools for a matrix of ``shape``: (row slice, column slice) pairs.
 
     Parameters
     ----------
     shape : (int, int)
-        ``(m, n)`` with ``m >= n``.
+        ``(m, n)`` of the matrix as stored (out, in).
+    rows : int, default 100
+        Window rows ``h`` (the authors' ``num_row_samples``).
+    ratio : float, default 2.0
+        Window columns per row, ``Q``: the window is ``h x int(h * Q)``.
+    positions : int, default 10
+        Positions per dimension (``sampling_ops_per_dim``).
 
     Returns
     -------
-    list of slice
-        ``ceil(m / n)`` slices of ``n`` rows: consecutive, the last aligned to the end.
+    list of (slice, slice)
+        Row-major: every row position with every column position; all windows of one shape.
+
+    Raises
+    ------
+    ValueError
+        A non-positive option, or a matrix with no window of that aspect ratio (``floor(n / Q) < 1``).
     """
     m, n = shape
-    if n <= 0 or m < n:
-        raise ValueError(f"a ({m}, {n}) matrix has no n x n blocks of rows: pass it with its longer side first")
-    starts = [i * n for i in range(m // n)]
-    if m % n:
-        starts.append(m - n)
-    return [slice(s, s + n) for s in starts]
+    if rows < 1 or ratio <= 0 or positions < 1:
+        raise ValueError(f"FARMS windows need rows >= 1, ratio > 0, positions >= 1; got {rows}, {ratio}, {positions}")
+    h = min(int(rows), m, math.floor(n / ratio))
+    c = int(h * ratio)
+    if h < 1 or c < 1:
+        raise ValueError(f"a ({m}, {n}) matrix holds no window of aspect ratio {ratio:g}")
+    return [(slice(r, r + h), slice(s, s + c)) for r in _starts(m, h, positions) for s in _starts(n, c, positions)]
 
 
-def farms_eigenvalues(w: torch.Tensor) -> np.ndarray:
-    r"""The pooled eigenvalues of :math:`B^\top B` over the square blocks :math:`B` of ``w`` (steps 1-2).
+def farms_eigenvalues(w: torch.Tensor, rows: int = 100, ratio: float = 2.0, positions: int = 10) -> np.ndarray:
+    r"""The pooled eigenvalues :math:`\sigma_i^2` of the FARMS windows of ``w`` (steps 1-2), ascending.
 
     Parameters
     ----------
     w : torch.Tensor, shape (out, in)
+    rows, ratio, positions
+        As :func:`farms_windows`.
 
     Returns
     -------
-    numpy.ndarray, shape (ceil(m/n) * n,), float64
-        Descending within each block; blocks in order.
+    numpy.ndarray, float64, ascending
+        ``min(h, int(h Q))`` values per window.
 
     Raises
     ------
     DegenerateMatrix
-        Not a 2-D matrix, or empty.
+        Not a non-empty 2-D matrix, or one too small for a window.
     """
-    from toolkit.metrics.spectral import singular_values
-
     if w.ndim != 2 or w.numel() == 0:
         raise DegenerateMatrix("not a non-empty 2-D matrix", "alpha_farms")
-    x = w if w.shape[0] >= w.shape[1] else w.T
-    parts = [singular_values(x[rows]).numpy() ** 2 for rows in farms_blocks(tuple(x.shape))]
-    return np.concatenate(parts)
+    try:
+        windows = farms_windows(tuple(w.shape), rows, ratio, positions)
+    except ValueError as e:
+        raise DegenerateMatrix(str(e), "alpha_farms") from None
+    x = w.detach().to("cpu", torch.float64)
+    batch = torch.stack([x[r, c] for r, c in windows])
+    return np.sort(torch.linalg.svdvals(batch).square().reshape(-1).numpy())
 
 
-def alpha_farms(w: torch.Tensor, s=None, **fit_options) -> float:
-    """``alpha`` of the average ESD of ``w``'s square blocks (module docstring), WeightWatcher's default fit.
+def fit_peak_authors(x: np.ndarray, bins: int = PEAK_BINS) -> PowerLawFit:
+    r"""The FARMS authors' ``xmin_peak`` power-law fit (``analysis_esd``, ``fix_fingers='xmin_peak'``).
+
+    Parameters
+    ----------
+    x : numpy.ndarray, 1-D
+        Eigenvalues (any order); non-positive ones are dropped.
+    bins : int, default 100
+        Of the log10 histogram.
+
+    Returns
+    -------
+    PowerLawFit
+        ``alpha``, ``xmin``, ``ks_distance`` (the authors' ``D``), ``num_tail``, ``sigma = (alpha - 1)/sqrt(n)``.
 
     Raises
     ------
     DegenerateMatrix
-        Where the pooled spectrum cannot be fitted (too few eigenvalues above the threshold, zeros).
+        Fewer than two eigenvalues, or no candidate xmin with :math:`\alpha > 1` (the authors' code returns
+        the unfitted 0 there).
+
+    Notes
+    -----
+    With :math:`\lambda` ascending and :math:`p = 10^{e_k}`, :math:`e_k` the left edge of the fullest of
+    ``bins`` equal bins of :math:`\log_{10}\lambda` over its range: the candidates are the positions
+    :math:`i \le N - 2` with :math:`\log_{10}(0.95 p) \le \lambda_i \le 1.5 p` (the code compares the
+    eigenvalue with the log of the lower end, as WeightWatcher's does; ties are separate candidates), each
+    with the MLE :math:`\alpha_i = 1 + n_i / \sum_{j \ge i} \ln(\lambda_j / \lambda_i)` and, where
+    :math:`\alpha_i > 1`, :math:`D_i = \max_{t < n_i} |1 - (\lambda_{i+t}/\lambda_i)^{1 - \alpha_i} - t/n_i|`,
+    else :math:`D_i = 1`; the fit is the first candidate of least :math:`D_i`. Unlike
+    :func:`toolkit.metrics.xmin_peak.fit_xmin_peak` (the ``powerlaw`` package's reading) there is no
+    preference for :math:`0 < \alpha < 3` and ties are not merged.
     """
-    lam = farms_eigenvalues(w)
-    if not lam.size or not math.isfinite(float(lam.max())) or float(lam.max()) == 0.0:
+    x = np.sort(np.asarray(x, dtype=np.float64).ravel())
+    x = x[x > 0]
+    if x.size < 2:
+        raise DegenerateMatrix(f"too short a spectrum: {x.size} positive eigenvalue(s)", "alpha_farms")
+    counts, edges = np.histogram(np.log10(x), bins=bins)
+    peak = 10.0 ** edges[int(np.argmax(counts))]
+    idx = np.flatnonzero((x[:-1] >= math.log10(0.95 * peak)) & (x[:-1] <= 1.5 * peak))
+    alpha_all, n_all, _ = tail_alphas(np.log(x))
+    ok = idx[np.isfinite(alpha_all[idx]) & (alpha_all[idx] > 1.0)]
+    if not ok.size:
+        raise DegenerateMatrix(f"no candidate xmin in [log10(0.95 p), 1.5 p], p = {peak:.4g}, with alpha > 1",
+                               "alpha_farms")
+    d = exact_ks_distances(x, ok, alpha_all, n_all)
+    d = np.where(np.isfinite(d), d, 1.0)
+    k = int(np.argmin(d))
+    i, a, tail = int(ok[k]), float(alpha_all[ok[k]]), int(n_all[ok[k]])
+    return PowerLawFit(a, float(x[i]), float(d[k]), tail, sigma=(a - 1.0) / math.sqrt(tail), xmax=float(x[-1]),
+                       num_pl_spikes=tail, raw_alpha=a)
+
+
+def alpha_farms(w: torch.Tensor, s=None, *, rows: int = 100, ratio: float = 2.0, positions: int = 10) -> float:
+    """FARMS alpha of ``w``: the authors' ``xmin_peak`` fit of the pooled ESD of its windows (module docstring).
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (out, in)
+    s : ignored
+        The metric reads the windows, not the matrix's singular values.
+    rows, ratio, positions
+        The window and its placement (:func:`farms_windows`); defaults are the authors'.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    DegenerateMatrix
+        A matrix too small for a window, an all-zero one, or a pooled spectrum the fit cannot take.
+    """
+    lam = farms_eigenvalues(w, rows, ratio, positions)
+    if not lam.size or not math.isfinite(float(lam[-1])) or float(lam[-1]) == 0.0:
         raise DegenerateMatrix("all-zero matrix", "alpha_farms")
-    try:
-        return float(fit_power_law(lam, **{k: v for k, v in fit_options.items() if v is not None}).alpha)
-    except DegenerateMatrix as e:
-        raise DegenerateMatrix(e.reason, "alpha_farms") from None
+    return float(fit_peak_authors(lam).alpha)
 
 
 register_metric(
-    "alpha_farms", alpha_farms, long_name="power-law exponent alpha of the FARMS average ESD", units="1",
-    description=("alpha (WeightWatcher's fit) of the pooled eigenvalues of B^T B over the square n x n blocks B "
-                 "of consecutive rows of W (m x n, m >= n; ceil(m/n) blocks, the last aligned to the end): the "
-                 "ESD at one aspect ratio, q = 1, whatever the matrix's shape"),
-    reference=REFERENCE, options=dict(FIT_METRIC_OPTIONS), opt_in=True,
+    "alpha_farms", alpha_farms, long_name="power-law exponent alpha of the FARMS pooled ESD", units="1",
+    description=("alpha of the pooled eigenvalues of the h x int(hQ) windows of W (h = 100, Q = 2 by default) on "
+                 "a grid of up to 10 x 10 positions over rows and columns, fitted with the FARMS authors' "
+                 "xmin_peak rule (xmin in [log10(0.95 p), 1.5 p] of the log-histogram peak p, least one-sided KS D)"),
+    reference=REFERENCE, options=dict(FARMS_DEFAULTS), opt_in=True,
 )

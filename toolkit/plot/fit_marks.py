@@ -15,8 +15,8 @@ The limits
 thresholds, Martin & Mahoney 2021; :func:`toolkit.collect.assemble.quality.with_quality`), and
 near either threshold it straddles it: the label is not known.
 For a tail of :math:`n` eigenvalues and a known xmin the 95 % interval is about
-:math:`2 \cdot 1.96 (\alpha - 1)/\sqrt n` wide (Clauset et al. 2009, §3.1); the bootstrap's,
-which includes xmin's choice, is wider (``tests/metrics/test_alpha_interval.py``).
+:math:`2 \cdot 1.96 (\alpha - 1)/\sqrt n` wide (Clauset et al. 2009, §3.1); the bootstrap's
+(xmin held, the MLE's small-tail bias corrected) is as wide (``tests/metrics/test_alpha_interval.py``).
 
 :data:`MIN_TAIL` = 50 eigenvalues: the same limit read from the tail's size, for a Dataset without
 the interval. With xmin known, alpha's standard error is :math:`(\alpha - 1)/\sqrt n`

@@ -1,0 +1,102 @@
+"""Coverage and width of alpha's 95 % interval beside WeightWatcher's sigma, on power laws of known exponent.
+
+For each tail size n (30, 100, 400, 1000) and ``--draws`` independent draws (seeded), two settings:
+
+- fixed tail: n values of a power law of exponent 2.5 above 1, fitted by the MLE with xmin at the smallest
+  value (the tail the fit would keep);
+- fitted spectrum: the same tail above a uniform bulk of 3n values below 1, fitted by the toolkit's default
+  fit (:func:`toolkit.metrics.powerlaw.fit_power_law`, xmin chosen by the KS rule).
+
+Each draw gets the toolkit's interval (:func:`toolkit.metrics.alpha_interval.alpha_interval`) and
+WeightWatcher's analytic one, alpha +- 1.96 sigma with sigma = (alpha - 1)/sqrt(n). Printed: the share of
+intervals that cover 2.5, and the mean width over the mean width of the exact interval of the fixed tail
+((alpha - 1) S ~ Gamma(n - 1), scipy's quantiles): the ideal width.
+
+    .venv/bin/python benchmarks/bench_alpha_coverage.py --draws 400
+
+Writes ``benchmarks/results/alpha_coverage.json`` (``--no-save``: print only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _harness import Results, load, table  # noqa: E402
+
+TRUE_ALPHA = 2.5
+LEVEL = 0.95
+METHODS = ("bootstrap", "ww_sigma")
+
+
+def _draw(rng, n: int):
+    import numpy as np
+
+    tail = np.sort((1.0 - rng.random(n)) ** (-1.0 / (TRUE_ALPHA - 1.0)))
+    return tail, np.concatenate([rng.uniform(0.0, 1.0, 3 * n), tail])
+
+
+def _intervals(lam, fit) -> dict:
+    import math
+
+    from toolkit.metrics.alpha_interval import alpha_interval
+
+    half = 1.96 * (fit.alpha - 1.0) / math.sqrt(fit.num_tail)
+    return {"bootstrap": alpha_interval(lam, fit), "ww_sigma": (fit.alpha - half, fit.alpha + half)}
+
+
+def measure(n: int, draws: int) -> dict:
+    import numpy as np
+    from scipy import stats
+
+    from toolkit.metrics.power_law_tail import PowerLawFit
+    from toolkit.metrics.powerlaw import fit_power_law
+
+    rng = np.random.default_rng([44, n])
+    g = stats.gamma.ppf([(1 - LEVEL) / 2, (1 + LEVEL) / 2], n - 1)
+    out = {s: {m: {"covered": 0, "widths": []} for m in METHODS} for s in ("fixed_tail", "fitted_spectrum")}
+    ideal = []
+    for _ in range(draws):
+        tail, spectrum = _draw(rng, n)
+        s = float(np.log(tail / tail[0]).sum())
+        a = 1.0 + n / s
+        ideal.append((g[1] - g[0]) / s)
+        fits = {"fixed_tail": (tail, PowerLawFit(a, float(tail[0]), 0.0, n, xmax=float(tail[-1]))),
+                "fitted_spectrum": (spectrum, fit_power_law(spectrum))}
+        for setting, (lam, fit) in fits.items():
+            for m, (lo, hi) in _intervals(lam, fit).items():
+                out[setting][m]["covered"] += int(lo <= TRUE_ALPHA <= hi)
+                out[setting][m]["widths"].append(hi - lo)
+    ideal_width = float(np.mean(ideal))
+    return {setting: {m: {"coverage": v["covered"] / draws, "mean_width": float(np.mean(v["widths"])),
+                          "width_over_ideal": float(np.mean(v["widths"])) / ideal_width} for m, v in per.items()}
+            for setting, per in out.items()} | {"ideal_width": ideal_width}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tails", type=int, nargs="+", default=[30, 100, 400, 1000])
+    ap.add_argument("--draws", type=int, default=400)
+    ap.add_argument("--no-save", action="store_true")
+    args = ap.parse_args(argv)
+    results = Results("alpha_coverage")
+    from toolkit.metrics.alpha_interval import REPLICATES
+
+    per_tail, rows = {}, []
+    for n in args.tails:
+        m = per_tail[str(n)] = measure(n, args.draws)
+        for setting in ("fixed_tail", "fitted_spectrum"):
+            rows.append([str(n), setting, *(f"{m[setting][k]['coverage']:.3f} ({m[setting][k]['width_over_ideal']:.2f})"
+                                              for k in METHODS)])
+    print(f"{load()}; {args.draws} draws per tail size; coverage (mean width / ideal width)")
+    print(table(rows, ["tail n", "setting", f"bootstrap interval ({REPLICATES} replicates)", "alpha +- 1.96 sigma"]))
+    if not args.no_save:
+        results.save({"tails": per_tail, "draws": args.draws, "true_alpha": TRUE_ALPHA, "level": LEVEL,
+                      "replicates": REPLICATES, "goal": {"coverage": [0.92, 0.98], "width_over_ideal": 1.2}})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
