@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from toolkit._version import __version__
-from toolkit.atomic import atomic_path
+from toolkit.atomic import atomic_path, output_target
 from toolkit.errors import OutputPathError, ResultsFileError, ResultsNotFoundError, UnsavableDatasetError
 from toolkit.io.hostile import (
     FOREIGN,
@@ -187,11 +187,10 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
         raise UnsavableDatasetError("ds", f"toolkit.save needs an xarray.Dataset, got {type(ds).__name__}")
     text = path_text(path, "toolkit.save")
     path = Path(text)
-    if "\x00" in text:
-        raise OutputPathError(text, "the path holds a NUL character, which no file name can; check how it was made")
-    problem = path_problem(text, path, "it", "stats.nc")
+    problem = path_problem(text, path, "it", "stats.nc") if "\x00" not in text else ""
     if problem:
         raise OutputPathError(text, problem)
+    output_target(text)  # a NUL, a device, a FIFO, a socket: refused before anything is written
     encoded = encode_for_netcdf(ds)  # an attr NetCDF cannot store fails here, before any file is made
     created = False
     try:

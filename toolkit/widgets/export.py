@@ -102,8 +102,8 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     ----------
     data : xarray.Dataset or list of xarray.Dataset
         As :func:`toolkit.widgets.explore` takes it (a series' ``checkpoint`` dim: one panel per step).
-    metrics : list of str, optional
-        The menu; default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
+    metrics : str or list of str, optional
+        The menu (a str is one metric); default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
     labels : list of str, optional
         One per Dataset of a list.
 
@@ -113,7 +113,8 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
         ``data`` of another type, or no metric of the data can be drawn.
     """
     models = _models(data, labels)
-    names = list(metrics) if metrics is not None else metric_names(models[0][1])
+    names = ([metrics] if isinstance(metrics, str) else list(metrics)) if metrics is not None \
+        else metric_names(models[0][1])  # a str is one metric, not its letters
     heatmaps = {m: got for m in names if (got := _heatmap(models, m)) is not None}
     if not heatmaps:
         raise InvalidOptionError("metrics", metrics, "metrics of the data that a heatmap can draw, e.g. "
