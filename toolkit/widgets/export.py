@@ -13,9 +13,6 @@ page swaps them in.
 
 from __future__ import annotations
 
-import html
-import json
-import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +27,7 @@ from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
 from toolkit.widgets._assets import FOLDER, style
 from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
+from toolkit.widgets.embed import json_for_html, text_for_html
 
 __all__ = ["NO_SPECTRA", "export_html", "page_data"]
 
@@ -130,22 +128,6 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
             "drilldowns": drilldowns, "note": "" if drilldowns else NO_SPECTRA}
 
 
-def _json(data) -> str:
-    """JSON safe inside a ``<script>`` element (NaN as null; ``</`` escaped), numbers to 7 significant digits
-    (what is drawn and hovered shows at most 6: the page's own number format)."""
-    def clean(x):
-        if isinstance(x, float):
-            return float(f"{x:.7g}") if math.isfinite(x) else None
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, np.generic):
-            return clean(x.item())
-        return x
-    return json.dumps(clean(data), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-
-
 @checks_options(path=PathName(), metrics=Optional(Names("metrics of the data")),
                 labels=Optional(Names("one label per Dataset")), title=Optional(Text("the page's title")))
 def export_html(data, path, *, metrics=None, labels=None, title: str | None = None) -> Path:
@@ -200,15 +182,15 @@ def _page(page: dict, title: str) -> str:
                                                                                                        "chart")}
     glue = (FOLDER / "export_page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{text_for_html(title)}</title>
 <style>{style()}
 body {{ font-family: sans-serif; margin: 16px; }} .toolkit-export-bar {{ margin-bottom: 8px; }}
 .toolkit-export-row {{ display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }}</style></head>
-<body><h3>{html.escape(title)}</h3>
+<body><h3>{text_for_html(title)}</h3>
 <div class="toolkit-export-bar"><label>metric <select id="toolkit-metric"></select></label></div>
 <div class="toolkit-export-row"><div id="toolkit-heatmap"></div><div id="toolkit-drilldown"></div></div>
-<script type="application/json" id="toolkit-data">{_json(page)}</script>
-<script type="application/json" id="toolkit-modules">{_json(modules)}</script>
+<script type="application/json" id="toolkit-data">{json_for_html(page)}</script>
+<script type="application/json" id="toolkit-modules">{json_for_html(modules)}</script>
 <script type="module">{glue}</script>
 </body></html>
 """
