@@ -27,6 +27,8 @@ import xarray as xr
 
 from toolkit._version import __version__
 from toolkit.atomic import atomic_path, output_target
+from toolkit.constraint_types import DataOf
+from toolkit.constraints import PathName, checks_options
 from toolkit.errors import OutputPathError, ResultsFileError, ResultsNotFoundError, UnsavableDatasetError
 from toolkit.io.hostile import (
     FOREIGN,
@@ -149,6 +151,7 @@ def decode_from_netcdf(ds: xr.Dataset, source: str = "") -> xr.Dataset:
     return ds
 
 
+@checks_options(ds=DataOf(), path=PathName())
 def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     """Write a statistics Dataset to NetCDF (HDF5 via ``h5netcdf``), atomically.
 
@@ -214,6 +217,7 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     return path
 
 
+@checks_options(path=PathName())
 def load(path: str | os.PathLike) -> xr.Dataset:
     """Read a Dataset written by :func:`save` fully into memory.
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from toolkit.constraint_types import DataOf
 from toolkit.constraints import Names, Optional, PathName, Text, checks_options
 from toolkit.errors import InvalidOptionError, ToolkitError
 from toolkit.plot import metric_names, prepare_heatmap
@@ -128,7 +129,7 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
             "drilldowns": drilldowns, "note": "" if drilldowns else NO_SPECTRA}
 
 
-@checks_options(path=PathName(), metrics=Optional(Names("metrics of the data")),
+@checks_options(data=DataOf(many=True), path=PathName(), metrics=Optional(Names("metrics of the data")),
                 labels=Optional(Names("one label per Dataset")), title=Optional(Text("the page's title")))
 def export_html(data, path, *, metrics=None, labels=None, title: str | None = None) -> Path:
     """Write the explorer as one self-contained HTML file (no network resource; opens from ``file://``).
