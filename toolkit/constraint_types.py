@@ -38,10 +38,13 @@ class DataOf(Constraint):
     array: bool = False
     many: bool = False
 
-    def _expected(self) -> str:
+    def _expected(self, value) -> str:
         kinds = "an xarray.Dataset" + (" or DataArray" if self.array else "") + (
             " or a non-empty list of them" if self.many else "")
-        return kinds + ("" if self.array else " (a DataArray: pass da.to_dataset())")
+        if self.array or type(value).__name__ != "DataArray":
+            return kinds + f", not {type(value).__name__}"
+        how = "da.to_dataset()" if value.name is not None else "da.to_dataset(name='my_metric')"
+        return f"{kinds}, not a DataArray: pass a Dataset, e.g. {how}"
 
     def check(self, value, option, where):
         import xarray as xr
@@ -50,7 +53,7 @@ class DataOf(Constraint):
         ok = isinstance(value, kinds) or (self.many and isinstance(value, (list, tuple)) and len(value) > 0
                                           and all(isinstance(d, kinds) for d in value))
         if not ok:
-            raise InvalidOptionError(option, value, self._expected(), where)
+            raise InvalidOptionError(option, value, self._expected(value), where)
         return value
 
     def invalid(self):

@@ -135,7 +135,8 @@ class PathName(Constraint):
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if not isinstance(value, str) or not value:
-            raise InvalidOptionError(option, value, "a path (a non-empty str or a pathlib.Path)", where)
+            how = "; bytes: pass os.fsdecode(path)" if isinstance(value, (bytes, bytearray)) else ""
+            raise InvalidOptionError(option, value, f"a path (a non-empty str or a pathlib.Path{how})", where)
         return value
 
     def invalid(self):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import OneOf, Optional, Text, Whole, checks_options
 from toolkit.plot import _options as O
 
@@ -277,7 +278,9 @@ def _set_title(ax, title: str) -> None:
     ax.set_title(wrap_title(title, ax, fontsize=10), fontsize=10)
 
 
-@checks_options(data=O.DS, layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), ax=O.AX,
+@checks_options(data=Exempt("a Dataset with stored spectra, or a checkpoint whose cell cell_spectrum measures (its "
+                            "typed errors)"),
+                layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), ax=O.AX,
                 kind=OneOf(KINDS), bins=O.BINS, checkpoint=Optional(Whole(minimum=0)))
 def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100,
         checkpoint: int | None = None):
