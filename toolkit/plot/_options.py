@@ -43,7 +43,8 @@ LABELS = {
     "components": Exempt("column labels of the Dataset (EmptyInputError naming the known ones)"),
     "selection": Exempt("labels of the Dataset's other dims, e.g. checkpoint=0 (UnknownMetricError / "
                         "EmptyInputError naming the known ones)"),
-    "activations": Optional(Names("activation labels of the lab result")),
+    "activations": Exempt("activation labels of the lab result (EmptyInputError naming the known ones, or saying to "
+                          "pick one)"),
     "head": Exempt("a head of the lab result, or 'mean' / 'max' (EmptyInputError naming the known ones)"),
 }
 #: what a prepare_* function returned, drawn by its draw_* twin
