@@ -83,7 +83,7 @@ def test_load_not_netcdf(tmp_path):
 
 def test_save_refuses_a_dataarray_with_the_fix():
     da = _ds().stable_rank
-    with pytest.raises(InvalidOptionError, match=r"toolkit.save: ds=.* must be an xarray.Dataset, not a DataArray: "
+    with pytest.raises(InvalidOptionError, match=r"(?s)toolkit.save: ds=.* must be an xarray.Dataset, not a DataArray: "
                                                  r"pass a Dataset, e\.g\. da\.to_dataset\(\)"):
         save(da, "unused.nc")
     with pytest.raises(InvalidOptionError, match=r"da\.to_dataset\(name='my_metric'\)"):
