@@ -79,7 +79,8 @@ class ResultsFileError(CheckpointFileError):
 class OutputPathError(ToolkitError, OSError):
     """A file the toolkit is asked to write (``toolkit.save``, the command
     line's ``-o`` / ``--plot``) that cannot be written there: the path is a
-    folder, its folder cannot be created or written, the disk is full...
+    folder, a device, a FIFO or a socket (never replaced: :func:`toolkit.atomic.output_target`),
+    holds a NUL, its folder cannot be created or written, the disk is full...
 
     Fields: ``path``, ``reason``; ``errno`` of the underlying ``OSError``
     when there is one.
