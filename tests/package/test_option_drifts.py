@@ -46,6 +46,8 @@ def test_an_unknown_metric_names_the_function_and_the_option():
     assert isinstance(err, UnknownMetricError) and "stable_rank" in err.known
     refused("toolkit.compare", "metrics", lambda: toolkit.compare(MISSING, MISSING, ["stable_rank"]),
             match="is a weight metric")
+    refused("toolkit.widgets.explore_model", "metrics",
+            lambda: toolkit.widgets.explore_model(MISSING, ["nope"], display=False, background=False))
 
 
 def test_compare_series_checkpoints_and_steps():
