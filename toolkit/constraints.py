@@ -3,8 +3,14 @@
 A public function says what each of its options takes with :func:`checks_options`
 (scikit-learn's ``validate_params`` in spirit)::
 
-    @checks_options(keep_spectra=Flag(), precision=OneOf(("float64", "float32")))
+    @checks_options(source=SOURCE, keep_spectra=Flag(), precision=OneOf(("float64", "float32")))
     def weight_stats(source=None, *, keep_spectra=False, precision="float64"): ...
+
+Every parameter is declared, the total contract: an option by what it takes, and a parameter that is no option
+(the checkpoint, a definition handed to a registry, keywords passed on) by :class:`Exempt` with the typed
+error that refuses a bad value. The contract test asserts that the declared names equal the signature's (as
+scikit-learn's ``test_public_functions.py`` does), so a new parameter cannot slip past; the constraints on the
+data, matplotlib objects and keywords live in :mod:`toolkit.constraint_types`.
 
 Before the body runs, every option the caller passed is checked by its
 constraint and replaced by the value the function uses (``numpy.int64(3)``
