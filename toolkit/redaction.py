@@ -41,6 +41,7 @@ HARMLESS = frozenset({
     "se", "st", "sp", "sv", "sr", "spr", "srt", "ss",  # Azure SAS fields other than its signature ``sig``
 })
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#]*@")
 _SPLIT = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$", re.S)
 
 
@@ -92,8 +93,12 @@ def redact(url: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """``text`` with every URL in it passed through :func:`redact` (messages, logs)."""
-    return _URL.sub(lambda m: redact(m[0]), text) if "://" in text else text
+    """``text`` with every URL in it passed through :func:`redact` (messages, logs); a userinfo is masked up
+    to its last ``@`` even where it holds a quote or an ``@`` (which end a URL in running text)."""
+    if "://" not in text:
+        return text
+    text = _USERINFO.sub(lambda m: f"{m[1]}{MASK}@", text)
+    return _URL.sub(lambda m: redact(m[0]), text)
 
 
 def redact_exception(exc: BaseException) -> str:

@@ -75,6 +75,14 @@ def test_names_are_compared_after_percent_decoding_and_case_folding():
     assert redact("http://h/f?versionId=7&md5=abc") == "http://h/f?versionId=7&md5=***"
 
 
+@pytest.mark.parametrize("password", ["pa'ss", 'pa"ss', "p@ss", "p`ss", "pa<ss"])
+def test_a_password_that_ends_a_url_in_running_text_is_masked(password):
+    url = f"http://user:{password}@h.example/m/model.safetensors?X=1"
+    for text in (f"cannot read {url!r}: no", f"cannot read {url}: no", f'"{url}"'):
+        shown = redact_text(text)
+        assert password not in shown and "ss@" not in shown and "***@h.example/m/model.safetensors" in shown, shown
+
+
 def test_an_upper_case_scheme_is_a_url():
     from toolkit.sources.remote import is_url
 
