@@ -40,7 +40,9 @@ HARMLESS = frozenset({
     "x-goog-algorithm", "x-goog-date", "x-goog-expires", "x-goog-signedheaders",
     "se", "st", "sp", "sv", "sr", "spr", "srt", "ss",  # Azure SAS fields other than its signature ``sig``
 })
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+#: a URL in running text: it ends at whitespace, ``<``, ``>``, a backtick, or a quote followed by what ends a
+#: quotation (whitespace, punctuation, the end): a quote inside a query value does not end it
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:[^\s'\"<>`]|['\"](?=[^\s'\"<>`,.:;!?)\]}]))+")
 _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#]*@")
 _SPLIT = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)([^?#]*)(\?[^#]*)?(#.*)?$", re.S)
 

@@ -75,6 +75,14 @@ def test_names_are_compared_after_percent_decoding_and_case_folding():
     assert redact("http://h/f?versionId=7&md5=abc") == "http://h/f?versionId=7&md5=***"
 
 
+@pytest.mark.parametrize("value", ["ab'SECRET", 'ab"SECRET', "ab'SE'CRET"])
+def test_a_query_value_with_a_quote_is_masked_in_running_text(value):
+    url = f"https://h.example/m/model.safetensors?sig={value}&Expires=9"
+    for text in (f"cannot read {url!r}: no", f"cannot read {url}. No", f"({url})"):
+        shown = redact_text(text)
+        assert "SECRET" not in shown and "CRET" not in shown and "sig=***&Expires=9" in shown, shown
+
+
 @pytest.mark.parametrize("password", ["pa'ss", 'pa"ss', "p@ss", "p`ss", "pa<ss"])
 def test_a_password_that_ends_a_url_in_running_text_is_masked(password):
     url = f"http://user:{password}@h.example/m/model.safetensors?X=1"
