@@ -6,9 +6,10 @@ from __future__ import annotations
 from toolkit.constraint_types import AnyOf, DataOf, Exempt, Instance, Keywords
 from toolkit.constraints import Check, Flag, Names, OneOf, Optional, Real, Size, Text, Whole
 from toolkit.errors import InvalidOptionError
+from toolkit.plot.scales import SCALE_CHOICES
 
-__all__ = ["AX", "BINS", "CBAR", "CENTER", "DATA", "DS", "FIG", "FIGSIZE", "LABELS", "PREPARED", "TITLE", "TITLES",
-           "marker"]
+__all__ = ["AX", "BINS", "CBAR", "CENTER", "DATA", "DS", "FIG", "FIGSIZE", "HEATMAP", "LABELS", "LAYER_GRID",
+           "LEGEND", "PREPARED", "TITLE", "TITLES", "marker"]
 
 
 def _marker(value, where):
@@ -49,5 +50,15 @@ LABELS = {
 }
 #: what a prepare_* function returned, drawn by its draw_* twin
 PREPARED = Exempt("the figure data a prepare_* function returns (its own dataclass; drawn as prepared)")
+#: the options prepare_heatmap and heatmap share
+HEATMAP = dict(data=DATA, metric=Optional(Text("a variable of the Dataset")), center=CENTER,
+               scale=OneOf(SCALE_CHOICES), robust=Flag(), layers=LABELS["layers"], components=LABELS["components"],
+               title=TITLE, vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
+               selection=LABELS["selection"])
+#: the options of a lab layer grid (prepare_layer_grid, layer_grid) but its scale
+LAYER_GRID = dict(ds=DS, metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
+                  activations=LABELS["activations"], layers=LABELS["layers"], head=LABELS["head"],
+                  ncols=Optional(Whole(minimum=1)), bound=Flag())
+LEGEND = Optional(OneOf(("shared", "panel")))
 marker = Check(_marker, "no such marker")
 BINS = Whole(minimum=1, meaning="histogram bins")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
-from toolkit.constraints import Flag, OneOf, Optional, Real, Text, Whole, checks_options
+from toolkit.constraints import Optional, Whole, checks_options
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _options as O
 from toolkit.plot import _style
@@ -38,13 +38,10 @@ from toolkit.plot._select import (
 from toolkit.plot.fit_marks import draw_marks, panel_marks
 from toolkit.plot.heatmap_data import HeatmapData
 from toolkit.plot.numbers import digits_for, format_value, near_constant_note
-from toolkit.plot.scales import SCALE_CHOICES, describe_scale, diverging_log, panel_limits, resolve_scale
+from toolkit.plot.scales import describe_scale, diverging_log, panel_limits, resolve_scale
 
 
-@checks_options(data=O.DATA, metric=Optional(Text("a variable of the Dataset")), center=O.CENTER,
-                scale=OneOf(SCALE_CHOICES), robust=Flag(), layers=O.LABELS["layers"],
-                components=O.LABELS["components"], title=O.TITLE, vmin=Optional(Real()), vmax=Optional(Real()),
-                log=Optional(Flag()), digits=Optional(Whole(minimum=1, maximum=17)), selection=O.LABELS["selection"])
+@checks_options(**O.HEATMAP, digits=Optional(Whole(minimum=1, maximum=17)))
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
@@ -294,10 +291,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     return ax
 
 
-@checks_options(data=O.DATA, metric=Optional(Text("a variable of the Dataset")), ax=O.AX, center=O.CENTER,
-                scale=OneOf(SCALE_CHOICES), robust=Flag(), layers=O.LABELS["layers"],
-                components=O.LABELS["components"], **O.CBAR, title=O.TITLE, vmin=Optional(Real()),
-                vmax=Optional(Real()), log=Optional(Flag()), selection=O.LABELS["selection"])
+@checks_options(**O.HEATMAP, ax=O.AX, **O.CBAR)
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,

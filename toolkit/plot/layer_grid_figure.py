@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.constraints import Flag, Names, OneOf, Optional, Text, Whole, checks_options
+from toolkit.constraints import Names, OneOf, Optional, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot import _options as O
 from toolkit.plot._layout import fit_ylabels, is_dimensionless
@@ -153,9 +153,10 @@ def _ylim(values: np.ndarray, log: bool, bound: float | None, metric: str) -> tu
     return lo - pad, hi + pad
 
 
-@checks_options(ds=O.DS, metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
-                activations=O.LABELS["activations"], layers=O.LABELS["layers"], head=O.LABELS["head"],
-                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag())
+_SCALE = Optional(OneOf(LINE_SCALES))
+
+
+@checks_options(**O.LAYER_GRID, scale=_SCALE)
 def prepare_layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None,
                        head=None, scale: str | None = None, ncols: int | None = None,
                        bound: bool = True) -> LayerGridData:
@@ -273,8 +274,7 @@ def _new_figure(fig, figsize):
     return fig
 
 
-@checks_options(data=O.PREPARED, fig=O.FIG, figsize=O.FIGSIZE, legend=Optional(OneOf(("shared", "panel"))),
-                title=O.TITLE)
+@checks_options(data=O.PREPARED, fig=O.FIG, figsize=O.FIGSIZE, legend=O.LEGEND, title=O.TITLE)
 def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str | None = "shared",
                     title: str | None = None):
     """Draw a prepared layer grid.
@@ -341,10 +341,7 @@ def _shared_legend(fig, ax, ncols: int):
                       frameon=False)
 
 
-@checks_options(ds=O.DS, metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
-                activations=O.LABELS["activations"], layers=O.LABELS["layers"], head=O.LABELS["head"],
-                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag(),
-                legend=Optional(OneOf(("shared", "panel"))), fig=O.FIG, figsize=O.FIGSIZE, title=O.TITLE)
+@checks_options(**O.LAYER_GRID, scale=_SCALE, legend=O.LEGEND, fig=O.FIG, figsize=O.FIGSIZE, title=O.TITLE)
 def layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None, head=None,
                scale: str | None = None, ncols: int | None = None, bound: bool = True,
                legend: str | None = "shared", fig=None, figsize=None, title: str | None = None):
@@ -371,8 +368,7 @@ def layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=N
 
 
 @checks_options(ds=O.DS, metrics=Names("run-level variables of the lab result"),
-                activations=O.LABELS["activations"], scale=Optional(OneOf(LINE_SCALES)), fig=O.FIG,
-                figsize=O.FIGSIZE)
+                activations=O.LABELS["activations"], scale=_SCALE, fig=O.FIG, figsize=O.FIGSIZE)
 def training_curves(ds, metrics=("train_loss", "test_accuracy"), *, activations=None,
                     scale: str | None = None, fig=None, figsize=None):
     """Per-activation curves of run-level variables (loss, accuracy), one panel each.
