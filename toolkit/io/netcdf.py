@@ -170,24 +170,18 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 
     Raises
     ------
+    InvalidOptionError
+        ``ds`` is not a Dataset (a DataArray: the message says ``da.to_dataset()``),
+        or ``path`` is not a non-empty str or path-like (before anything else).
     UnsavableDatasetError
-        ``ds`` is not a Dataset (a DataArray: pass ``da.to_dataset()``), or an
-        attr or variable cannot be stored in NetCDF (the message names it); a
-        ``TypeError`` too.
-    PathTypeError
-        ``path`` is not a str or path-like (a ``TypeError`` too).
+        An attr or variable cannot be stored in NetCDF (the message names it);
+        a ``TypeError`` too.
     OutputPathError
-        The file cannot be written there (a folder, a folder that cannot be
-        created or written, a full disk...); an ``OSError`` too.
+        The file cannot be written there (a folder, a device, a FIFO, a socket,
+        a NUL in the path, a folder that cannot be created or written, a full
+        disk...; :func:`toolkit.atomic.output_target`: a symbolic link is
+        followed and its target replaced); an ``OSError`` too.
     """
-    if not isinstance(ds, xr.Dataset):
-        if isinstance(ds, xr.DataArray):
-            how = "da.to_dataset()" if ds.name is not None else "da.to_dataset(name='my_metric')"
-            raise UnsavableDatasetError(
-                "ds", f"toolkit.save needs an xarray.Dataset, got a DataArray{f' ({ds.name!r})' if ds.name else ''}; "
-                f"pass a Dataset, e.g. {how}"
-            )
-        raise UnsavableDatasetError("ds", f"toolkit.save needs an xarray.Dataset, got {type(ds).__name__}")
     text = path_text(path, "toolkit.save")
     path = Path(text)
     problem = path_problem(text, path, "it", "stats.nc") if "\x00" not in text else ""
@@ -230,8 +224,8 @@ def load(path: str | os.PathLike) -> xr.Dataset:
 
     Raises
     ------
-    PathTypeError
-        ``path`` is not a str or path-like.
+    InvalidOptionError
+        ``path`` is not a non-empty str or path-like.
     ResultsNotFoundError
         No file at ``path`` (a :class:`~toolkit.errors.SourceNotFoundError`).
     ResultsFileError
