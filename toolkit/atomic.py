@@ -29,6 +29,16 @@ file system. A temporary *folder* is kept while its final name is missing:
 it may hold the only copy (:func:`atomic_dir` moves the old folder aside
 just before the final rename).
 
+What is at the final name decides whether it may be written (:func:`output_target`, before anything is
+written): nothing, or a regular file, is replaced; a character or block device (``/dev/null``), a FIFO, a
+socket or a folder where a file is asked for is refused with :class:`~toolkit.errors.OutputPathError` naming
+the path, its kind and the way out (renaming a file over ``/dev/null`` would replace the device itself). A
+symbolic link at the final name is followed: the file it points to is replaced atomically (the temporary file
+is made in the target's folder) and the link stays a link; a link to something that is not a regular file is
+refused as that thing would be, and a dangling link gets its target created. A path holding a NUL character is
+an ``OutputPathError`` too.
+
+- :func:`output_target` -- the file a write to ``path`` replaces, or the typed refusal.
 - :func:`atomic_write` -- a context manager yielding an open file object.
 - :func:`atomic_path` -- yields a temporary path, for writers that take a
   path (``xarray.Dataset.to_netcdf``, ``torch.save``, ``safetensors``).
@@ -50,7 +60,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["STALE_AFTER_S", "atomic_dir", "atomic_path", "atomic_write", "create_temp", "remove_stale_temps"]
+__all__ = ["STALE_AFTER_S", "atomic_dir", "atomic_path", "atomic_write", "create_temp", "file_kind", "output_target",
+           "remove_stale_temps"]
 
 #: Seconds without a write after which a temporary file or folder of ours is a killed writer's leftover.
 STALE_AFTER_S = 3600.0
@@ -58,6 +69,67 @@ STALE_AFTER_S = 3600.0
 _SWEEP_EVERY_S = 600.0
 _TEMP_RE = re.compile(r"^\.(?P<final>.+)\.[0-9a-f]{8}\.tmp$")
 _swept: dict[str, float] = {}
+
+
+_KINDS = ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def file_kind(mode: int) -> str:
+    """What an ``st_mode`` names, in words (``"a regular file"``, ``"a character device"``, ``"a folder"``...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
+
+
+def output_target(path: str | os.PathLike, *, folder: bool = False) -> Path:
+    """The file (or, with ``folder``, the folder) that a write to ``path`` replaces, checked before anything is
+    written.
+
+    A symbolic link is followed to what it points to (the link itself is never replaced; a dangling link's
+    target is created). Nothing there, or a regular file (a folder, with ``folder``), may be replaced; anything
+    else is refused.
+
+    Parameters
+    ----------
+    path : str or path-like
+    folder : bool, default False
+        The write makes a folder (:func:`atomic_dir`), which replaces a folder or a regular file.
+
+    Returns
+    -------
+    pathlib.Path
+        The path to write (the link's target for a link).
+
+    Raises
+    ------
+    toolkit.errors.OutputPathError
+        A NUL in the path; a device, FIFO, socket (or a folder, for a file) at the path or at the end of its
+        links; a link loop. The message names the path, what is there and the way out.
+    """
+    from toolkit.errors import OutputPathError
+
+    text = os.fspath(path)
+    if "\x00" in str(text):
+        raise OutputPathError(str(text).replace("\x00", "\\x00"), "the path holds a NUL character, which no "
+                              "file name can; check how it was made")
+    target = Path(text)
+    if os.path.islink(target):
+        target = Path(os.path.realpath(target))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:  # a link loop, a name too long, no permission to look
+        raise OutputPathError(text, f"cannot look at what is there ({e.strerror or e}); choose another path",
+                              e.errno) from None
+    if stat.S_ISREG(mode) or (folder and stat.S_ISDIR(mode)):
+        return target
+    via = f" (a symbolic link to {str(target)!r})" if str(target) != text else ""
+    way = ("give a file name inside it" if stat.S_ISDIR(mode) else
+           "it is never replaced by a file; choose a path of a regular file (to discard output, leave the option "
+           "out; a command line's -o takes /dev/null and - for standard output)")
+    raise OutputPathError(text, f"the path{via} is {file_kind(mode)}, not a regular file: {way}")
 
 
 def _temp_name(path: Path) -> Path:
@@ -160,13 +232,17 @@ def create_temp(path: str | os.PathLike) -> tuple[int, Path]:
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path to write ``path``'s new content to; rename it over ``path`` on success.
 
-    The temporary file exists (empty) when the body starts, with the mode
+    ``path`` is checked first (:func:`output_target`: a regular file or nothing; a symbolic link is followed,
+    and its target replaced). The temporary file exists (empty) when the body starts, with the mode
     ``path`` will have; the writer may overwrite or truncate it. The folder
     of ``path`` must exist; stale temporaries of killed writers in it are
     removed first (:func:`remove_stale_temps`).
 
     Raises
     ------
+    toolkit.errors.OutputPathError
+        ``path`` is not a regular file (a device, a FIFO, a socket, a folder), or holds a NUL (before the body
+        runs).
     OSError
         The temporary file cannot be created (before the body runs), or the
         rename fails; whatever the body raises propagates, after the
@@ -177,7 +253,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     >>> with atomic_path("stats.nc") as tmp:          # doctest: +SKIP
     ...     ds.to_netcdf(tmp)
     """
-    path = Path(path)
+    path = output_target(path)
     _sweep(path.parent)
     fd, tmp = create_temp(path)
     try:
@@ -243,7 +319,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     >>> with atomic_dir("out/step-00010") as tmp:     # doctest: +SKIP
     ...     save_file(tensors, tmp / "model.safetensors")
     """
-    path = Path(path)
+    path = output_target(path, folder=True)
     _sweep(path.parent)
     for _ in range(100):
         tmp = _temp_name(path)

@@ -3,8 +3,14 @@
 A public function says what each of its options takes with :func:`checks_options`
 (scikit-learn's ``validate_params`` in spirit)::
 
-    @checks_options(keep_spectra=Flag(), precision=OneOf(("float64", "float32")))
+    @checks_options(source=SOURCE, keep_spectra=Flag(), precision=OneOf(("float64", "float32")))
     def weight_stats(source=None, *, keep_spectra=False, precision="float64"): ...
+
+Every parameter is declared, the total contract: an option by what it takes, and a parameter that is no option
+(the checkpoint, a definition handed to a registry, keywords passed on) by :class:`Exempt` with the typed
+error that refuses a bad value. The contract test asserts that the declared names equal the signature's (as
+scikit-learn's ``test_public_functions.py`` does), so a new parameter cannot slip past; the constraints on the
+data, matplotlib objects and keywords live in :mod:`toolkit.constraint_types`.
 
 Before the body runs, every option the caller passed is checked by its
 constraint and replaced by the value the function uses (``numpy.int64(3)``
@@ -34,8 +40,9 @@ from toolkit import options
 from toolkit.errors import InvalidOptionError
 
 __all__ = [
-    "Check", "Constraint", "DeviceName", "Flag", "Forwarded", "Function", "MetricNames", "Names", "OneOf", "Optional",
-    "PathName", "Progress", "Real", "Size", "Text", "Whole", "checks_options", "declared_options",
+    "Check", "Constraint", "DeviceName", "Exempt", "Flag", "Forwarded", "Function", "MetricNames", "Names", "OneOf",
+    "Optional", "PathName", "Progress", "Real", "Size", "Text", "Whole", "checks_options", "declared_options",
+    "is_exempt",
 ]
 
 _ATTRIBUTE = "__toolkit_options__"
@@ -134,7 +141,8 @@ class PathName(Constraint):
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if not isinstance(value, str) or not value:
-            raise InvalidOptionError(option, value, "a path (a non-empty str or a pathlib.Path)", where)
+            how = "; bytes: pass os.fsdecode(path)" if isinstance(value, (bytes, bytearray)) else ""
+            raise InvalidOptionError(option, value, f"a path (a non-empty str or a pathlib.Path{how})", where)
         return value
 
     def invalid(self):
@@ -225,13 +233,29 @@ class Progress(Constraint):
 
 @dataclass(frozen=True)
 class MetricNames(Constraint):
-    """``metrics``: None (every metric of ``kind``), a name or a non-empty list of names (unknown names are the
-    registry's to refuse, with close matches)."""
+    """``metrics``: None (every metric of ``kind``), a name or a non-empty list of names, each a non-empty str;
+    with ``resolve`` (the registry's ``resolve_metrics(names, kind)``), an unknown name is an
+    :class:`~toolkit.errors.UnknownMetricError` naming the function, the option and the close matches."""
 
     kind: str
+    resolve: Callable | None = None
 
     def check(self, value, option, where):
-        return options.metric_names(value, where, self.kind)
+        from toolkit.errors import UnknownMetricError
+
+        value = options.metric_names(value, where, self.kind)
+        names = [value] if isinstance(value, str) else value or []
+        for name in names:
+            if not isinstance(name, str) or not name.strip():
+                raise InvalidOptionError(option, value, f"None (every {self.kind} metric), a name or a list of "
+                                         f"names, each a non-empty str (not {name!r})", where)
+        if self.resolve is not None and value is not None:
+            try:
+                self.resolve(value, self.kind)
+            except UnknownMetricError as e:
+                raise UnknownMetricError(e.name, e.known, kind=e.kind, others=e._others, option=option,
+                                         where=where) from None
+        return value
 
     def invalid(self):
         return []
@@ -271,6 +295,25 @@ class Check(Constraint):
 
 
 @dataclass(frozen=True)
+class Exempt(Constraint):
+    """A parameter that is no option, taken as given: ``reason`` says which typed error refuses a bad value
+    (or why none can be wrong). Declared on the function, so the contract test knows it was considered."""
+
+    reason: str
+
+    def check(self, value, option, where):
+        return value
+
+    def invalid(self):
+        return None
+
+
+def is_exempt(constraint: Constraint) -> bool:
+    """Whether ``constraint`` exempts its parameter (no value of it is refused at the front door)."""
+    return isinstance(constraint, Exempt)
+
+
+@dataclass(frozen=True)
 class Forwarded(Constraint):
     """``**kwargs`` passed on to ``to`` (a function with declared options): each must be one of its parameters
     (not one the forwarding function sets itself, ``taken``) and is checked by its constraint there."""
@@ -292,7 +335,7 @@ class Forwarded(Constraint):
 
     def invalid(self):
         declared = declared_options(self.to)
-        name = next(n for n in declared if n not in self.taken)
+        name = next(n for n, c in declared.items() if n not in self.taken and not is_exempt(c))
         return {name: declared[name].invalid()}
 
 
@@ -349,6 +392,6 @@ def declared_options(fn) -> Mapping[str, Constraint]:
 def _public_module(fn) -> str:
     """``toolkit`` for the top-level front doors, else the public subpackage (``toolkit.plot``)."""
     parts = fn.__module__.split(".")
-    if len(parts) > 1 and parts[1] in ("plot", "widgets", "activations", "analysis"):
+    if len(parts) > 1 and parts[1] in ("plot", "widgets", "activations", "analysis", "lab", "finetune"):
         return "toolkit" if parts[1] == "activations" else f"toolkit.{parts[1]}"
     return "toolkit"

@@ -79,7 +79,8 @@ class ResultsFileError(CheckpointFileError):
 class OutputPathError(ToolkitError, OSError):
     """A file the toolkit is asked to write (``toolkit.save``, the command
     line's ``-o`` / ``--plot``) that cannot be written there: the path is a
-    folder, its folder cannot be created or written, the disk is full...
+    folder, a device, a FIFO or a socket (never replaced: :func:`toolkit.atomic.output_target`),
+    holds a NUL, its folder cannot be created or written, the disk is full...
 
     Fields: ``path``, ``reason``; ``errno`` of the underlying ``OSError``
     when there is one.
@@ -146,63 +147,6 @@ METRIC_FUNCTIONS = {
     "weight": "toolkit.weight_stats(source, metrics=[...])",
     "diff": "toolkit.compare(base, target, metrics=[...]) or toolkit.compare_series(checkpoints, metrics=[...])",
 }
-
-
-class UnknownMetricError(ToolkitError, KeyError):
-    """A metric name that is not registered, or not of the kind asked for.
-
-    Fields: ``name``; ``known`` (the names that would have been accepted:
-    the metrics of ``kind``, or the variables of a Dataset); ``kind``
-    (``"weight"`` or ``"diff"`` when a kind was asked for, else ``None``);
-    ``actual_kind`` (the kind ``name`` is registered as when it is a metric of
-    another kind, else ``None``); ``suggestions`` (close matches, best first).
-
-    Parameters
-    ----------
-    name : str
-    known : iterable of str
-    kind : str, optional
-    others : dict of str -> str, optional
-        Registered metrics of the other kinds, ``{name: kind}``: a name found
-        there is reported as a metric of that kind (and which function
-        computes it), and close matches are looked for there too.
-    """
-
-    def __init__(self, name: str, known: Iterable[str], *, kind: str | None = None,
-                 others: dict[str, str] | None = None):
-        import difflib
-
-        self.name = name
-        self.known = sorted(known)
-        self.kind = kind
-        others = dict(others or {})
-        self.actual_kind = others.get(name) if isinstance(name, str) else None
-        label = f"{kind} metrics" if kind else "metrics"
-        if self.actual_kind is not None:
-            self.suggestions = []
-            where = METRIC_FUNCTIONS.get(self.actual_kind)
-            head = (
-                f"metric {name!r} is a {self.actual_kind} metric, not a {kind} metric"
-                + (f": compute it with {where}" if where else "")
-                + "."
-            )
-        else:
-            self.suggestions = difflib.get_close_matches(str(name), self.known, n=3)
-            head = f"unknown metric {name!r}."
-            if self.suggestions:
-                head += f" Did you mean {' or '.join(map(repr, self.suggestions))}?"
-            else:
-                near = difflib.get_close_matches(str(name), list(others), n=1)
-                if near:
-                    self.suggestions = near
-                    where = METRIC_FUNCTIONS.get(others[near[0]])
-                    head += (f" Did you mean {near[0]!r}? It is a {others[near[0]]} metric"
-                             + (f", computed by {where}" if where else "") + ".")
-        tail = "" if self.actual_kind is not None else " Register your own with toolkit.register_metric(...)."
-        super().__init__(f"{head} Known {label}: {', '.join(self.known) or 'none'}.{tail}")
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 class DegenerateMatrix(ToolkitError, ValueError):
@@ -500,6 +444,74 @@ class InvalidOptionError(ToolkitError, ValueError):
         return type(self), (self.option, self.value, self.expected, self.where)
 
 
+class UnknownMetricError(InvalidOptionError, KeyError):
+    """A metric name that is not registered, or not of the kind asked for.
+
+    Fields: ``name``; ``known`` (the names that would have been accepted:
+    the metrics of ``kind``, or the variables of a Dataset); ``kind``
+    (``"weight"`` or ``"diff"`` when a kind was asked for, else ``None``);
+    ``actual_kind`` (the kind ``name`` is registered as when it is a metric of
+    another kind, else ``None``); ``suggestions`` (close matches, best first).
+    An :class:`InvalidOptionError` too: ``option`` (``"metrics"``), ``value``
+    (the name), ``where`` (the front door, when a front door checked it).
+
+    Parameters
+    ----------
+    name : str
+    known : iterable of str
+    kind : str, optional
+    others : dict of str -> str, optional
+        Registered metrics of the other kinds, ``{name: kind}``: a name found
+        there is reported as a metric of that kind (and which function
+        computes it), and close matches are looked for there too.
+    option, where : str, optional
+        The option that named it and the public function it was given to
+        (the message then starts ``where: option='name' is not valid:``).
+    """
+
+    def __init__(self, name: str, known: Iterable[str], *, kind: str | None = None,
+                 others: dict[str, str] | None = None, option: str = "metrics", where: str = ""):
+        import difflib
+
+        self.name, self.option, self.value, self.where = name, option, name, where
+        self._others = dict(others or {})
+        self.known = sorted(known)
+        self.kind = kind
+        others = dict(others or {})
+        self.actual_kind = others.get(name) if isinstance(name, str) else None
+        label = f"{kind} metrics" if kind else "metrics"
+        if self.actual_kind is not None:
+            self.suggestions = []
+            computed_by = METRIC_FUNCTIONS.get(self.actual_kind)
+            head = (
+                f"metric {name!r} is a {self.actual_kind} metric, not a {kind} metric"
+                + (f": compute it with {computed_by}" if computed_by else "")
+                + "."
+            )
+        else:
+            self.suggestions = difflib.get_close_matches(str(name), self.known, n=3)
+            head = f"unknown metric {name!r}."
+            if self.suggestions:
+                head += f" Did you mean {' or '.join(map(repr, self.suggestions))}?"
+            else:
+                near = difflib.get_close_matches(str(name), list(others), n=1)
+                if near:
+                    self.suggestions = near
+                    computed_by = METRIC_FUNCTIONS.get(others[near[0]])
+                    head += (f" Did you mean {near[0]!r}? It is a {others[near[0]]} metric"
+                             + (f", computed by {computed_by}" if computed_by else "") + ".")
+        tail = "" if self.actual_kind is not None else " Register your own with toolkit.register_metric(...)."
+        self.expected = f"one of the known {label}"
+        lead = f"{where}: {option}={_shown(name)} is not valid: " if where else ""
+        ToolkitError.__init__(self, f"{lead}{head} Known {label}: {', '.join(self.known) or 'none'}.{tail}")
+
+    def __reduce__(self):
+        return _unknown_metric, (self.name, self.known, self.kind, self._others, self.option, self.where)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class TextInputError(ToolkitError, ValueError):
     """Texts that cannot go through a model: bytes instead of str, a list that
     mixes strings and token ids, a lone surrogate, a token id outside the
@@ -752,3 +764,8 @@ class PassStopped(ToolkitError):
     The pass ends after the tensor being measured; every finished cell is already in the result cache,
     so the same call again resumes from them.
     """
+
+
+def _unknown_metric(name, known, kind, others, option, where):
+    """Rebuild a pickled :class:`UnknownMetricError`."""
+    return UnknownMetricError(name, known, kind=kind, others=others, option=option, where=where)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolkit.constraint_types import DataOf
 from toolkit.constraints import Names, Optional, checks_options
 
 #: The means WeightWatcher's get_summary reports, in its order, where the Dataset has them.
@@ -47,7 +48,7 @@ class Summary:
                 f"{self.flagged.to_string(index=False) if len(self.flagged) else 'none'}")
 
 
-@checks_options(metrics=Optional(Names("metric names of the Dataset")))
+@checks_options(ds=DataOf(), metrics=Optional(Names("metric names of the Dataset")))
 def summary(ds, metrics=None) -> Summary:
     """Means per component and for the whole model, and the flagged cells.
 

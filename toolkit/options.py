@@ -204,10 +204,12 @@ def arg_type(check: Callable, label: str, convert: Callable = int):
     """An argparse ``type`` that converts the text with ``convert`` then runs
     ``check(value, option, where)``; a bad value is an argparse error (one line, exit 2)."""
     def parse(text: str):
+        kind = "a whole number" if convert is int else "a number"
+        if "_" in text:  # Python's int('1_6') is 16: a typo on the command line, not a number
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind} (digits only, no '_')")
         try:
             value = convert(text)
         except ValueError:
-            kind = "a whole number" if convert is int else "a number"
             raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
         try:
             return check(value, label, "")
@@ -234,7 +236,7 @@ def diff_options(where: str, tolerance, k) -> tuple[float, int]:
 
 
 def training_steps(steps, where: str) -> list[int] | None:
-    """``steps`` of :func:`toolkit.compare_series`: None, or distinct whole numbers >= 0."""
+    """``steps`` of :func:`toolkit.compare_series`: None, or increasing whole numbers >= 0."""
     if steps is None:
         return None
     if isinstance(steps, (str, bytes)) or not isinstance(steps, Iterable):
@@ -247,4 +249,9 @@ def training_steps(steps, where: str) -> list[int] | None:
         dup = next(s for s in out if out.count(s) > 1)
         raise InvalidOptionError("steps", steps, f"distinct training steps, one per checkpoint ({dup} is given "
                                  "twice)", where)
+    back = next((i for i in range(1, len(out)) if out[i] < out[i - 1]), None)
+    if back is not None:
+        raise InvalidOptionError("steps", steps, f"increasing training steps, one per checkpoint in training order "
+                                 f"(step {out[back]} comes after {out[back - 1]}): sort the checkpoints and steps "
+                                 "together", where)
     return out

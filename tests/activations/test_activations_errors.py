@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from toolkit.activations import activation_stats
-from toolkit.errors import AttentionUnavailableError, EmptyInputError, SourceNotFoundError, TokenizerMissingError
+from toolkit.errors import (
+    AttentionUnavailableError,
+    EmptyInputError,
+    InvalidOptionError,
+    SourceNotFoundError,
+    TokenizerMissingError,
+)
 from toolkit.testing import tiny_model
 
 TEXTS = [[5, 9, 33, 4, 70, 12, 8], [6, 7, 8], [100, 3, 44, 51, 2]]
@@ -65,7 +71,7 @@ def test_string_texts_need_a_tokenizer():
 
 @pytest.mark.parametrize("texts", [[], [[5]], [[5, 6], []]])
 def test_empty_or_one_token_texts(texts):
-    with pytest.raises(EmptyInputError):
+    with pytest.raises(InvalidOptionError if texts == [] else EmptyInputError):
         activation_stats(tiny_model("llama", num_layers=1), texts, progress=False)
 
 

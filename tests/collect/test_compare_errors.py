@@ -6,7 +6,7 @@ import pytest
 
 from _compare_data import tiny, variant
 from toolkit.collect.compare import compare, compare_series
-from toolkit.errors import CheckpointMismatchError, EmptyInputError, ToolkitError, UnknownMetricError
+from toolkit.errors import CheckpointMismatchError, InvalidOptionError, ToolkitError, UnknownMetricError
 
 
 @pytest.fixture(autouse=True)
@@ -66,9 +66,9 @@ def test_metric_names(base):
 
 
 def test_series_arguments(base):
-    with pytest.raises(EmptyInputError, match="at least one"):
+    with pytest.raises(InvalidOptionError, match="checkpoints must be a non-empty list"):
         compare_series([], progress=False)
-    with pytest.raises(EmptyInputError, match="2 steps for 1 checkpoints"):
+    with pytest.raises(InvalidOptionError, match="2 steps for 1 checkpoints"):
         compare_series([base], steps=[0, 1], progress=False)
     with pytest.raises(ToolkitError, match="reference must be one of"):
         compare_series([base], reference="last", progress=False)

@@ -24,10 +24,8 @@ import toolkit
 from toolkit.activations import activation_stats, load_prompts
 from toolkit.atomic import STALE_AFTER_S, atomic_dir, remove_stale_temps
 from toolkit.errors import (
-    EmptyInputError,
     InvalidOptionError,
     OutputPathError,
-    PathTypeError,
     ResultsFileError,
     ResultsNotFoundError,
     TextFileNotFoundError,
@@ -115,7 +113,7 @@ def test_compare_series_refuses_bad_arguments(ckpt):
         with pytest.raises(InvalidOptionError, match=expected) as err:
             toolkit.compare_series(progress=False, **kw)
         assert str(err.value).startswith(where), kw
-    with pytest.raises(EmptyInputError, match="2 steps for 1 checkpoints"):
+    with pytest.raises(InvalidOptionError, match="2 steps for 1 checkpoints"):
         toolkit.compare_series([ckpt], steps=[0, 1], progress=False)
 
 
@@ -160,10 +158,12 @@ def test_activation_stats_refuses_bad_options_before_loading(kw, expected):
     ([np.array([1.0, 2.0])], "text 0", "holds float64 values; token ids are whole numbers"),
 ])
 def test_texts_that_are_not_text_are_typed_errors(texts, where, expected, model):
-    with pytest.raises(TextInputError) as err:
+    """One contract: an InvalidOptionError naming the front door and ``texts``, with what was found (the text,
+    the reason) before the model is touched."""
+    with pytest.raises(InvalidOptionError) as err:
         activation_stats(model, texts, progress=False)
-    assert err.value.where == where
-    assert expected in str(err.value), str(err.value)
+    assert (err.value.where, err.value.option) == ("toolkit.activation_stats", "texts")
+    assert f"({where} " in str(err.value) and expected in str(err.value), str(err.value)
 
 
 @pytest.mark.parametrize("ids, bad, pos", [([[5, 6, 10**6]], 10**6, 2), ([[5, -1, 3]], -1, 1),
@@ -470,11 +470,13 @@ def test_save_and_load_refuse_what_netcdf_cannot_hold(tmp_path):
         with pytest.raises(UnsavableDatasetError) as err:
             save(ds, tmp_path / "bad.nc")
         assert expected in str(err.value) and isinstance(err.value, TypeError)
-    for bad in (42, None, b"x.nc"):
-        with pytest.raises(PathTypeError, match="toolkit.save: the path is"):
+    for bad in (42, None, b"x.nc", ""):  # one contract: InvalidOptionError naming the function and path
+        with pytest.raises(InvalidOptionError, match="toolkit.save: path=.* must be a path"):
             save(_ds(), bad)
-        with pytest.raises(PathTypeError, match="toolkit.load: the path is"):
+        with pytest.raises(InvalidOptionError, match="toolkit.load: path=.* must be a path"):
             load(bad)
+    with pytest.raises(InvalidOptionError, match=r"os\.fsdecode"):
+        save(_ds(), b"x.nc")
     with pytest.raises(OutputPathError, match="holds a NUL character"):
         save(_ds(), str(tmp_path / "a\x00b.nc"))
     with pytest.raises(ResultsNotFoundError, match="holds a NUL character"):

@@ -87,7 +87,7 @@ def test_load_run_refuses_an_unfinished_folder(tmp_path):
 def test_presets_and_short_text(tmp_path, run):
     base, _ = run
     assert ft.PRESETS["full"]["steps"] == 40 and ft.PRESETS["full"]["save_every"] == 5
-    with pytest.raises(ToolkitError, match="unknown preset"):
+    with pytest.raises(ToolkitError, match="preset must be one of 'short', 'full'"):
         ft.finetune(tmp_path / "x", base=base, preset="huge")
     short = tmp_path / "short.txt"
     short.write_text("2 + 2 = 4")

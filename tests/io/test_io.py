@@ -11,6 +11,7 @@ import xarray as xr
 
 from toolkit.errors import (
     CheckpointFileError,
+    InvalidOptionError,
     OutputPathError,
     ResultsFileError,
     ResultsNotFoundError,
@@ -82,12 +83,12 @@ def test_load_not_netcdf(tmp_path):
 
 def test_save_refuses_a_dataarray_with_the_fix():
     da = _ds().stable_rank
-    with pytest.raises(TypeError, match=r"needs an xarray.Dataset, got a DataArray \('stable_rank'\); "
-                                        r"pass a Dataset, e\.g\. da\.to_dataset\(\)"):
+    with pytest.raises(InvalidOptionError, match=r"(?s)toolkit.save: ds=.* must be an xarray.Dataset, not a DataArray: "
+                                                 r"pass a Dataset, e\.g\. da\.to_dataset\(\)"):
         save(da, "unused.nc")
-    with pytest.raises(TypeError, match=r"da\.to_dataset\(name='my_metric'\)"):
+    with pytest.raises(InvalidOptionError, match=r"da\.to_dataset\(name='my_metric'\)"):
         save(da.rename(None), "unused.nc")
-    with pytest.raises(TypeError, match="got dict"):
+    with pytest.raises(InvalidOptionError, match="not dict"):
         save({}, "unused.nc")
     assert not Path("unused.nc").exists()
 

@@ -15,15 +15,19 @@ import xarray as xr
 
 from toolkit.activations.assemble import activation_dataset, run_attrs
 from toolkit.activations.hook_plan import plan_hooks
-from toolkit.activations.inputs import as_texts, check_token_ids, tokenize
+from toolkit.activations.inputs import as_texts, check_token_ids, texts_option, tokenize
 from toolkit.activations.model import load_model
 from toolkit.activations.runner import run_batches
 from toolkit.collect.pass_options import ADDRESS, PASS, SELECTION
 from toolkit.collect.plan.selection import Selection
-from toolkit.constraints import Flag, Function, Optional, Whole, checks_options
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import Check, Flag, Function, Optional, Whole, checks_options
 
 
-@checks_options(tokenizer=Optional(Function(what="a transformers tokenizer (a callable)")),
+@checks_options(source=Exempt("the model: a checkpoint as weight_stats takes it (SourceTypeError / "
+                              "SourceNotFoundError), or a loaded transformers model"),
+                texts=Check(texts_option, 3),
+                tokenizer=Optional(Function(what="a transformers tokenizer (a callable)")),
                 gguf_file=ADDRESS["gguf_file"], revision=ADDRESS["revision"],
                 max_tokens=Whole(minimum=2, meaning="texts are cut to this many tokens; each needs at least 2"),
                 batch_size=Whole(minimum=1, meaning="texts per forward pass"), attention=Flag(), gradients=Flag(),

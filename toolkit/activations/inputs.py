@@ -163,6 +163,31 @@ def as_texts(texts) -> list:
     return out
 
 
+def texts_option(value, where: str):
+    """``texts`` at a front door, before the model is opened: what :func:`as_texts` takes (None and a path are
+    read later), with no empty text; returned as given.
+
+    Raises
+    ------
+    InvalidOptionError
+        Naming the function, ``texts`` and what :func:`as_texts` found (no texts, a text of another type, an
+        empty str, a lone surrogate...).
+    """
+    from toolkit.errors import InvalidOptionError
+
+    if value is None or isinstance(value, os.PathLike):
+        return value
+    try:
+        texts = as_texts(value)
+    except (TextInputError, EmptyInputError) as e:
+        raise InvalidOptionError("texts", value, f"a str, a list of str, token ids or a prompts file ({e})",
+                                 where) from None
+    empty = next((i for i, t in enumerate(texts) if isinstance(t, str) and not t), None)
+    if empty is not None:
+        raise InvalidOptionError("texts", value, f"texts that are not empty (text {empty} is '')", where)
+    return value
+
+
 def check_token_ids(ids: list[list[int]], vocab_size: int, *, tokenized: bool) -> None:
     """Every token id lies in ``[0, vocab_size)``, the rows of the model's input embedding.
 

@@ -23,6 +23,7 @@ import re
 from toolkit.architectures.base import Adapter, Extract
 from toolkit.architectures.split import Split, check_component
 from toolkit.architectures.vocabulary import ALL_COMPONENTS
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import Flag, checks_options
 from toolkit.errors import DuplicateRegistrationError, MappingError
 
@@ -140,7 +141,8 @@ class FamilyAdapter(Adapter):
 _REGISTRY: dict[str, type[Adapter]] = {}
 
 
-@checks_options(overwrite=Flag())
+@checks_options(model_types=Exempt("the transformers model_type names the adapter reads (a definition; "
+                                   "DuplicateRegistrationError for a name already registered)"), overwrite=Flag())
 def register_architecture(*model_types: str, overwrite: bool = False):
     """Class decorator: register an adapter class for config ``model_type`` values.
 

@@ -92,14 +92,66 @@ def announce_new_folder(path: str, option: str) -> Path | None:
     return missing
 
 
+def passed_through(path: str) -> str:
+    """How a command line's output path is written when it is no file to replace: ``"stdout"`` for ``-``,
+    ``"discard"`` for :data:`os.devnull` (or a link to it), else ``""`` (a file: :mod:`toolkit.atomic`'s one
+    writer, which refuses any other device, FIFO, socket or folder)."""
+    if path == "-":
+        return "stdout"
+    if "\x00" not in path and os.path.realpath(path) == os.path.realpath(os.devnull):
+        return "discard"
+    return ""
+
+
+def check_output(path: str, option: str, example: str) -> None:
+    """Check ``-o`` before any work: ``-`` and ``/dev/null`` are written through, anything else must be a file
+    :func:`toolkit.io.check_output_path` accepts (its missing folder announced)."""
+    from toolkit.io import check_output_path
+
+    if passed_through(path):
+        return
+    check_output_path(path, option, example)
+    announce_new_folder(path, option)
+
+
+def write_output(ds, path: str) -> str:
+    """Write ``ds`` as NetCDF to ``-o``: to standard output for ``-``, nowhere for ``/dev/null`` (after the
+    same encoding checks as a file), else with :func:`toolkit.save`. Returns what to print (on stderr)."""
+    import tempfile
+
+    import toolkit
+    from toolkit.io import encode_for_netcdf
+
+    how = passed_through(path)
+    if how == "discard":
+        encode_for_netcdf(ds)  # a Dataset NetCDF cannot store fails as it would for a file
+        return f"discarded the NetCDF ({path})"
+    if how == "stdout":
+        with tempfile.TemporaryDirectory() as folder:
+            out = toolkit.save(ds, Path(folder) / "stats.nc")
+            sys.stdout.flush()
+            sys.stdout.buffer.write(out.read_bytes())
+            sys.stdout.buffer.flush()
+        return "wrote the NetCDF to standard output"
+    toolkit.save(ds, path)
+    return f"wrote {path}"
+
+
 def save_figure(fig, path: str, **savefig) -> None:
-    """Write ``fig`` to ``--plot`` (folders created) and close it; an ``OSError`` becomes an
-    :class:`OutputPathError`."""
+    """Write ``fig`` to ``--plot`` (folders created; atomically, through :mod:`toolkit.atomic`'s one writer;
+    ``/dev/null`` discards it) and close it; an ``OSError`` becomes an :class:`OutputPathError`."""
     import matplotlib.pyplot as plt
 
+    from toolkit.atomic import atomic_path
+
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, **savefig)
+        if passed_through(path) != "discard":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            fmt = savefig.pop("format", None) or Path(path).suffix.lstrip(".").lower() or None
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, format=fmt, **savefig)
+    except OutputPathError:
+        raise
     except OSError as e:
         raise OutputPathError(path, f"{e.strerror or e}; choose another path for --plot", e.errno) from e
     finally:

@@ -18,7 +18,17 @@ import re
 import sys
 
 from toolkit import options
-from toolkit.cli.base import Parser, announce_new_folder, check_plot_path, cli_message, run_command, save_figure
+from toolkit.cli.base import (
+    Parser,
+    announce_new_folder,
+    check_output,
+    check_plot_path,
+    cli_message,
+    passed_through,
+    run_command,
+    save_figure,
+    write_output,
+)
 from toolkit.errors import ToolkitError, UnknownMetricError
 from toolkit.redaction import redact_text
 
@@ -79,13 +89,11 @@ def _prepare_outputs(args, kind: str, default_metric: str) -> str | None:
     UnknownMetricError
         A ``--metrics`` name that is not a metric of ``kind``.
     """
-    from toolkit.io import check_output_path
     from toolkit.metrics.registry import list_metrics, resolve_metrics
 
     if args.output:
-        check_output_path(args.output, "-o/--output", "stats.nc")
-        announce_new_folder(args.output, "-o/--output")
-    if args.plot:
+        check_output(args.output, "-o/--output", "stats.nc")
+    if args.plot and not passed_through(args.plot):
         check_plot_path(args.plot, "heatmap.png")
         announce_new_folder(args.plot, "--plot")
     computed = [m.name for m in resolve_metrics(args.metrics, kind=kind)]
@@ -115,13 +123,11 @@ def _save_outputs(ds, args, plot_metric: str | None, plot_ds=None) -> int:
     """Write ``-o`` (``ds``) and ``--plot`` (the heatmap of ``plot_metric`` in
     ``plot_ds``, default ``ds``), or print ``ds`` when neither is asked for; an
     ``OSError`` becomes an :class:`OutputPathError`. Returns the exit status, 0."""
-    import toolkit
-
     if not args.output and not args.plot:
         print(ds)
     if args.output:
-        toolkit.save(ds, args.output)
-        print(f"wrote {args.output}")
+        done = write_output(ds, args.output)
+        print(done, file=sys.stderr if passed_through(args.output) else sys.stdout)
     if args.plot:
         import matplotlib
 
@@ -219,7 +225,9 @@ def _cmd_series(args) -> int:
 def _add_output_args(p: argparse.ArgumentParser, default_plot: str) -> None:
     """``--device``, ``-o``, ``--plot``, ``--plot-metric`` and ``-q``, shared by the subcommands."""
     p.add_argument("--device", default="cpu", help="device for the spectral work: cpu or cuda")
-    p.add_argument("-o", "--output", default=None, help="NetCDF file to write")
+    p.add_argument("-o", "--output", default=None,
+                   help="NetCDF file to write (- for standard output, /dev/null to discard; any other device, "
+                   "FIFO or folder is refused, a symbolic link's target is replaced)")
     p.add_argument("--plot", default=None, help="heatmap PNG to write")
     p.add_argument("--plot-metric", default=None,
                    help=f"metric to plot, one of --metrics (default: {default_plot} if computed, else the first)")

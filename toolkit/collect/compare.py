@@ -27,8 +27,9 @@ from toolkit.collect.plan import plan_pieces
 from toolkit.collect.plan.adapters import adapter_base, merge_adapters
 from toolkit.collect.plan.pairs import pair_tensors, select_pairs
 from toolkit.collect.plan.selection import Selection
+from toolkit.constraint_types import SOURCE, Exempt
 from toolkit.constraints import Check, OneOf, checks_options
-from toolkit.errors import EmptyInputError, InvalidOptionError
+from toolkit.errors import InvalidOptionError
 from toolkit.sources import SourceRequest
 
 REFERENCES = ("first", "previous")
@@ -40,10 +41,16 @@ def _checkpoint_list(checkpoints, where: str) -> list:
         raise InvalidOptionError("checkpoints", checkpoints, "a list of checkpoints in training order, e.g. "
                                  "compare_series([base, step_10, step_20]); for two checkpoints toolkit.compare("
                                  "base, target) does the same", where)
-    return list(checkpoints)
+    checkpoints = list(checkpoints)
+    if not checkpoints:
+        raise InvalidOptionError("checkpoints", checkpoints, "a non-empty list of checkpoints in training order",
+                                 where)
+    return checkpoints
 
 
-@checks_options(**metrics_of("diff"), **DIFF, **PASS, **SELECTION, **ADDRESS)
+@checks_options(base=SOURCE, target=Exempt("the second checkpoint, as base; None: base's own stored update "
+                                          "(NotAnUpdateError where it has none)"),
+                **metrics_of("diff"), **DIFF, **PASS, **SELECTION, **ADDRESS)
 def compare(base, target=None, metrics=None, *, tolerance: float = 0.0, k: int = 16, mapping=None,
             device: str = "cpu", progress: bool | Callable = True, cache: bool = True, client=None,
             keep_spectra: bool = False, layers=None, components=None, experts=None,
@@ -200,12 +207,10 @@ gguf_file, revision, download
     ------
     CheckpointMismatchError
         A checkpoint that does not match its reference (before any work).
-    EmptyInputError
-        No checkpoints, or ``steps`` of another length.
     InvalidOptionError
         ``reference`` not in ``{"first", "previous"}``, ``checkpoints`` not a
-        list, ``steps`` not distinct whole numbers >= 0, or an option
-        :func:`compare` refuses.
+        non-empty list, ``steps`` not increasing whole numbers >= 0 or not one
+        per checkpoint, or an option :func:`compare` refuses.
 
     Examples
     --------
@@ -214,16 +219,16 @@ gguf_file, revision, download
     >>> ds.relative_change.sel(step=4)                                   # doctest: +SKIP
     """
     address = {"gguf_file": gguf_file, "revision": revision, "download": download, "where": "toolkit.compare_series"}
-    if not checkpoints:
-        raise EmptyInputError("compare_series needs at least one checkpoint")
     steps = steps if steps is not None else infer_steps(checkpoints)
     if len(steps) != len(checkpoints):
-        raise EmptyInputError(f"{len(steps)} steps for {len(checkpoints)} checkpoints")
+        raise InvalidOptionError("steps", steps, f"one training step per checkpoint: {len(steps)} steps for "
+                                 f"{len(checkpoints)} checkpoints", "toolkit.compare_series")
     pairs = [(0, 0)] + [(0 if reference == "first" else i - 1, i) for i in range(1, len(checkpoints))]
     selection = Selection.of(layers, components, experts)
     measurement = PairMeasurement.make(metrics, tolerance, k, device, spectra=keep_spectra)
     plans, rows = _run([SourceRequest.of(c, **address) for c in checkpoints], pairs, measurement, selection,
-                       fill=fill, mapping=mapping, progress=progress, cache=cache, client=client)
+                       fill=fill, mapping=mapping, progress=progress, cache=cache, client=client,
+                       where="toolkit.compare_series")
     ds = xr.concat(rows, dim="checkpoint", data_vars="all", coords="different", compat="equals",
                    join="outer", combine_attrs="override")
     ds = ds.assign_coords(
@@ -254,7 +259,7 @@ def infer_steps(checkpoints: Sequence) -> list[int]:
 
 
 def _run(checkpoints: list[SourceRequest], pairs, measurement: PairMeasurement, selection: Selection, *,
-         fill: bool, mapping, progress, cache: bool, client=None):
+         fill: bool, mapping, progress, cache: bool, client=None, where: str = "toolkit.compare"):
     """``(plans, datasets)``: the plan of each checkpoint, and one Dataset per ``(base index,
     target index)`` pair of them.
 
@@ -264,7 +269,7 @@ def _run(checkpoints: list[SourceRequest], pairs, measurement: PairMeasurement, 
     ``selection`` are read.
     """
     with open_pass(progress=progress, desc="compare", what="the checkpoints", client=client,
-                   device=measurement.device, cache=cache) as run:
+                   device=measurement.device, cache=cache, where=where) as run:
         plans = []
         for i, c in enumerate(checkpoints):
             run.progress.status(f"opening checkpoint {i + 1} of {len(checkpoints)} \u2026")

@@ -7,12 +7,15 @@ Each group is a dict of :mod:`toolkit.constraints` records, spread into a front 
 
 from __future__ import annotations
 
+import re
+
 from toolkit import options
 from toolkit.collect.assemble.quality import quality_bounds
 from toolkit.collect.plan.selection import Selection
 from toolkit.constraints import Check, DeviceName, Flag, MetricNames, OneOf, Progress, Real, Whole
 from toolkit.errors import InvalidOptionError
 from toolkit.metrics.fit_options import FitOptions
+from toolkit.metrics.registry import resolve_metrics
 from toolkit.metrics.spectral import PASS_PRECISIONS
 from toolkit.sources.request import ADDRESS  # the checkpoint's address: SourceRequest's options
 
@@ -27,11 +30,15 @@ def _selection_part(name: str):
     return check
 
 
+#: a scheduler address: ``tcp://host:8786``, ``host:8786``, ``inproc://...`` (Dask's forms; no spaces)
+_ADDRESS = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*://[^\s]+|[^\s/:]+:\d+)")
+
+
 def _client(value, where):
     """None, a scheduler address, a ``distributed.Client`` or a Dask cluster (duck-typed: no import of
     distributed here); whether it can be reached is found when the pass connects."""
-    if value is None or isinstance(value, str) or hasattr(value, "scheduler_address") or \
-            type(value).__name__ == "Client":
+    if value is None or hasattr(value, "scheduler_address") or type(value).__name__ == "Client" or (
+            isinstance(value, str) and _ADDRESS.fullmatch(value)):
         return value
     raise InvalidOptionError("client", value, "None, a distributed.Client, a scheduler address such as "
                              "'tcp://host:8786' or a Dask cluster", where)
@@ -77,4 +84,4 @@ DIFF = {
 
 def metrics_of(kind: str) -> dict:
     """``{"metrics": ...}`` for a pass of metrics of ``kind`` (``"weight"``, ``"diff"``)."""
-    return {"metrics": MetricNames(kind)}
+    return {"metrics": MetricNames(kind, resolve=resolve_metrics)}

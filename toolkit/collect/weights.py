@@ -22,6 +22,7 @@ from toolkit.collect.measure import WeightMeasurement, measurement_for
 from toolkit.collect.pass_options import ADDRESS, PASS, SELECTION, WEIGHTS, metrics_of
 from toolkit.collect.plan import plan_pieces
 from toolkit.collect.plan.selection import Selection
+from toolkit.constraint_types import SOURCE
 from toolkit.constraints import Function, Optional, Text, Whole, checks_options
 from toolkit.errors import SelectionError
 from toolkit.metrics.fit_options import FitOptions
@@ -29,7 +30,7 @@ from toolkit.metrics.spectral import CERTIFIED
 from toolkit.sources import SourceRequest
 
 
-@checks_options(**metrics_of("weight"), **ADDRESS, **PASS, **WEIGHTS, **SELECTION,
+@checks_options(source=SOURCE, **metrics_of("weight"), **ADDRESS, **PASS, **WEIGHTS, **SELECTION,
                 on_cells=Optional(Function("on_cells(partial)")))
 def weight_stats(
     source=None,
@@ -206,7 +207,8 @@ def weight_stats(
     fit = FitOptions.coerce(fit)
     selection = Selection.of(layers, components, experts)
     measurement = WeightMeasurement.make(metrics, device, spectra=keep_spectra, fit=fit, precision=precision)
-    with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache) as run:
+    with open_pass(progress=progress, desc="weights", client=client, device=device, cache=cache,
+                   where="toolkit.weight_stats") as run:
         plan = plan_pieces(request, mapping=mapping, cache=cache)
         plan = plan.select(selection)
         measurement = measurement_for(plan.source, measurement)  # measured from its factors (a LoRA adapter)
@@ -248,7 +250,8 @@ def live_order(tensors) -> list:
     return sorted(tensors, key=key)
 
 
-@checks_options(layer=Whole(meaning="a layer index, -1 the last"), component=Text("a component name, e.g. 'attn.q'"),
+@checks_options(source=SOURCE, layer=Whole(meaning="a layer index, -1 the last"),
+                component=Text("a component name, e.g. 'attn.q'"),
                 **metrics_of("weight"), **ADDRESS, mapping=PASS["mapping"], device=PASS["device"],
                 cache=PASS["cache"], expert=Optional(Whole(minimum=0, meaning="a routed expert's index")),
                 fit=WEIGHTS["fit"])
@@ -293,7 +296,7 @@ def cell_spectrum(source=None, *, layer: int, component: str,
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
     measurement = WeightMeasurement.make(metrics, device, spectra=True, fit=fit)
     selection = Selection.of(layer, component, expert, "toolkit.cell_spectrum")
-    with open_pass(progress=False, desc="spectrum", device=device, cache=cache) as run:
+    with open_pass(progress=False, desc="spectrum", device=device, cache=cache, where="toolkit.cell_spectrum") as run:
         plan = plan_pieces(request, mapping=mapping, cache=cache)
         plan = plan.select(selection)
         if (expert is None) != (plan.num_experts == 0):

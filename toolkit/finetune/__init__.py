@@ -16,6 +16,8 @@ Command line: ``python -m toolkit finetune OUT_DIR [--preset short|full] ...``
 (or ``python -m toolkit.finetune``).
 """
 
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import checks_options
 from toolkit.finetune.model import load_causal_lm, save_checkpoint
 from toolkit.finetune.run import DEFAULT_TEXT, PRESETS, FinetuneRun, finetune, load_run
 
@@ -23,6 +25,8 @@ __all__ = ["DEFAULT_TEXT", "PRESETS", "FinetuneRun", "finetune", "load_causal_lm
            "save_checkpoint"]
 
 
+@checks_options(argv=Exempt("the command line's arguments (None: sys.argv); a bad one is argparse's one-line "
+                             "error, exit 2"))
 def main(argv: list[str] | None = None) -> int:
     """``python -m toolkit.finetune OUT_DIR ...`` (see :mod:`toolkit.finetune.cli`)."""
     from toolkit.finetune.cli import main as _main

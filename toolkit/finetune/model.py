@@ -8,9 +8,13 @@ from pathlib import Path
 import torch
 
 from toolkit.atomic import atomic_dir
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import PathName, checks_options
 from toolkit.errors import CheckpointFileError
 
 
+@checks_options(base=Exempt("None (the embedded SmolLM2), a path or hub id of a causal LM (CheckpointFileError / "
+                             "SourceNotFoundError), or a loaded model"))
 def load_causal_lm(base=None):
     """A float32 ``transformers`` causal LM holding ``base``'s weights rounded to bf16, and its tokenizer.
 
@@ -60,6 +64,9 @@ def tokenize(text: str, tokenizer, vocab_size: int) -> torch.Tensor:
     return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
 
 
+@checks_options(model=Exempt("a loaded transformers model (its state_dict and config are saved)"),
+                tokenizer=Exempt("the model's tokenizer, saved beside it (save_pretrained)"), path=PathName(),
+                info=Exempt("facts of the run, written to training_state.json as JSON"))
 def save_checkpoint(model, tokenizer, path: Path, **info) -> Path:
     """Save ``model`` in bf16 (tied tensors once) + config (+ tokenizer) as a checkpoint folder, atomically
     (:func:`toolkit.atomic.atomic_dir`: a folder at ``path`` is replaced only once the new one is complete)."""

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import torch
 
+from toolkit import options
 from toolkit._version import __version__
 from toolkit.atomic import atomic_write
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import Check, Flag, OneOf, Optional, PathName, Progress, Real, Whole, checks_options
 from toolkit.data import data_path
 from toolkit.errors import CheckpointFileError, EmptyInputError, ToolkitError
 from toolkit.finetune.model import load_causal_lm, save_checkpoint, tokenize
@@ -66,6 +69,7 @@ class FinetuneRun:
         return self.checkpoints[-1]
 
 
+@checks_options(out_dir=PathName())
 def load_run(out_dir: str | os.PathLike) -> FinetuneRun:
     """Read ``run.json`` of a finished run.
 
@@ -89,6 +93,12 @@ def load_run(out_dir: str | os.PathLike) -> FinetuneRun:
                        dict(info["settings"]), float(info.get("seconds", 0.0)))
 
 
+@checks_options(out_dir=PathName(), base=Exempt("the causal LM to start from: None (the embedded SmolLM2), a path or "
+                                                 "hub id (load_causal_lm's typed errors) or a loaded model"),
+                text=Optional(PathName()), preset=OneOf(tuple(PRESETS)), steps=Optional(Whole(minimum=1)),
+                save_every=Optional(Whole(minimum=1)), seq_len=Optional(Whole(minimum=2)),
+                batch_size=Optional(Whole(minimum=1)), lr=Optional(Real(above=0.0)), seed=Check(options.seed, -1),
+                overwrite=Flag(), progress=Progress())
 def finetune(out_dir: str | os.PathLike, *, base=None, text: str | os.PathLike | None = None,
              preset: str = "full", steps: int | None = None, save_every: int | None = None,
              seq_len: int | None = None, batch_size: int | None = None, lr: float | None = None,
@@ -142,8 +152,6 @@ def finetune(out_dir: str | os.PathLike, *, base=None, text: str | os.PathLike |
     CheckpointFileError
         The base lacks a parameter the model needs.
     """
-    from toolkit import options
-
     if preset not in PRESETS:
         raise ToolkitError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     where = "finetune"

@@ -26,7 +26,9 @@ import numpy as np
 import xarray as xr
 
 from toolkit._version import __version__
-from toolkit.atomic import atomic_path
+from toolkit.atomic import atomic_path, output_target
+from toolkit.constraint_types import DataOf
+from toolkit.constraints import PathName, checks_options
 from toolkit.errors import OutputPathError, ResultsFileError, ResultsNotFoundError, UnsavableDatasetError
 from toolkit.io.hostile import (
     FOREIGN,
@@ -149,6 +151,7 @@ def decode_from_netcdf(ds: xr.Dataset, source: str = "") -> xr.Dataset:
     return ds
 
 
+@checks_options(ds=DataOf(), path=PathName())
 def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     """Write a statistics Dataset to NetCDF (HDF5 via ``h5netcdf``), atomically.
 
@@ -167,31 +170,24 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 
     Raises
     ------
+    InvalidOptionError
+        ``ds`` is not a Dataset (a DataArray: the message says ``da.to_dataset()``),
+        or ``path`` is not a non-empty str or path-like (before anything else).
     UnsavableDatasetError
-        ``ds`` is not a Dataset (a DataArray: pass ``da.to_dataset()``), or an
-        attr or variable cannot be stored in NetCDF (the message names it); a
-        ``TypeError`` too.
-    PathTypeError
-        ``path`` is not a str or path-like (a ``TypeError`` too).
+        An attr or variable cannot be stored in NetCDF (the message names it);
+        a ``TypeError`` too.
     OutputPathError
-        The file cannot be written there (a folder, a folder that cannot be
-        created or written, a full disk...); an ``OSError`` too.
+        The file cannot be written there (a folder, a device, a FIFO, a socket,
+        a NUL in the path, a folder that cannot be created or written, a full
+        disk...; :func:`toolkit.atomic.output_target`: a symbolic link is
+        followed and its target replaced); an ``OSError`` too.
     """
-    if not isinstance(ds, xr.Dataset):
-        if isinstance(ds, xr.DataArray):
-            how = "da.to_dataset()" if ds.name is not None else "da.to_dataset(name='my_metric')"
-            raise UnsavableDatasetError(
-                "ds", f"toolkit.save needs an xarray.Dataset, got a DataArray{f' ({ds.name!r})' if ds.name else ''}; "
-                f"pass a Dataset, e.g. {how}"
-            )
-        raise UnsavableDatasetError("ds", f"toolkit.save needs an xarray.Dataset, got {type(ds).__name__}")
     text = path_text(path, "toolkit.save")
     path = Path(text)
-    if "\x00" in text:
-        raise OutputPathError(text, "the path holds a NUL character, which no file name can; check how it was made")
-    problem = path_problem(text, path, "it", "stats.nc")
+    problem = path_problem(text, path, "it", "stats.nc") if "\x00" not in text else ""
     if problem:
         raise OutputPathError(text, problem)
+    output_target(text)  # a NUL, a device, a FIFO, a socket: refused before anything is written
     encoded = encode_for_netcdf(ds)  # an attr NetCDF cannot store fails here, before any file is made
     created = False
     try:
@@ -215,6 +211,7 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     return path
 
 
+@checks_options(path=PathName())
 def load(path: str | os.PathLike) -> xr.Dataset:
     """Read a Dataset written by :func:`save` fully into memory.
 
@@ -227,8 +224,8 @@ def load(path: str | os.PathLike) -> xr.Dataset:
 
     Raises
     ------
-    PathTypeError
-        ``path`` is not a str or path-like.
+    InvalidOptionError
+        ``path`` is not a non-empty str or path-like.
     ResultsNotFoundError
         No file at ``path`` (a :class:`~toolkit.errors.SourceNotFoundError`).
     ResultsFileError

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from toolkit.atomic import create_temp
+from toolkit.atomic import create_temp, output_target
 from toolkit.errors import OutputPathError, PathTypeError
 
 
@@ -19,7 +19,8 @@ def check_output_path(path: str | os.PathLike, what: str = "the output file", ex
     """Check, before any work, that a file can be written at ``path``.
 
     The path must not name a folder (an existing one, or a text ending in
-    ``/``), no part of its folder may be a file, and the nearest existing
+    ``/``) or anything else that is not a regular file (a device, a FIFO, a
+    socket: :func:`toolkit.atomic.output_target`), no part of its folder may be a file, and the nearest existing
     folder above it must accept a new file (tried by creating and deleting
     one, which also catches read-only and virtual file systems). Missing
     folders are not created here; :func:`save` creates them.
@@ -43,9 +44,10 @@ def check_output_path(path: str | os.PathLike, what: str = "the output file", ex
     """
     text = os.fspath(path)
     path = Path(os.path.expanduser(text))
-    problem = path_problem(text, path, what, example)
+    problem = path_problem(text, path, what, example) if "\x00" not in text else ""
     if problem:
         raise OutputPathError(text, problem)
+    output_target(path)  # a NUL, a device, a FIFO, a socket: never replaced by a file
     folder = _nearest_existing(path.parent)
     try:
         fd, probe = create_temp(folder / "toolkit-write-test")

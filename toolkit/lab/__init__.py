@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from toolkit.constraints import Optional, PathName, checks_options
 from toolkit.data import data_path
 from toolkit.lab.attention import (
     Attention,
@@ -52,6 +53,7 @@ __all__ = [
 ]
 
 
+@checks_options(path=Optional(PathName()))
 def load_result(path=None):
     """Open a lab result (default: the committed 200-epoch run) into memory.
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from toolkit.constraint_types import Exempt, Instance
+from toolkit.constraints import checks_options
 from toolkit.errors import UnknownActivationError
 
 REFERENCE = (
@@ -121,6 +123,7 @@ _POLY = re.compile(
 )
 
 
+@checks_options(spec=Exempt("the activation's text or record: UnknownActivationError says what it cannot read"))
 def parse_activation(spec: str | AttentionActivation) -> AttentionActivation:
     """Read an activation from text.
 
@@ -157,6 +160,7 @@ def parse_activation(spec: str | AttentionActivation) -> AttentionActivation:
     return AttentionActivation("polynomial", p, c)
 
 
+@checks_options(attention=Instance("torch.Tensor", "a torch.Tensor of attention weights (..., N, N)"))
 def frobenius_norm(attention: torch.Tensor) -> torch.Tensor:
     """Frobenius norm over the last two axes.
 

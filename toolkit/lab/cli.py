@@ -20,6 +20,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import checks_options
 from toolkit.options import arg_type, seed, whole_number
 
 #: Default ``--out`` per preset, relative to the current directory.
@@ -140,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+@checks_options(argv=Exempt("the command line's arguments (None: sys.argv); a bad one is argparse's one-line "
+                             "error, exit 2"))
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` (default ``sys.argv[1:]``) and run; returns the exit code
     (2 with a one-line message for a toolkit error or a bad argument)."""

@@ -22,7 +22,9 @@ import torch
 import torch.nn.functional as F
 import xarray as xr
 
+from toolkit import options
 from toolkit.atomic import atomic_path
+from toolkit.constraints import Check, Flag, Function, Names, OneOf, Optional, PathName, Whole, checks_options
 from toolkit.errors import InvalidOptionError, LabConfigMismatchError
 from toolkit.lab import dataset as lab_ds
 from toolkit.lab.attention import REFERENCE, parse_activation
@@ -182,6 +184,23 @@ def _append(hist: dict, row: dict) -> None:
         hist[k].append(row[k])
 
 
+def _lab_fields(value: dict, where: str) -> dict:
+    """``**overrides`` of :func:`run_experiment`: fields of :class:`LabConfig` (not ``seed``, an option of its own)."""
+    known = [f for f in LabConfig.__dataclass_fields__ if f != "seed"]
+    for name, given in value.items():
+        if name not in known:
+            raise InvalidOptionError(name, given, f"left out: it is no field of toolkit.lab.LabConfig, whose fields "
+                                     f"are {', '.join(known)}", where)
+    return value
+
+
+@checks_options(activations=Names("attention activations, e.g. 'x³/16' (UnknownActivationError for one that "
+                                  "cannot be read)"),
+                epochs=Optional(Whole(minimum=0)), out=Optional(PathName()), seed=Check(options.seed, -1),
+                preset=OneOf(tuple(PRESETS)), resume=Flag(), checkpoint_dir=Optional(PathName()),
+                checkpoints=Flag(), threads=Optional(Whole(minimum=1)), progress=Flag(),
+                callback=Optional(Function(signature="callback(activation_label, epoch)")),
+                overrides=Check(_lab_fields, {"no_such_field": 1}))
 def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int | None = None,
                    out: str | os.PathLike | None = None, seed: int = 0, preset: str = "full", *,
                    resume: bool = True, checkpoint_dir: str | os.PathLike | None = None,
@@ -245,8 +264,6 @@ def run_experiment(activations: Sequence[str] = PAPER_ACTIVATIONS, epochs: int |
     >>> ds = run_experiment(["softmax", "x²/4"], preset="fast", out="lab.nc")  # doctest: +SKIP
     >>> toolkit.plot.layer_grid(ds, "attention_norm")  # doctest: +SKIP
     """
-    from toolkit import options
-
     if preset not in PRESETS:
         raise InvalidOptionError("preset", preset, f"one of {', '.join(PRESETS)}", "run_experiment")
     seed = options.seed(seed, "run_experiment")

@@ -138,7 +138,11 @@ class FitOptions:
             if unknown:
                 raise InvalidOptionError("fit", value, f"a toolkit.FitOptions or a dict of its fields {known} "
                                          f"(unknown: {unknown})", where)
-            return cls(**value)
+            try:
+                return cls(**value)
+            except InvalidOptionError as e:  # a field's own rule: named as fit's, on the front door
+                raise InvalidOptionError("fit", value, f"a dict of valid FitOptions fields, but {e.option} must be "
+                                         f"{e.expected}", where) from None
         raise InvalidOptionError("fit", value, "None, a toolkit.FitOptions(...) or a dict of its fields", where)
 
     @classmethod

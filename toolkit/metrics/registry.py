@@ -39,7 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from toolkit.constraints import Flag, OneOf, checks_options
+from toolkit.constraint_types import Keywords
+from toolkit.constraints import Flag, Function, OneOf, Optional, Text, checks_options
 from toolkit.errors import (
     DegenerateMatrix,
     DuplicateMetricError,  # noqa: F401  (re-exported: the former name of DuplicateRegistrationError)
@@ -172,8 +173,11 @@ def _singular_values(w):
     return _SINGULAR_VALUES[0](w)
 
 
-@checks_options(kind=OneOf(KINDS), needs_singular_values=Flag(), overwrite=Flag(), needs_matrices=Flag(),
-                any_dtype=Flag(), opt_in=Flag())
+@checks_options(name=Text("a metric name, e.g. 'my_norm'"), func=Optional(Function(signature="func(w, s) -> float")),
+                long_name=Text("the figure label"), units=Text("'1' when dimensionless"),
+                description=Text(empty=True), reference=Text(empty=True),
+                options=Optional(Keywords("the metric's function")), kind=OneOf(KINDS), needs_singular_values=Flag(),
+                overwrite=Flag(), needs_matrices=Flag(), any_dtype=Flag(), opt_in=Flag())
 def register_metric(
     name: str,
     func: Callable | None = None,
@@ -290,6 +294,7 @@ def unregister_metric(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+@checks_options(name=Text("a registered metric's name, e.g. 'stable_rank'"))
 def get_metric(name: str) -> Metric:
     """Return the registered metric ``name``.
 

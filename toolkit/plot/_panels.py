@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from toolkit.constraints import Flag, OneOf, Optional, Text, Whole, checks_options
+from toolkit.constraint_types import DataOf, Exempt
+from toolkit.constraints import Flag, Names, OneOf, Optional, Text, Whole, checks_options
+from toolkit.plot import _options as O
 from toolkit.plot.heatmap_figure import auto_figsize, draw_heatmap, prepare_heatmap
 from toolkit.plot.scales import SCALE_CHOICES, shared_scale
 
@@ -38,8 +40,13 @@ def _panels(data, metric, over):
     return [(data, metric, {over: lab}) for lab in labels]
 
 
-@checks_options(over=Optional(Text("a dimension of the metric, e.g. 'checkpoint'")), share_scale=Optional(Flag()),
-                ncols=Optional(Whole(minimum=1)), annotate=Flag(), scale=OneOf(SCALE_CHOICES), robust=Flag())
+@checks_options(data=DataOf(array=True, many=True),
+                metric=Optional(Names("a variable of the data, or one per panel")),
+                over=Optional(Text("a dimension of the metric, e.g. 'checkpoint'")), share_scale=Optional(Flag()),
+                titles=O.TITLES, ncols=Optional(Whole(minimum=1)), figsize=O.FIGSIZE, annotate=Flag(),
+                center=O.CENTER, scale=OneOf(SCALE_CHOICES), robust=Flag(),
+                kwargs=Exempt("options of prepare_heatmap (which declares them) and labels of the data's other "
+                              "dims, passed on to each panel"))
 def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool | None = None,
              titles=None, ncols: int | None = None, figsize=None, annotate: bool = False,
              center=None, scale: str = "auto", robust: bool = True, **kwargs):

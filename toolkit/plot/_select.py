@@ -7,6 +7,9 @@ import re
 
 import numpy as np
 
+from toolkit.constraint_types import DataOf
+from toolkit.constraints import checks_options
+
 ROW_DIM = "layer"
 #: Column dimensions, in preference order: the first one a variable has is its x axis
 #: (``kv_head``: the key/value heads of grouped-query attention, fewer than the query heads).
@@ -26,6 +29,7 @@ def column_dim(dims) -> str | None:
     return next((d for d in COL_DIMS if d in dims), None)
 
 
+@checks_options(ds=DataOf(array=True))
 def metric_names(ds) -> list[str]:
     """Names of the variables of ``ds`` that can be drawn as a heatmap.
 

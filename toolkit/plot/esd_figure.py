@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import OneOf, Optional, Text, Whole, checks_options
+from toolkit.plot import _options as O
 
 KINDS = ("loglog", "linear", "logx", "singular_values")
 #: The variables holding a kept spectrum's fit ``(alpha, xmin)``: a weight matrix's, an update's (``keep_spectra``
@@ -139,7 +141,7 @@ def _stored(ds, name: str, layer, component) -> float:
     return float(ds[name].sel(layer=layer, component=component))
 
 
-@checks_options(layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), kind=OneOf(KINDS),
+@checks_options(ds=O.DS, layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), kind=OneOf(KINDS),
                 checkpoint=Optional(Whole(minimum=0)))
 def prepare_esd(ds, *, layer: int, component: str, kind: str = "loglog", checkpoint: int | None = None) -> ESDData:
     """The numbers of one cell's ESD figure, from the Dataset's stored spectrum.
@@ -231,6 +233,7 @@ def _one_checkpoint(ds, checkpoint):
     return ds.isel(checkpoint=int(checkpoint))
 
 
+@checks_options(p=O.PREPARED, ax=O.AX, bins=O.BINS)
 def draw_esd(p: ESDData, *, ax=None, bins: int = 100):
     """Draw a prepared :class:`ESDData`; returns the Axes."""
     import matplotlib.pyplot as plt
@@ -275,8 +278,10 @@ def _set_title(ax, title: str) -> None:
     ax.set_title(wrap_title(title, ax, fontsize=10), fontsize=10)
 
 
-@checks_options(layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), kind=OneOf(KINDS),
-                bins=Whole(minimum=1), checkpoint=Optional(Whole(minimum=0)))
+@checks_options(data=Exempt("a Dataset with stored spectra, or a checkpoint whose cell cell_spectrum measures (its "
+                            "typed errors)"),
+                layer=Whole(), component=Text("a component name, e.g. 'mlp.down'"), ax=O.AX,
+                kind=OneOf(KINDS), bins=O.BINS, checkpoint=Optional(Whole(minimum=0)))
 def esd(data, *, layer: int, component: str, ax=None, kind: str = "loglog", bins: int = 100,
         checkpoint: int | None = None):
     """WeightWatcher's ESD figure of one cell: log-log histogram of λ with the fitted power law.

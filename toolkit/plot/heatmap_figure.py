@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from toolkit.architectures.vocabulary import COMPONENT_LABELS
-from toolkit.constraints import Flag, OneOf, Optional, Real, Text, Whole, checks_options
+from toolkit.constraints import Optional, Whole, checks_options
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
+from toolkit.plot import _options as O
 from toolkit.plot import _style
 from toolkit.plot._layout import (
     MIN_VALUE_FONT,
@@ -37,12 +38,10 @@ from toolkit.plot._select import (
 from toolkit.plot.fit_marks import draw_marks, panel_marks
 from toolkit.plot.heatmap_data import HeatmapData
 from toolkit.plot.numbers import digits_for, format_value, near_constant_note
-from toolkit.plot.scales import SCALE_CHOICES, describe_scale, diverging_log, panel_limits, resolve_scale
+from toolkit.plot.scales import describe_scale, diverging_log, panel_limits, resolve_scale
 
 
-@checks_options(metric=Optional(Text("a variable of the Dataset")), scale=OneOf(SCALE_CHOICES), robust=Flag(),
-                vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
-                digits=Optional(Whole(minimum=1, maximum=17)))
+@checks_options(**O.HEATMAP, digits=Optional(Whole(minimum=1, maximum=17)))
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
@@ -222,6 +221,7 @@ def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
     return label + (f"\n{scale_text}" if scale_text else "")
 
 
+@checks_options(prepared=O.PREPARED, ax=O.AX, **O.CBAR)
 def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar: bool = True,
                  cbar_kws: dict | None = None):
     """Draw a :class:`HeatmapData` on ``ax``.
@@ -291,9 +291,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
     return ax
 
 
-@checks_options(metric=Optional(Text("a variable of the Dataset")), scale=OneOf(SCALE_CHOICES), robust=Flag(),
-                vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
-                annotate=Flag(), cbar=Flag())
+@checks_options(**O.HEATMAP, ax=O.AX, **O.CBAR)
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.constraints import Flag, OneOf, Optional, Text, Whole, checks_options
+from toolkit.constraints import Names, OneOf, Optional, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.plot import _options as O
 from toolkit.plot._layout import fit_ylabels, is_dimensionless
 
 #: The y scales of a line figure (``scale=``; None: the variable's default).
@@ -152,8 +153,10 @@ def _ylim(values: np.ndarray, log: bool, bound: float | None, metric: str) -> tu
     return lo - pad, hi + pad
 
 
-@checks_options(metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
-                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag())
+_SCALE = Optional(OneOf(LINE_SCALES))
+
+
+@checks_options(**O.LAYER_GRID, scale=_SCALE)
 def prepare_layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None,
                        head=None, scale: str | None = None, ncols: int | None = None,
                        bound: bool = True) -> LayerGridData:
@@ -271,6 +274,7 @@ def _new_figure(fig, figsize):
     return fig
 
 
+@checks_options(data=O.PREPARED, fig=O.FIG, figsize=O.FIGSIZE, legend=O.LEGEND, title=O.TITLE)
 def draw_layer_grid(data: LayerGridData, *, fig=None, figsize=None, legend: str | None = "shared",
                     title: str | None = None):
     """Draw a prepared layer grid.
@@ -337,9 +341,7 @@ def _shared_legend(fig, ax, ncols: int):
                       frameon=False)
 
 
-@checks_options(metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
-                scale=Optional(OneOf(LINE_SCALES)), ncols=Optional(Whole(minimum=1)), bound=Flag(),
-                legend=Optional(OneOf(("shared", "panel"))))
+@checks_options(**O.LAYER_GRID, scale=_SCALE, legend=O.LEGEND, fig=O.FIG, figsize=O.FIGSIZE, title=O.TITLE)
 def layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=None, head=None,
                scale: str | None = None, ncols: int | None = None, bound: bool = True,
                legend: str | None = "shared", fig=None, figsize=None, title: str | None = None):
@@ -365,7 +367,8 @@ def layer_grid(ds, metric: str = "attention_norm", *, activations=None, layers=N
     return draw_layer_grid(data, fig=fig, figsize=figsize, legend=legend, title=title)
 
 
-@checks_options(scale=Optional(OneOf(LINE_SCALES)))
+@checks_options(ds=O.DS, metrics=Names("run-level variables of the lab result"),
+                activations=O.LABELS["activations"], scale=_SCALE, fig=O.FIG, figsize=O.FIGSIZE)
 def training_curves(ds, metrics=("train_loss", "test_accuracy"), *, activations=None,
                     scale: str | None = None, fig=None, figsize=None):
     """Per-activation curves of run-level variables (loss, accuracy), one panel each.

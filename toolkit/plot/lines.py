@@ -17,6 +17,7 @@ import numpy as np
 from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENT_LABELS, COMPONENTS
 from toolkit.constraints import Flag, OneOf, Text, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
+from toolkit.plot import _options as O
 from toolkit.plot._layout import is_dimensionless
 
 #: One fixed colour per component (seaborn "colorblind"), the same in every figure; the components
@@ -72,8 +73,9 @@ class ComponentLinesData:
     linestyles: tuple = ()
 
 
-@checks_options(metric=Text("a metric of the series, e.g. 'relative_change'"), reduce=OneOf(REDUCTIONS),
-                scale=OneOf(LINE_SCALES))
+@checks_options(ds=O.DS, metric=Text("a metric of the series, e.g. 'relative_change'"), reduce=OneOf(REDUCTIONS),
+                layers=O.LABELS["layers"], components=O.LABELS["components"], scale=OneOf(LINE_SCALES),
+                title=O.TITLE)
 def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str = "mean", layers=None,
                             components=None, scale: str = "linear", title: str | None = None) -> ComponentLinesData:
     """Reduce a checkpoint series to one value per component and step.
@@ -145,6 +147,7 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
         logy=scale == "log", selection={"reference": ds.attrs.get("reference", "")})
 
 
+@checks_options(data=O.PREPARED, ax=O.AX, legend=Flag(), marker=O.marker)
 def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = True, marker: str = "o"):
     """Draw prepared lines on ``ax`` (default: a new pyplot figure); returns the Axes."""
     if ax is None:
@@ -170,8 +173,9 @@ def draw_component_lines(data: ComponentLinesData, *, ax=None, legend: bool = Tr
     return ax
 
 
-@checks_options(metric=Text("a metric of the series, e.g. 'relative_change'"), reduce=OneOf(REDUCTIONS),
-                scale=OneOf(LINE_SCALES), legend=Flag())
+@checks_options(ds=O.DS, metric=Text("a metric of the series, e.g. 'relative_change'"), ax=O.AX,
+                reduce=OneOf(REDUCTIONS), layers=O.LABELS["layers"], components=O.LABELS["components"],
+                scale=OneOf(LINE_SCALES), legend=Flag(), title=O.TITLE)
 def component_lines(ds, metric: str = "relative_change", *, ax=None, reduce: str = "mean", layers=None,
                     components=None, scale: str = "linear", legend: bool = True, title: str | None = None):
     """Line plot of each component's change (reduced over layers) against the training step.

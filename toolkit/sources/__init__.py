@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from toolkit.constraint_types import SOURCE
 from toolkit.constraints import checks_options
 from toolkit.errors import SourceNotFoundError
 from toolkit.sources import builtin_formats  # noqa: F401  (registers the built-in formats, in order)
@@ -43,7 +44,7 @@ __all__ = ["CheckpointFormat", "Source", "SourceRequest", "TensorRecord", "check
            "open_adapter", "open_source", "register_format"]
 
 
-@checks_options(**ADDRESS)
+@checks_options(source=SOURCE, **ADDRESS)
 def open_source(
     source: str | os.PathLike | Source | SourceRequest | None = None,
     *,

@@ -40,6 +40,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
 
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import Flag, checks_options
 from toolkit.errors import DuplicateRegistrationError, ToolkitError, UnknownFormatError
 
@@ -135,7 +136,8 @@ class CheckpointFormat:
 _REGISTERED: dict[str, CheckpointFormat] = {}
 
 
-@checks_options(overwrite=Flag())
+@checks_options(fmt=Exempt("a CheckpointFormat definition, checked by the registry (TypeError, "
+                        "DuplicateRegistrationError)"), overwrite=Flag())
 def register_format(fmt, *, overwrite: bool = False) -> CheckpointFormat:
     """Register a checkpoint format, after those registered before it.
 

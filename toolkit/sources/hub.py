@@ -190,7 +190,7 @@ def _from_cache(repo_id: str, revision: str | None, cache: str, why: str, advice
 
     try:
         return Path(snapshot_download(repo_id, revision=revision, cache_dir=cache, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError) as exc:
+    except (LocalEntryNotFoundError, FileNotFoundError):
         rev = f" at revision {revision!r}" if revision else ""
         raise HubUnreachableError(
             repo_id,
@@ -198,7 +198,7 @@ def _from_cache(repo_id: str, revision: str | None, cache: str, why: str, advice
             "Pass the path of a local copy instead (a folder with config.json and model.safetensors, or a .gguf file), "
             f"or {advice}, or point HF_HUB_CACHE (or HF_HOME) at the cache that holds it.",
             cache,
-        ) from exc
+        ) from None
 
 
 def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None = None,
@@ -271,21 +271,23 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
                 folder = _cached(repo_id, remote.commit, wanted, cache)
             if folder is None and (download or not target):
                 folder = _download(repo_id, remote.commit, wanted, cache)
-        except GatedRepoError as exc:
-            raise SourceNotFoundError(repo_id, HUB_REFUSALS["gated"]) from exc
-        except RepositoryNotFoundError as exc:
-            raise SourceNotFoundError(repo_id, HUB_REFUSALS["repo"]) from exc
-        except RevisionNotFoundError as exc:
-            raise SourceNotFoundError(repo_id, HUB_REFUSALS["revision"].format(revision=revision)) from exc
+        # the hub client's exceptions name the URLs as sent (HF_ENDPOINT's userinfo too): a typed error redacts
+        # what it quotes of them, and none is chained
+        except GatedRepoError:
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["gated"]) from None
+        except RepositoryNotFoundError:
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["repo"]) from None
+        except RevisionNotFoundError:
+            raise SourceNotFoundError(repo_id, HUB_REFUSALS["revision"].format(revision=revision)) from None
         except RemoteEntryNotFoundError as exc:
-            raise SourceNotFoundError(repo_id, f"a file is missing on the hub ({exc})") from exc
+            raise SourceNotFoundError(repo_id, f"a file is missing on the hub ({exc})") from None
         except HFValidationError as exc:
             raise SourceNotFoundError(
                 repo_id, f"the hub client refuses the id, revision or a file name ({exc}); check them"
-            ) from exc
+            ) from None
         except (_http_library().TooManyRedirects, _http_library().UnsupportedProtocol,
                 _http_library().InvalidURL) as exc:  # the hub client's own downloads: no retry cures these
-            raise client_failure(exc, repo_id) from exc
+            raise client_failure(exc, repo_id) from None
         except _network_errors() as exc:
             remote = None  # the cached copy, if any, is used (below)
             why = f"the hub cannot be reached ({unreachable_reason(exc)})"
@@ -302,7 +304,7 @@ def open_hub(repo_id: str, *, revision: str | None = None, gguf_file: str | None
     try:
         folder = _from_cache(repo_id, revision, cache, why, advice)
     except HFValidationError as exc:
-        raise SourceNotFoundError(repo_id, f"the hub client refuses the id or revision ({exc}); check them") from exc
+        raise SourceNotFoundError(repo_id, f"the hub client refuses the id or revision ({exc}); check them") from None
     try:
         return open_local(folder, gguf_file=gguf_file, location=repo_id, revision=folder.name)
     except (SourceNotFoundError, CheckpointFileError) as exc:  # a partial download in the cache

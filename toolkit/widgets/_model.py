@@ -24,9 +24,10 @@ import time
 
 import ipywidgets as W
 
-from toolkit.collect.pass_options import SELECTION
+from toolkit.collect.pass_options import SELECTION, metrics_of
 from toolkit.collect.weights import weight_stats
-from toolkit.constraints import Flag, Forwarded, MetricNames, Optional, PathName, Real, Text, Whole, checks_options
+from toolkit.constraint_types import SOURCE
+from toolkit.constraints import Flag, Forwarded, Optional, PathName, Real, Text, Whole, checks_options
 from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_form import form_row, make_form, read_form, set_button, show_selection
 from toolkit.widgets.live_pass import LivePass, measured
@@ -271,8 +272,8 @@ class ModelExplorer:
     _eager_cell = None
 
 
-@checks_options(metrics=MetricNames("weight"), metric=Optional(Text("a metric name")), out_dir=PathName(),
-                dpi=Whole(minimum=1),
+@checks_options(source=SOURCE, metrics=metrics_of("weight")["metrics"], metric=Optional(Text("a metric name")),
+                out_dir=PathName(), dpi=Whole(minimum=1),
                 display=Optional(Flag()), refresh=Real(minimum=0.0), background=Optional(Flag()),
                 layers=SELECTION["layers"], components=SELECTION["components"], experts=SELECTION["experts"],
                 stats_kws=Forwarded(weight_stats, taken=("metrics", "progress", "on_cells", "layers", "components",

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import Check, Flag, Names, Optional, PathName, Text, Whole, checks_options
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.widgets._model import explore_model
 from toolkit.widgets.explorer import Explorer
 
 
-@checks_options(metric=Optional(Text("a metric of the Dataset")), out_dir=PathName(), dpi=Whole(minimum=1),
+@checks_options(data=Exempt("a Dataset or a list of them (EmptyInputError for none), or a checkpoint measured by "
+                            "explore_model (its typed errors)"), compute=Exempt(
+                    "measuring options, forwarded to explore_model (which declares them) when data is a checkpoint; "
+                    "a Dataset takes none (TypeError naming them)"),
+                metric=Optional(Text("a metric of the Dataset")), out_dir=PathName(), dpi=Whole(minimum=1),
                 labels=Optional(Names("one label per Dataset")), read_entries=Flag(),
                 fit=Optional(Check(FitOptions.coerce, {"no_such_option": 1})))
 def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entries=True, fit=None,

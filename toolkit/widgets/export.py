@@ -13,15 +13,13 @@ page swaps them in.
 
 from __future__ import annotations
 
-import html
-import json
-import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from toolkit.constraint_types import DataOf
 from toolkit.constraints import Names, Optional, PathName, Text, checks_options
 from toolkit.errors import InvalidOptionError, ToolkitError
 from toolkit.plot import metric_names, prepare_heatmap
@@ -30,6 +28,7 @@ from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
 from toolkit.widgets._assets import FOLDER, style
 from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
+from toolkit.widgets.embed import json_for_html, text_for_html
 
 __all__ = ["NO_SPECTRA", "export_html", "page_data"]
 
@@ -102,8 +101,8 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     ----------
     data : xarray.Dataset or list of xarray.Dataset
         As :func:`toolkit.widgets.explore` takes it (a series' ``checkpoint`` dim: one panel per step).
-    metrics : list of str, optional
-        The menu; default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
+    metrics : str or list of str, optional
+        The menu (a str is one metric); default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
     labels : list of str, optional
         One per Dataset of a list.
 
@@ -113,7 +112,8 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
         ``data`` of another type, or no metric of the data can be drawn.
     """
     models = _models(data, labels)
-    names = list(metrics) if metrics is not None else metric_names(models[0][1])
+    names = ([metrics] if isinstance(metrics, str) else list(metrics)) if metrics is not None \
+        else metric_names(models[0][1])  # a str is one metric, not its letters
     heatmaps = {m: got for m in names if (got := _heatmap(models, m)) is not None}
     if not heatmaps:
         raise InvalidOptionError("metrics", metrics, "metrics of the data that a heatmap can draw, e.g. "
@@ -129,23 +129,7 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
             "drilldowns": drilldowns, "note": "" if drilldowns else NO_SPECTRA}
 
 
-def _json(data) -> str:
-    """JSON safe inside a ``<script>`` element (NaN as null; ``</`` escaped), numbers to 7 significant digits
-    (what is drawn and hovered shows at most 6: the page's own number format)."""
-    def clean(x):
-        if isinstance(x, float):
-            return float(f"{x:.7g}") if math.isfinite(x) else None
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, np.generic):
-            return clean(x.item())
-        return x
-    return json.dumps(clean(data), separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-
-
-@checks_options(path=PathName(), metrics=Optional(Names("metrics of the data")),
+@checks_options(data=DataOf(many=True), path=PathName(), metrics=Optional(Names("metrics of the data")),
                 labels=Optional(Names("one label per Dataset")), title=Optional(Text("the page's title")))
 def export_html(data, path, *, metrics=None, labels=None, title: str | None = None) -> Path:
     """Write the explorer as one self-contained HTML file (no network resource; opens from ``file://``).
@@ -199,15 +183,15 @@ def _page(page: dict, title: str) -> str:
                                                                                                        "chart")}
     glue = (FOLDER / "export_page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{text_for_html(title)}</title>
 <style>{style()}
 body {{ font-family: sans-serif; margin: 16px; }} .toolkit-export-bar {{ margin-bottom: 8px; }}
 .toolkit-export-row {{ display: flex; flex-wrap: wrap; gap: 16px; align-items: flex-start; }}</style></head>
-<body><h3>{html.escape(title)}</h3>
+<body><h3>{text_for_html(title)}</h3>
 <div class="toolkit-export-bar"><label>metric <select id="toolkit-metric"></select></label></div>
 <div class="toolkit-export-row"><div id="toolkit-heatmap"></div><div id="toolkit-drilldown"></div></div>
-<script type="application/json" id="toolkit-data">{_json(page)}</script>
-<script type="application/json" id="toolkit-modules">{_json(modules)}</script>
+<script type="application/json" id="toolkit-data">{json_for_html(page)}</script>
+<script type="application/json" id="toolkit-modules">{json_for_html(modules)}</script>
 <script type="module">{glue}</script>
 </body></html>
 """

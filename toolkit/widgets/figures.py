@@ -124,21 +124,25 @@ def write_file(path, data: bytes | str, what: str, example: str) -> Path:
     Raises
     ------
     toolkit.errors.OutputPathError
-        ``path`` is a folder, a part of its folder is a file, or the file cannot be written there (no
-        permission, a name too long, a full disk); an ``OSError`` too.
+        ``path`` is a folder, a device, a FIFO or a socket (:func:`toolkit.atomic.output_target`; a symbolic
+        link is followed and its target replaced), a part of its folder is a file, or the file cannot be
+        written there (no permission, a name too long, a full disk); an ``OSError`` too.
     """
-    from toolkit.atomic import atomic_path
+    from toolkit.atomic import atomic_path, output_target
     from toolkit.errors import OutputPathError
     from toolkit.io.paths import path_problem, path_text
 
     text = path_text(path, what)
     out = Path(os.path.expanduser(text))
     try:  # a name too long fails already in path_problem's is_dir
-        problem = path_problem(text, out, what, example)
+        problem = path_problem(text, out, what, example) if "\x00" not in text else ""
         if not problem:
+            output_target(out)  # a NUL, a device, a FIFO, a socket: refused before anything is written
             out.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(out) as tmp:
                 Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+    except OutputPathError:
+        raise
     except OSError as e:  # the temporary file's name in e would mislead: say the path asked for
         raise OutputPathError(text, f"{e.strerror or e}; choose another path for {what}", e.errno) from e
     if problem:

@@ -16,6 +16,7 @@ import io
 
 import ipywidgets as W
 
+from toolkit.constraint_types import DataOf
 from toolkit.constraints import Text, Whole, checks_options
 from toolkit.errors import ToolkitError
 from toolkit.plot.layer_grid_figure import default_log, draw_layer_grid, grid_variables, prepare_layer_grid
@@ -171,7 +172,7 @@ class LabExplorer:
         display(self._repr_mimebundle_(), raw=True)
 
 
-@checks_options(metric=Text("a variable of the lab result"), dpi=Whole(minimum=1))
+@checks_options(ds=DataOf(), metric=Text("a variable of the lab result"), dpi=Whole(minimum=1))
 def lab_explorer(ds, metric: str = "attention_norm", *, dpi: int = 80) -> LabExplorer:
     """Interactive layer grid over a lab result.
 

@@ -23,6 +23,7 @@ import time
 
 import ipywidgets as W
 
+from toolkit.constraint_types import Exempt
 from toolkit.constraints import Flag, Text, Whole, checks_options
 from toolkit.errors import ToolkitError
 
@@ -140,7 +141,9 @@ class PromptBox:
         return bundle
 
 
-@checks_options(text=Text("the box's first text", empty=True), max_tokens=Whole(minimum=2), run=Flag())
+@checks_options(model=Exempt("a checkpoint or loaded model, as activation_stats takes it (its typed errors)"),
+                text=Text("the box's first text", empty=True), max_tokens=Whole(minimum=2), run=Flag(),
+                kwargs=Exempt("options of activation_stats (which declares them), passed on at each run"))
 def prompt_box(model, text: str = DEFAULT_TEXT, *, max_tokens: int = 128, run: bool = True, **kwargs) -> PromptBox:
     """A text box with a Run button over :func:`~toolkit.activations.activation_stats`.
 

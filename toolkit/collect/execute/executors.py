@@ -157,7 +157,7 @@ def connect(client):
 
 
 @contextmanager
-def executor_for(client, device: str):
+def executor_for(client, device: str, where: str = ""):
     """The executor of a run: serial when ``client`` is None, else Dask on ``client``.
 
     Checks ``device`` first (on a cluster only its name: the workers may have
@@ -171,9 +171,9 @@ def executor_for(client, device: str):
         ``client`` given without ``dask.distributed`` installed.
     """
     if client is None:
-        check_device(device)
+        check_device(device, where=where)
         yield SerialExecutor()
         return
-    check_device(device, available=False)
+    check_device(device, available=False, where=where)
     with connect(client) as c:
         yield DaskExecutor(c)

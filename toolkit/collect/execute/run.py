@@ -106,7 +106,7 @@ class Pass:
 
 @contextmanager
 def open_pass(*, progress, desc: str, what: str = "the checkpoint", client=None, device: str = "cpu",
-              cache: bool = True) -> Iterator[Pass]:
+              cache: bool = True, where: str = "") -> Iterator[Pass]:
     """Set up a pass: the extent of its cache warnings, its executor (:func:`executor_for`: serial, or
     Dask on ``client``) and its progress bar, which says ``opening <what> …`` until
     ``Pass.progress.begin(total)``.
@@ -114,7 +114,7 @@ def open_pass(*, progress, desc: str, what: str = "the checkpoint", client=None,
     Raises
     ------
     ToolkitError, MissingPackageError
-        As :func:`executor_for` (a device this process lacks, a bad client).
+        As :func:`executor_for` (a device this process lacks, a bad client; ``where`` names the front door).
     """
-    with cache_run(), executor_for(client, device) as executor, opening_progress(progress, desc, what) as report:
+    with cache_run(), executor_for(client, device, where) as executor, opening_progress(progress, desc, what) as report:
         yield Pass(executor, report, cache)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import numbers
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from toolkit.errors import InvalidOptionError, SelectionError
@@ -50,7 +51,7 @@ def _index_spec(value, option: str, where: str):
         if not value:
             raise InvalidOptionError(option, value, "an int, a slice, a non-empty range or a list of ints", where)
         return tuple(value)
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
         raise InvalidOptionError(option, value, "an int, a slice, a range or a list of ints", where)
     items = list(value)
     if not items or not all(_is_int(v) for v in items):
@@ -101,15 +102,18 @@ class Selection:
             A value of a type no selection takes (a float, a str for ``layers``, an empty list...).
         """
         if components is not None:
+            given = components
             if isinstance(components, str):
                 components = (components,)
-            elif hasattr(components, "__iter__") and not isinstance(components, bytes):
+            elif hasattr(components, "__iter__") and not isinstance(components, (bytes, Mapping)):
                 components = tuple(components)
             else:
                 raise InvalidOptionError("components", components, "a component name or a list of names, e.g. "
                                          "['attn.q', 'mlp.router'] or 'attn.*'", where)
             if not components or not all(isinstance(c, str) and c.strip() for c in components):
-                raise InvalidOptionError("components", components, "a non-empty list of component names", where)
+                bad = next((c for c in components if not (isinstance(c, str) and c.strip())), None)
+                raise InvalidOptionError("components", given, "a non-empty list of component names" + (
+                    f", each a non-empty str (not {bad!r})" if components else ""), where)
         return cls(_index_spec(layers, "layers", where), components, _index_spec(experts, "experts", where))
 
     @property

@@ -28,8 +28,8 @@ FILE_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth", ".json")
 
 
 def is_url(text: str) -> bool:
-    """``http://`` or ``https://``."""
-    return text.startswith(("http://", "https://"))
+    """``http://`` or ``https://``, in any case (RFC 3986: a scheme is case-insensitive, ``HTTPS://`` too)."""
+    return text[:8].lower().startswith(("http://", "https://"))
 
 
 def endpoint() -> str:

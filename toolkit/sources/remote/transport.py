@@ -36,9 +36,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
-from toolkit.errors import CheckpointFileError, RemoteReadError
+from toolkit.errors import CheckpointFileError, RemoteReadError, ToolkitError
 from toolkit.errors import RemoteTransientError as Transient
-from toolkit.redaction import redact
+from toolkit.redaction import redact, redact_exception
 from toolkit.sources.limits import http_timeout, max_whole_file, min_rate, rate_window
 
 __all__ = ["MAX_REDIRECTS", "Transient", "client_failure", "exchange", "read_whole", "stream_body"]
@@ -205,8 +205,8 @@ def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, lis
     timeout = http_timeout()
     hops, history = [url], []
     sent = headers
-    session = _session()
     try:
+        session = _session()
         while True:
             request = session.build_request(method, hops[-1], headers=sent, timeout=http.Timeout(timeout))
             resp = _answer_within(session, request, timeout, url)
@@ -219,21 +219,33 @@ def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, lis
             if resp.status_code == 303:
                 method = "GET" if method != "HEAD" else method
     except (http.UnsupportedProtocol, http.InvalidURL) as exc:
-        raise RemoteReadError(url, 0, f"the client refuses the address {redact(hops[-1])!r} ({exc}); only http:// "
-                              "and https:// URLs are read") from exc
+        raise RemoteReadError(url, 0, f"the client refuses the address {redact(hops[-1])!r} "
+                              f"({redact_exception(exc)}); only http:// and https:// URLs are read") from None
     except http.TransportError as exc:
-        raise Transient(url, 0, f"no answer ({type(exc).__name__}{f': {exc}' if str(exc).strip() else ''})") from exc
-    except http.HTTPError as exc:  # any other failure of the client: never raw
-        raise RemoteReadError(url, 0, f"the request failed ({type(exc).__name__}: {exc})") from exc
+        raise Transient(url, 0, f"no answer ({redact_exception(exc)})") from None
+    except ToolkitError:
+        raise
+    except Exception as exc:  # any other failure of the client or its hooks (OfflineModeIsEnabled): never raw
+        raise RemoteReadError(url, 0, _failed("the request failed", exc)) from None
     try:
         yield resp, history
     except http.TransportError as exc:
-        raise Transient(url, resp.status_code, f"the connection dropped mid-body ({type(exc).__name__}: {exc})") \
-            from exc
+        raise Transient(url, resp.status_code, f"the connection dropped mid-body ({redact_exception(exc)})") \
+            from None
     except http.HTTPError as exc:
-        raise RemoteReadError(url, resp.status_code, f"the body failed ({type(exc).__name__}: {exc})") from exc
+        raise RemoteReadError(url, resp.status_code, f"the body failed ({redact_exception(exc)})") from None
     finally:
         resp.close()
+
+
+def _failed(what: str, exc: BaseException) -> str:
+    """The reason of a typed error for a dependency's exception: its type and redacted message, and the way
+    out where the type says what it is (the hub client's offline mode)."""
+    reason = f"{what} ({redact_exception(exc)})"
+    if type(exc).__name__ == "OfflineModeIsEnabled":
+        reason += ("; HF_HUB_OFFLINE=1 forbids every request: unset it to read a remote checkpoint, or pass "
+                   "a local copy")
+    return reason
 
 
 def _chunks(resp, url: str) -> Iterator[bytes]:
