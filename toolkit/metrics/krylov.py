@@ -1,0 +1,260 @@
+r"""Randomized block Krylov for the top-k eigenvectors of a Gram operator, with a certificate of what it has not seen.
+
+The fast route of :func:`toolkit.metrics.subspace.top_left`. On the smaller
+Gram operator :math:`A` of ``W`` (:math:`W^\top W` or :math:`WW^\top`, applied
+as :math:`\sum_i W_i^\top (W_i X)` over float64 blocks of ``W``: one read of
+``W`` per application, no float64 copy of it), a start block of
+``b = k + oversampling`` columns spans the Krylov space
+:math:`\mathcal{K}_q = [Q_0, AQ_0, \dots, A^{q-1}Q_0]`, orthonormalised block
+by block (classical Gram-Schmidt twice). After each application the
+Rayleigh-Ritz step on :math:`\mathcal{K}_q` (with :math:`AK` kept exactly, no
+recurrence) gives Ritz values :math:`\theta_1 \ge \theta_2 \ge \dots`, Ritz
+vectors :math:`\hat V` and residuals :math:`r_j = \|A\hat v_j - \theta_j \hat v_j\|`.
+References: Musco & Musco (2015), "Randomized block Krylov methods for stronger
+and faster approximate singular value decomposition", NeurIPS; Halko,
+Martinsson & Tropp (2011), SIAM Rev. 53(2), 217-288, sec. 4.
+
+The start
+---------
+Every start block holds at least :data:`FRESH` Gaussian columns, drawn from a
+seed taken from the matrix itself (:func:`data_seed`: a hash of its shape and
+of 4096 of its entries), never a constant: a matrix cannot be built against a
+seed it determines without inverting the hash. A warm start (another matrix's
+Ritz block) fills only the other columns. The route never stops before
+:data:`MIN_APPLICATIONS` applications, so the fresh columns have been
+multiplied by :math:`A` at least once: a start whose columns are already exact
+eigenvectors (an SVD-style fine-tune :math:`U\,\mathrm{diag}(s z)\,V^\top`
+started from the base's block, issue 42) has zero residual on them after one
+application, and before this rule the route stopped there without having
+looked at the rest of the spectrum.
+
+What is proven and what is a probability statement
+--------------------------------------------------
+Let :math:`\hat V_k` be the top-k Ritz vectors, :math:`R = A\hat V_k - \hat V_k\Theta_k`.
+By the Davis-Kahan :math:`\sin\Theta` theorem (Davis & Kahan 1970, SIAM J. Numer.
+Anal. 7(1); Parlett, *The Symmetric Eigenvalue Problem*, thm. 11.7.1), if every
+eigenvalue of :math:`A` outside its top-k eigenspace is at most
+:math:`\lambda^+ < \theta_k`, the largest principal angle between :math:`\hat V_k`
+and that eigenspace obeys :math:`\|\sin\Theta\|_2 \le \|R\|_F / (\theta_k - \lambda^+)`.
+Two values of :math:`\lambda^+` are used:
+
+- **Proven** (the trace bound): by Courant-Fischer,
+  :math:`\lambda_{k+1} \le \lambda_{max}(P_\perp A P_\perp) \le \mathrm{tr}(P_\perp A P_\perp)
+  = \mathrm{tr}(A) - \sum_{i \le k}\theta_i` with :math:`P_\perp = I - \hat V_k\hat V_k^\top`
+  (:math:`A \succeq 0`). :math:`\mathrm{tr}(A) = \|W\|_F^2` is summed exactly (float64) in the first
+  application. Where :math:`\mathrm{tr}(A) - \sum\theta < \theta_k` the stopping rule is a proof, up to
+  float64 rounding, whatever the start; it holds for spectra whose top k carry most of the mass
+  (spiked, low-rank plus small noise) and rarely for a trained layer's heavy tail.
+- **Estimated** otherwise: :math:`\lambda^+ = \max_{k < j \le b}(\theta_j + r_j)`, the largest
+  upper end of the residual intervals of the block's other Ritz pairs (each holds an eigenvalue). It is
+  an upper bound on :math:`\lambda_{k+1}` only if the Krylov space is not nearly orthogonal to the
+  eigenvectors above it: for a Gaussian start this fails with a probability that falls with the number
+  of applications and with the gap (Kuczyński & Woźniakowski 1992, SIAM J. Matrix Anal. Appl. 13(4),
+  for one start vector; Musco & Musco 2015, thm. 1, for a block), never zero. A fresh direction with a
+  Rayleigh quotient above :math:`\theta_k` is a Ritz pair of :math:`\mathcal{K}_q` above
+  :math:`\theta_k` and so cannot go unseen: this is the check that no fresh direction rises above
+  the block. It is a probability statement over the seed, not a proof: property tests
+  (``tests/metrics/test_krylov_properties.py``) hold it against the exact route on inputs built to
+  defeat it.
+
+:func:`krylov_top` stops when the bound so obtained is at most ``tolerance`` and says which kind it
+reached (:attr:`KrylovResult.proven`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from toolkit.metrics import gram as gram_module
+from toolkit.metrics.gram import float64_blocks, gram_side
+from toolkit.metrics.registry import DegenerateMatrix
+
+__all__ = ["FRESH", "MAX_APPLICATIONS", "MIN_APPLICATIONS", "OVERSAMPLING", "TOLERANCE", "KrylovResult", "data_seed",
+           "gram_apply", "krylov_top"]
+
+#: Stated accuracy: the bound on the largest principal angle (sin) between the computed and the exact
+#: top-k subspace at which the route stops (``subspace_overlap`` is then within 4 x this).
+TOLERANCE = 2.5e-6
+#: Extra columns of the Krylov block beyond ``k``.
+OVERSAMPLING = 8
+#: Applications of the Gram operator (reads of W) before the route gives up (the exact route takes over).
+MAX_APPLICATIONS = 16
+#: Gaussian columns of every start block, a warm one included.
+FRESH = 4
+#: Applications of the Gram operator before the route may stop (the fresh columns have been multiplied).
+MIN_APPLICATIONS = 2
+#: Entries of ``W`` hashed into the seed (evenly spaced, plus the shape).
+SEED_SAMPLE = 4096
+
+
+class KrylovResult(NamedTuple):
+    """What :func:`krylov_top` found.
+
+    Attributes
+    ----------
+    vectors : numpy.ndarray, shape (d, k)
+        Orthonormal top-k Ritz vectors (float64).
+    values : numpy.ndarray, shape (k,)
+        Their Ritz values, descending.
+    estimate : float
+        The bound on :math:`\\|\\sin\\Theta\\|_2` reached (module docstring).
+    block : numpy.ndarray, shape (d, b)
+        The top-``b`` Ritz vectors (a warm start for a nearby matrix).
+    applications : int
+        Reads of ``W`` made.
+    proven : bool
+        The estimate rests on the trace bound (a proof), not on the residual estimate of
+        :math:`\\lambda_{k+1}` (a probability statement).
+    upper : float
+        The :math:`\\lambda^+` used: an upper bound (``proven``) or estimate of :math:`\\lambda_{k+1}`.
+    trace : float
+        :math:`\\mathrm{tr}(A) = \\|W\\|_F^2`.
+    """
+
+    vectors: np.ndarray
+    values: np.ndarray
+    estimate: float
+    block: np.ndarray
+    applications: int
+    proven: bool
+    upper: float
+    trace: float
+
+
+def data_seed(w: torch.Tensor) -> int:
+    """A seed drawn from the matrix: BLAKE2b of its shape and of :data:`SEED_SAMPLE` evenly spaced entries
+    (as float64). Reproducible for the same values, different for different matrices, never a constant."""
+    flat = w.detach().reshape(-1)
+    idx = torch.linspace(0, flat.numel() - 1, min(SEED_SAMPLE, flat.numel())).round().long()
+    sample = flat[idx].to("cpu", torch.float64).numpy()
+    h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+def gram_apply(w: torch.Tensor, x: np.ndarray, *, trace: list | None = None) -> np.ndarray:
+    """:math:`AX` for the smaller Gram matrix :math:`A` of ``w`` (:func:`~toolkit.metrics.gram.gram_side`),
+    float64, one read of ``w`` in float64 blocks of :data:`~toolkit.metrics.gram.PAIR_BLOCK` entries (no
+    float64 copy of ``w``; 4 MiB of buffer). ``trace``: append :math:`\\mathrm{tr}(A) = \\|W\\|_F^2` (float64
+    sums of the same blocks)."""
+    wide, _ = gram_side(w)
+    out = np.zeros_like(x)
+    total = 0.0
+    for blk in float64_blocks(w, "block", entries=gram_module.PAIR_BLOCK):
+        out += blk @ (blk.T @ x) if wide else blk.T @ (blk @ x)
+        if trace is not None:
+            total += float(np.einsum("ij,ij->", blk, blk))
+    if trace is not None:
+        trace.append(total)
+    return out
+
+
+def _orthonormal_to(z: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
+    """Columns of ``z`` made orthonormal and orthogonal to ``basis`` (classical Gram-Schmidt twice, then QR)."""
+    if basis is not None:
+        for _ in range(2):
+            z = z - basis @ (basis.T @ z)
+    q, _ = np.linalg.qr(z)
+    return q
+
+
+def start_block(w: torch.Tensor, d: int, b: int, start: np.ndarray | None = None,
+                fresh: int = FRESH) -> np.ndarray:
+    """The orthonormal (d, b) start: Gaussian columns from :func:`data_seed`, the leading ones replaced by
+    ``start``'s, keeping at least ``fresh`` Gaussian."""
+    q = np.random.default_rng(data_seed(w)).standard_normal((d, b))
+    if start is not None and start.shape[0] == d:
+        keep = max(0, min(start.shape[1], b - min(fresh, b)))
+        q[:, :keep] = start[:, :keep]
+    return _orthonormal_to(q, None)
+
+
+def krylov_top(w: torch.Tensor, k: int, *, tolerance: float = TOLERANCE,
+               max_applications: int = MAX_APPLICATIONS, oversampling: int = OVERSAMPLING,
+               start: np.ndarray | None = None, fresh: int = FRESH,
+               min_applications: int = MIN_APPLICATIONS) -> KrylovResult | None:
+    r"""Top-``k`` eigenvectors of the smaller Gram matrix of ``w`` by randomized block Krylov (module docstring).
+
+    Parameters
+    ----------
+    w : torch.Tensor, shape (m, n), on the CPU
+    k : int
+        At most ``min(m, n)``.
+    tolerance : float
+        Stop when the bound on :math:`\|\sin\Theta\|_2` is at most this.
+    max_applications : int
+        Applications of the Gram operator (reads of ``w``) at most.
+    oversampling : int
+        Block size ``k + oversampling``.
+    start : numpy.ndarray, shape (d, j), optional
+        A warm start: the leading columns of the start block; ``fresh`` columns stay Gaussian.
+    fresh : int
+        Gaussian columns kept in a warm start.
+    min_applications : int
+        Applications before the route may stop.
+
+    Returns
+    -------
+    KrylovResult or None
+        None when ``tolerance`` is not reached (or the Krylov space is exhausted, or the estimate shrinks
+        too slowly to reach it): the caller takes the exact route.
+
+    Raises
+    ------
+    DegenerateMatrix
+        Non-finite entries.
+    """
+    _, d = gram_side(w)
+    b = min(d, k + oversampling)
+    if b <= k:
+        return None  # no room for a Ritz pair beyond k: the exact route
+    trace: list = []
+    basis = start_block(w, d, b, start, fresh)
+    images = gram_apply(w, basis, trace=trace)
+    previous = math.inf
+    for done in range(1, max_applications + 1):
+        if not (np.isfinite(images).all() and math.isfinite(trace[0])):
+            raise DegenerateMatrix("matrix contains NaN/Inf")
+        vec, theta, bounds = _ritz(basis, images, k, b, trace[0])
+        proven = bounds[0][0] <= tolerance
+        estimate, upper = bounds[0] if proven else bounds[1]
+        if done >= min_applications and estimate <= tolerance:
+            return KrylovResult(vec[:, :k], theta[:k].copy(), estimate, vec, done, proven, upper, trace[0])
+        estimate = min(bounds[0][0], bounds[1][0])
+        if done == max_applications or basis.shape[1] + b > d or _hopeless(
+                previous, estimate, tolerance, max_applications - done):
+            return None
+        previous = estimate
+        q = _orthonormal_to(images[:, -b:], basis)
+        basis, images = np.hstack([basis, q]), np.hstack([images, gram_apply(w, q)])
+    return None
+
+
+def _hopeless(previous: float, estimate: float, tolerance: float, left: int) -> bool:
+    """Whether the estimate, shrinking at its last rate, cannot reach ``tolerance`` in ``left`` more steps
+    (twice the steps it would need are allowed: the rate grows with the Krylov space)."""
+    if not math.isfinite(previous) or not math.isfinite(estimate):
+        return False
+    if estimate >= previous:
+        return True
+    return math.log(estimate / tolerance) / math.log(previous / estimate) > 2 * left
+
+
+def _ritz(basis: np.ndarray, images: np.ndarray, k: int, b: int, trace: float):
+    r"""Rayleigh-Ritz on span(``basis``) with ``images`` = A ``basis``: the top-``b`` Ritz vectors (b > k), all
+    Ritz values and two ``(bound, lambda+)``: the proven (trace) one and the estimated one (module docstring),
+    bound :math:`\|R\|_F / (\theta_k - \lambda^+)`, inf without a gap."""
+    h = basis.T @ images
+    theta, s = np.linalg.eigh((h + h.T) / 2)
+    theta, s = theta[::-1], s[:, ::-1]
+    vec = basis @ s[:, :b]
+    res = images @ s[:, :b] - vec * theta[:b]
+    norms = np.linalg.norm(res, axis=0)
+    top = float(np.sqrt((norms[:k] ** 2).sum()))
+    uppers = (max(0.0, trace - float(theta[:k].sum())), float((theta[k:b] + norms[k:b]).max()))
+    usable = theta[0] > 0 and theta[k - 1] > 1e-12 * theta[0]
+    return vec, theta, [(top / (theta[k - 1] - u) if usable and u < theta[k - 1] else math.inf, u) for u in uppers]
