@@ -21,6 +21,7 @@ from toolkit.metrics.diff import compute_diff_metrics
 
 K = 16
 STATED = 4 * subspace.TOLERANCE
+pytestmark = pytest.mark.usefixtures("one_thread")
 OLD_SEED = 20260  # the constant seed of the start block before issue 42
 
 

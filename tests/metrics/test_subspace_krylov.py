@@ -22,6 +22,7 @@ from toolkit.metrics.spectral import difference_singular_values
 
 K = 16
 STATED = 4 * subspace.TOLERANCE  # the overlap's stated accuracy
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def with_spectrum(m: int, n: int, s: np.ndarray, seed: int) -> np.ndarray:
@@ -38,19 +39,6 @@ def exact_left(w: np.ndarray, k: int = K) -> np.ndarray:
 
 def overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a.T @ b) ** 2).sum()) / a.shape[1]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One BLAS and torch thread, as a pass runs them (many small products with two threads on a loaded
-    machine wait at barriers)."""
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
-        yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture

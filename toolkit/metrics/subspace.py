@@ -69,6 +69,8 @@ report.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.linalg
 import torch
@@ -89,6 +91,18 @@ MIN_KRYLOV_SIDE = 1024
 #: Unit roundoff of each storage dtype (the stored values' rounding, :func:`check_separated`).
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24,
                  torch.float64: 2.0 ** -53}
+
+
+def in_gram_range(w: torch.Tensor) -> torch.Tensor:
+    r"""``w``, or for a float64 ``w`` whose Gram matrix would leave float64's normal range (entries past
+    :math:`2^{\pm 250}`: a subnormal Gram loses every digit, one past 1e308 is inf) ``w`` times a power of two,
+    exact. The subspace does not depend on the scale, nor does :func:`check_separated`'s rule (relative)."""
+    if w.dtype != torch.float64 or not w.numel():
+        return w
+    lo, hi = (float(v) for v in torch.aminmax(w))
+    peak = max(-lo, hi)
+    exponent = math.frexp(peak)[1] if math.isfinite(peak) and peak > 0 else 0
+    return w if -250 < exponent < 250 else w * math.ldexp(1.0, -exponent)
 
 
 def gram64(w: torch.Tensor) -> np.ndarray:
@@ -158,9 +172,15 @@ def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
     DegenerateMatrix
         Non-finite entries, rank below ``k``, or a top-``k`` subspace not determined
         (:func:`check_separated`).
+
+    Notes
+    -----
+    A float64 ``w`` with entries past :math:`2^{\pm 250}` is scaled by a power of two first
+    (:func:`in_gram_range`).
     """
     m, n = w.shape
     k = max(1, min(int(k), m, n))
+    w = in_gram_range(w)
     wide, d = gram_side(w)
     on_cpu = torch.device(device).type == "cpu" and w.device.type == "cpu"
     if on_cpu:
@@ -177,14 +197,13 @@ def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
         trace = float(np.trace(gram))
         lam, vec = scipy.linalg.eigh(gram, subset_by_index=[d - top, d - 1], driver="evx", overwrite_a=True,
                                      check_finite=False)
-        lam, vec = lam[::-1], vec[:, ::-1][:, :k]
+        lam, vec = lam[::-1], vec[:, ::-1][:, :k].copy()  # positive strides (k = 1 included)
     else:
         trace = float(torch.trace(gram))
         lam_t, vec_t = torch.linalg.eigh(gram)
         lam, vec = lam_t.flip(0)[:top].cpu().numpy(), vec_t.flip(1)[:, :k]
     check_separated((lam[0], lam[k - 1], lam[k] if top > k else 0.0), trace, (m, n), w.dtype, k)
     if on_cpu:
-        vec = np.ascontiguousarray(vec)
         if not wide:
             vec = _left_from_right(w, vec, lam[:k])
         return torch.from_numpy(vec)
@@ -245,6 +264,7 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
     """
     m, n = w.shape
     k = max(1, min(int(k), m, n))
+    w = in_gram_range(w)
     wide, d = gram_side(w)
     side = MIN_KRYLOV_SIDE if min_side is None else min_side
     if torch.device(device).type != "cpu" or w.device.type != "cpu" or d < side:
