@@ -69,14 +69,12 @@ report.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import scipy.linalg
 import torch
 
 from toolkit.metrics import gram as gram_module
-from toolkit.metrics.gram import float64_blocks, gram_side
+from toolkit.metrics.gram import float64_blocks, gram_scale, gram_side
 from toolkit.metrics.krylov import MAX_APPLICATIONS, OVERSAMPLING, TOLERANCE, gram_apply, krylov_top
 from toolkit.metrics.registry import DegenerateMatrix
 
@@ -94,15 +92,11 @@ UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.flo
 
 
 def in_gram_range(w: torch.Tensor) -> torch.Tensor:
-    r"""``w``, or for a float64 ``w`` whose Gram matrix would leave float64's normal range (entries past
-    :math:`2^{\pm 250}`: a subnormal Gram loses every digit, one past 1e308 is inf) ``w`` times a power of two,
-    exact. The subspace does not depend on the scale, nor does :func:`check_separated`'s rule (relative)."""
-    if w.dtype != torch.float64 or not w.numel():
-        return w
-    lo, hi = (float(v) for v in torch.aminmax(w))
-    peak = max(-lo, hi)
-    exponent = math.frexp(peak)[1] if math.isfinite(peak) and peak > 0 else 0
-    return w if -250 < exponent < 250 else w * math.ldexp(1.0, -exponent)
+    """``w``, or ``w`` times :func:`~toolkit.metrics.gram.gram_scale` (a power of two, exact) when its float64
+    Gram matrix would leave float64's normal range. The subspace does not depend on the scale, nor does
+    :func:`check_separated`'s rule (relative)."""
+    scale = gram_scale(w)
+    return w if scale == 1.0 else w * scale
 
 
 def gram64(w: torch.Tensor) -> np.ndarray:
