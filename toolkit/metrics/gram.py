@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import math
 import threading
 
@@ -187,6 +188,24 @@ def gram_scale(*tensors: torch.Tensor) -> float:
         return 1.0  # zeros, or NaN / inf: the finiteness checks report them
     exponent = math.frexp(peak)[1]
     return 1.0 if GRAM_EXPONENTS[0] < exponent < GRAM_EXPONENTS[1] else math.ldexp(1.0, -exponent)
+
+
+#: Entries of ``W`` hashed into :func:`data_seed` (evenly spaced, plus the shape).
+SEED_SAMPLE = 4096
+
+
+def data_seed(w: torch.Tensor) -> int:
+    """A seed drawn from the matrix: BLAKE2b of its shape and of :data:`SEED_SAMPLE` evenly spaced entries (as
+    float64). Reproducible for the same values, different for different matrices, never a constant: a
+    probability statement over random vectors from it holds unless the matrix was built knowing the vectors,
+    i.e. by inverting the hash (issue 42: a fixed seed in the source let a matrix be built against its block).
+    Used by the Krylov start (:mod:`toolkit.metrics.krylov`) and the float32 certificate's probes
+    (:mod:`toolkit.metrics.eigen_bound`)."""
+    flat = w.detach().reshape(-1)
+    idx = torch.linspace(0, flat.numel() - 1, min(SEED_SAMPLE, flat.numel())).round().long()
+    sample = flat[idx].to("cpu", torch.float64).numpy()
+    h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
 
 
 def gram_side(w: torch.Tensor) -> tuple[bool, int]:

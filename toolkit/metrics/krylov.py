@@ -17,8 +17,8 @@ Martinsson & Tropp (2011), SIAM Rev. 53(2), 217-288, sec. 4.
 The start
 ---------
 Every start block holds at least :data:`FRESH` Gaussian columns, drawn from a
-seed taken from the matrix itself (:func:`data_seed`: a hash of its shape and
-of 4096 of its entries), never a constant: a matrix cannot be built against a
+seed taken from the matrix itself (:func:`~toolkit.metrics.gram.data_seed`: a hash of
+its shape and of 4096 of its entries), never a constant: a matrix cannot be built against a
 seed it determines without inverting the hash. A warm start (another matrix's
 Ritz block) fills only the other columns. The route never stops before
 :data:`MIN_APPLICATIONS` applications, so the fresh columns have been
@@ -63,7 +63,6 @@ reached (:attr:`KrylovResult.proven`).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import NamedTuple
 
@@ -71,7 +70,7 @@ import numpy as np
 import torch
 
 from toolkit.metrics import gram as gram_module
-from toolkit.metrics.gram import float64_blocks, gram_side
+from toolkit.metrics.gram import data_seed, float64_blocks, gram_side
 from toolkit.metrics.registry import DegenerateMatrix
 
 __all__ = ["FRESH", "MAX_APPLICATIONS", "MIN_APPLICATIONS", "OVERSAMPLING", "TOLERANCE", "KrylovResult", "data_seed",
@@ -88,8 +87,6 @@ MAX_APPLICATIONS = 16
 FRESH = 4
 #: Applications of the Gram operator before the route may stop (the fresh columns have been multiplied).
 MIN_APPLICATIONS = 2
-#: Entries of ``W`` hashed into the seed (evenly spaced, plus the shape).
-SEED_SAMPLE = 4096
 
 
 class KrylovResult(NamedTuple):
@@ -126,16 +123,6 @@ class KrylovResult(NamedTuple):
     trace: float
 
 
-def data_seed(w: torch.Tensor) -> int:
-    """A seed drawn from the matrix: BLAKE2b of its shape and of :data:`SEED_SAMPLE` evenly spaced entries
-    (as float64). Reproducible for the same values, different for different matrices, never a constant."""
-    flat = w.detach().reshape(-1)
-    idx = torch.linspace(0, flat.numel() - 1, min(SEED_SAMPLE, flat.numel())).round().long()
-    sample = flat[idx].to("cpu", torch.float64).numpy()
-    h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
-    return int.from_bytes(h.digest(), "little")
-
-
 def gram_apply(w: torch.Tensor, x: np.ndarray, *, trace: list | None = None) -> np.ndarray:
     """:math:`AX` for the smaller Gram matrix :math:`A` of ``w`` (:func:`~toolkit.metrics.gram.gram_side`),
     float64, one read of ``w`` in float64 blocks of :data:`~toolkit.metrics.gram.PAIR_BLOCK` entries (no
@@ -164,8 +151,8 @@ def _orthonormal_to(z: np.ndarray, basis: np.ndarray | None) -> np.ndarray:
 
 def start_block(w: torch.Tensor, d: int, b: int, start: np.ndarray | None = None,
                 fresh: int = FRESH) -> np.ndarray:
-    """The orthonormal (d, b) start: Gaussian columns from :func:`data_seed`, the leading ones replaced by
-    ``start``'s, keeping at least ``fresh`` Gaussian."""
+    """The orthonormal (d, b) start: Gaussian columns from :func:`~toolkit.metrics.gram.data_seed`, the leading
+    ones replaced by ``start``'s, keeping at least ``fresh`` Gaussian."""
     q = np.random.default_rng(data_seed(w)).standard_normal((d, b))
     if start is not None and start.shape[0] == d:
         keep = max(0, min(start.shape[1], b - min(fresh, b)))
