@@ -196,3 +196,17 @@ def test_float64_matrices_whose_gram_leaves_float64s_range(scale):
     want = np.linalg.svd(target - base, compute_uv=False)
     within_gram_bound(difference_singular_values(torch.from_numpy(base), torch.from_numpy(target)).numpy(), want,
                       (20, 30))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["multiplicity", "clustered", "two_values"])
+def test_torch_eigvalsh_route_above_numpys_orders(family):
+    """float64 orders above NUMPY_EIGVALSH_MAX go to torch's LAPACK: same bound against SciPy."""
+    from toolkit.metrics.gram import NUMPY_EIGVALSH_MAX
+
+    k = NUMPY_EIGVALSH_MAX + 64
+    rng = np.random.default_rng(5)
+    q = np.linalg.qr(rng.standard_normal((k, k)))[0]
+    g = (q * spectrum(family, k, rng) ** 2) @ q.T
+    want = scipy.linalg.eigvalsh(g)
+    np.testing.assert_allclose(_eigvalsh(g).numpy(), want, rtol=0, atol=64 * k * EPS64 * np.abs(want).max())
