@@ -112,3 +112,16 @@ def test_equal_values_at_k_are_nan_with_a_reason(dtype):
     target = torch.from_numpy((u * (s * rng.uniform(0.99, 1.01, d))) @ v.T).to(dtype)
     got = overlap_metric(target, base)
     assert math.isnan(got.value) and "not determined" in got.reason, got
+
+
+def test_the_seed_is_drawn_from_the_matrix():
+    """Reproducible for the same values (a strided view and its copy, bf16 and its float32 widening), different
+    for other values: no constant seed a matrix could be built against."""
+    from toolkit.metrics.gram import data_seed
+
+    w = torch.from_numpy(np.random.default_rng(8).standard_normal((300, 200)))
+    assert data_seed(w) == data_seed(w.clone())
+    assert data_seed(w.T) == data_seed(w.T.contiguous())
+    assert data_seed(w.bfloat16()) == data_seed(w.bfloat16().float())
+    seeds = {data_seed(x) for x in (w, w.T, 2 * w, w[:-1])}
+    assert len(seeds) == 4

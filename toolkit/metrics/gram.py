@@ -201,9 +201,9 @@ def data_seed(w: torch.Tensor) -> int:
     i.e. by inverting the hash (issue 42: a fixed seed in the source let a matrix be built against its block).
     Used by the Krylov start (:mod:`toolkit.metrics.krylov`) and the float32 certificate's probes
     (:mod:`toolkit.metrics.eigen_bound`)."""
-    flat = w.detach().reshape(-1)
-    idx = torch.linspace(0, flat.numel() - 1, min(SEED_SAMPLE, flat.numel())).round().long()
-    sample = flat[idx].to("cpu", torch.float64).numpy()
+    m, n = w.shape
+    idx = torch.linspace(0, m * n - 1, min(SEED_SAMPLE, m * n)).round().long()
+    sample = w.detach()[idx // n, idx % n].to("cpu", torch.float64).numpy()  # no copy of a strided view
     h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
 
