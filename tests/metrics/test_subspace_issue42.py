@@ -3,7 +3,8 @@
 - an SVD-style fine-tune (same U, V; singular values rescaled by z in [0.5, 2]) started the target's Krylov
   route from the base's block, whose columns are exact eigenvectors of the target: it stopped after one
   application (0.875 where the exact value is 0.75);
-- the target's top directions placed outside the warm start (1.0 where the exact value is 0.0);
+- the target's top directions raised from outside the base's block, which started the target's route
+  (1.0 where the exact value is 0.8125 to 0.9375);
 - a matrix whose top vectors are orthogonal to the old fixed-seed start block (the seed was a constant);
 - sigma_k = sigma_k+1: a number from a rotation inside the cluster, now NaN with its reason.
 """
@@ -61,27 +62,25 @@ def test_svd_style_fine_tune(seed):
     assert abs(got.value - want) <= STATED, (got, want)
 
 
-def test_target_top_directions_outside_the_warm_start():
-    """The target keeps the base's singular vectors but gives its largest values to directions far outside
-    the base's block (k + oversampling columns), and orthogonal to the old start's Gaussian columns: the
-    exact overlap is 0."""
-    d = 200
-    b = K + subspace.OVERSAMPLING
-    fresh = np.random.default_rng(OLD_SEED).standard_normal((d, b))[:, b - subspace.OVERSAMPLING // 2:]
-    rng = np.random.default_rng(5)
-    u = np.linalg.qr(np.hstack([fresh, rng.standard_normal((d, d - fresh.shape[1]))]))[0]
-    u = np.roll(u, -fresh.shape[1], axis=1)  # the old fresh columns span the last four vectors
-    v = orthogonal(d, rng)
-    s = np.linspace(2.0, 1.0, d)
-    st = s.copy()
-    st[100:100 + K] = 4.0 + np.linspace(1.0, 0.0, K)
-    target = torch.from_numpy((u * st) @ v.T)
-    found = subspace.krylov_top(target, K, start=u[:, :b])  # the base's converged block: its top vectors
-    assert found is not None  # the fast route answers ...
-    want = np.linalg.svd(target.numpy())[0][:, :K]
-    assert 1 - float(((found[0].T @ want) ** 2).sum()) / K <= STATED  # ... with the target's own subspace
+@pytest.mark.parametrize("seed", [2, 3, 9])
+def test_target_top_directions_outside_the_base_block(seed):
+    """The target keeps the base's singular vectors and raises one to three directions from far outside the
+    base's block (k + oversampling columns) to just above sigma_k: the target must see them. The old warm
+    start (the base's block) gave 1.0 on all of 60 such pairs; a warm start with four fresh columns and two
+    applications was still wrong on 16 of 79 answers (toolkit.metrics.krylov)."""
+    rng = np.random.default_rng(seed)
+    d = 300
+    u, v = orthogonal(d, rng), orthogonal(d, rng)
+    s = np.sort(np.arange(1, d + 1) ** -0.5 * rng.uniform(0.9, 1.1, d))[::-1]
+    t = s.copy()
+    j = rng.integers(K + subspace.OVERSAMPLING, d - 60)
+    t[j:j + int(rng.integers(1, 4))] = s[K - 1] * (1 + 10.0 ** rng.uniform(-2.5, 0))
     base = torch.from_numpy((u * s) @ v.T)
-    assert overlap_metric(base, target).value <= STATED  # the exact overlap is 0
+    target = torch.from_numpy((u * t) @ v.T)
+    want = exact_overlap(base, target)
+    assert want < 0.95
+    got = overlap_metric(base, target)
+    assert abs(got.value - want) <= STATED, (got, want)
 
 
 def test_top_vectors_orthogonal_to_the_old_fixed_start():

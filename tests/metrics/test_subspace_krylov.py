@@ -172,22 +172,3 @@ def test_bundled_smollm2_matrices(smollm2_path, krylov_everywhere):
         got = compute_diff_metrics(base, target.float(), ["subspace_overlap"])["subspace_overlap"].value
         assert abs(got - overlap(ub, exact_left(target.float().double().numpy()))) <= STATED, name
     assert any(routes)  # the fast route is taken on real weights
-
-
-def test_the_target_starts_from_the_base_block_and_a_bad_start_changes_nothing(krylov_everywhere):
-    """The base's Ritz block starts the fine-tuned side (fewer reads of W); a start spanning the bottom
-    singular vectors still ends at the top subspace: the stopping rule does not trust the start."""
-    rng = np.random.default_rng(12)
-    base = torch.from_numpy(with_spectrum(220, 300, power_law(220, 0.4), seed=13))
-    target = base.numpy() + (rng.random(base.shape) < 0.1) * rng.standard_normal(base.shape) * 1e-4
-    cold = subspace.krylov_top(base, K)
-    warm = subspace.krylov_top(torch.from_numpy(target), K, start=cold.block)
-    assert warm.applications < cold.applications - 1
-    share = {}
-    subspace.top_left(base, K, share=share)
-    u = subspace.top_left(torch.from_numpy(target), K, share=share).numpy()
-    assert 1 - overlap(u, exact_left(target)) <= STATED
-    bottom = np.linalg.svd(target)[0][:, -(K + subspace.OVERSAMPLING):]  # its last left singular vectors
-    got = subspace.top_left(torch.from_numpy(target), K, share={(target.shape, K): bottom}).numpy()
-    assert 1 - overlap(got, exact_left(target)) <= STATED
-    assert not krylov_everywhere

@@ -118,7 +118,6 @@ class DiffContext:
         self.bases = {} if bases is None else bases
         self.tolerance = float(tolerance)
         self._unchanged: dict[float, int] = {}
-        self._warm: dict = {}  # the base's Krylov block starts the target's (toolkit.metrics.subspace.top_left)
         if sums is not None:
             self.__dict__["sums"] = sums
 
@@ -179,7 +178,7 @@ class DiffContext:
                 self.bases[key] = self.left_basis("base", k)
             else:
                 w = self.stored[0 if side == "base" else 1]
-                self.bases[key] = top_left(w, k, device=self.device, share=self._warm)
+                self.bases[key] = top_left(w, k, device=self.device)  # each side cold: no warm start (issue 42)
         return self.bases[key]
 
 
@@ -279,8 +278,8 @@ def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
     top-``k`` eigenvectors otherwise or when the Krylov bound is not reached),
     so the value is within 1e-5 (4 x :data:`toolkit.metrics.subspace.TOLERANCE`)
     of the exact route's: a proof where the trace bound holds, else a
-    probability statement over a seed drawn from the matrix, with fresh random
-    columns in every start, a warm one included (:mod:`toolkit.metrics.krylov`).
+    probability statement over a seed drawn from the matrix; no side starts
+    from the other's block (:mod:`toolkit.metrics.krylov`).
 
     NaN with a reason where either side's top-``k`` subspace is not determined:
     :math:`\sigma_k - \sigma_{k+1}` within the rounding of its stored values or

@@ -139,8 +139,8 @@ def check_separated(values, trace: float, shape, dtype, k: int) -> None:
     solve = (m + n) * 2.0 ** -53 * top / (sk + sn)
     if sk - sn <= max(store, solve):
         raise DegenerateMatrix(
-            f"sigma_{k} - sigma_{k + 1} = {sk - sn:.3g} is within the rounding of the stored values "
-            f"({max(store, solve):.3g}): the top-{k} singular subspace is not determined")
+            f"sigma_{k} - sigma_{k + 1} = {sk - sn:.3g} is within rounding ({max(store, solve):.3g}, of the stored "
+            f"values or the float64 solver): the top-{k} singular subspace is not determined")
 
 
 def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
@@ -223,7 +223,7 @@ def _left_from_right(w: torch.Tensor, vec: np.ndarray, lam: np.ndarray) -> np.nd
 
 
 def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE,
-             share: dict | None = None, min_side: int | None = None) -> torch.Tensor:
+             min_side: int | None = None) -> torch.Tensor:
     r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``: block Krylov, exact fallback.
 
     Same subspace as :func:`exact_top_left` within the stated accuracy (module docstring): a bound
@@ -241,11 +241,6 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
         Clipped to ``min(out, in)``.
     device : str
     tolerance : float
-    share : dict, optional
-        Warm starts shared between nearby matrices (a pair's base and target): read as the start of
-        :func:`~toolkit.metrics.krylov.krylov_top` and filled with its Ritz block, keyed by shape and ``k``.
-        A warm start only shortens the route: fresh random columns stay in it and the stopping rule does
-        not depend on it.
     min_side : int, optional
         The smallest Gram side that takes the Krylov route (default :data:`MIN_KRYLOV_SIDE`; tests lower it).
 
@@ -265,12 +260,9 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
     side = MIN_KRYLOV_SIDE if min_side is None else min_side
     if torch.device(device).type != "cpu" or w.device.type != "cpu" or d < side:
         return exact_top_left(w, k, device=device)
-    key = (tuple(w.shape), k)
-    found = krylov_top(w, k, tolerance=tolerance, start=None if share is None else share.get(key))
+    found = krylov_top(w, k, tolerance=tolerance)
     if found is None:
         return exact_top_left(w, k, device=device)
-    if share is not None:
-        share[key] = found.block
     try:
         check_separated((found.values[0], found.values[-1], found.upper), found.trace, (m, n), w.dtype, k)
     except DegenerateMatrix:
