@@ -104,3 +104,38 @@ def test_float32_values_whose_fourth_powers_leave_float32_match_numpy(scale):
     assert m.kurtosis == pytest.approx((d**4).mean() / (d**2).mean() ** 2 - 3, rel=1e-5)  # was -3 / inf
     assert m.rms == pytest.approx(np.sqrt((x * x).mean()), rel=1e-6)
     assert m.mean == pytest.approx(x.mean(), rel=1e-5, abs=1e-6 * scale)
+
+
+def _reference(batches):
+    """NumPy's float64 moments of every value (an independent computation)."""
+    x = np.concatenate([b.double().numpy().ravel() for b in batches])
+    with np.errstate(all="ignore"):
+        d = x - x.mean()
+        return x.mean(), np.sqrt((x * x).mean()), (d**4).mean() / (d**2).mean() ** 2 - 3, np.abs(x).max()
+
+
+@pytest.mark.parametrize("second", [False, True])
+def test_finite_float32_values_near_the_float32_maximum(second):
+    """Issue 42: finite float32 values near 3e38 gave NaN (the first batch's float32 mean overflowed)."""
+    g = torch.Generator().manual_seed(4)
+    big = (3.0e38 + 2e37 * torch.rand(6, 5, generator=g)).to(torch.float32)
+    big[0, :2] = -3.0e38
+    batches = (big, torch.randn(3, 5, generator=g)) if second else (big,)
+    m = _moments(*batches)
+    mean, rms, kurt, top = _reference(batches)
+    assert m.mean == pytest.approx(mean, rel=1e-12)
+    assert m.rms == pytest.approx(rms, rel=1e-12)
+    assert m.kurtosis == pytest.approx(kurt, rel=1e-9)
+    assert m.max_abs == top
+
+
+@pytest.mark.parametrize("order", [1, -1])
+def test_plus_and_minus_inf_in_different_batches_give_numpy_rms(order):
+    """Issue 42: +inf in one batch and -inf in another gave an RMS of NaN; NumPy gives inf (the mean NaN)."""
+    batches = (torch.tensor([[math.inf, 1.0, -2.0]]), torch.tensor([[3.0, -math.inf, 2.0]]))[::order]
+    m = _moments(*batches)
+    mean, rms, _, top = _reference(batches)
+    assert rms == math.inf and m.rms == math.inf
+    assert math.isnan(mean) and math.isnan(m.mean)
+    assert m.max_abs == top == math.inf
+    np.testing.assert_array_equal(m.feature_sumsq().numpy(), [math.inf, math.inf, 8.0])

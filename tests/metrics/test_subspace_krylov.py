@@ -22,6 +22,7 @@ from toolkit.metrics.spectral import difference_singular_values
 
 K = 16
 STATED = 4 * subspace.TOLERANCE  # the overlap's stated accuracy
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def with_spectrum(m: int, n: int, s: np.ndarray, seed: int) -> np.ndarray:
@@ -38,19 +39,6 @@ def exact_left(w: np.ndarray, k: int = K) -> np.ndarray:
 
 def overlap(a: np.ndarray, b: np.ndarray) -> float:
     return float(((a.T @ b) ** 2).sum()) / a.shape[1]
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One BLAS and torch thread, as a pass runs them (many small products with two threads on a loaded
-    machine wait at barriers)."""
-    from threadpoolctl import threadpool_limits
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(limits=1):
-        yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture
@@ -90,12 +78,11 @@ def test_overlap_of_two_matrices_matches_svd(krylov_everywhere):
     assert abs(got["subspace_overlap"].value - want) <= STATED
 
 
-@pytest.mark.parametrize("gap", [0.0, 1e-9])
-def test_degenerate_top_values_fall_back_to_the_exact_route(gap, krylov_everywhere):
-    """sigma_16 = sigma_17 (or nearly): the Krylov estimate cannot certify the subspace; the exact route's
-    basis comes back, unchanged from before."""
+def test_nearly_degenerate_top_values_fall_back_to_the_exact_route(krylov_everywhere):
+    """sigma_16 / sigma_17 = 1 + 1e-9 (a float64 matrix: clear of its rounding): the Krylov bound cannot
+    certify the subspace; the exact route's basis comes back."""
     s = power_law(150)
-    s[K] = s[K - 1] * (1 - gap)
+    s[K] = s[K - 1] * (1 - 1e-9)
     w = torch.from_numpy(with_spectrum(150, 220, s, seed=4))
     got = subspace.top_left(w, K)
     assert krylov_everywhere
@@ -185,24 +172,3 @@ def test_bundled_smollm2_matrices(smollm2_path, krylov_everywhere):
         got = compute_diff_metrics(base, target.float(), ["subspace_overlap"])["subspace_overlap"].value
         assert abs(got - overlap(ub, exact_left(target.float().double().numpy()))) <= STATED, name
     assert any(routes)  # the fast route is taken on real weights
-
-
-def test_the_target_starts_from_the_base_block_and_a_bad_start_changes_nothing(krylov_everywhere, monkeypatch):
-    """The base's Ritz block starts the fine-tuned side (fewer reads of W); a start spanning the bottom
-    singular vectors still ends at the top subspace: the stopping rule does not trust the start."""
-    rng = np.random.default_rng(12)
-    base = with_spectrum(220, 300, power_law(220, 0.4), seed=13)
-    target = base + (rng.random(base.shape) < 0.1) * rng.standard_normal(base.shape) * 1e-4
-    applications = []
-    apply = subspace.gram_apply
-    monkeypatch.setattr(subspace, "gram_apply", lambda w, x: applications.append(1) or apply(w, x))
-    share = {}
-    subspace.top_left(torch.from_numpy(base), K, share=share)
-    cold = len(applications)
-    u = subspace.top_left(torch.from_numpy(target), K, share=share).numpy()
-    assert len(applications) - cold < cold - 1
-    assert 1 - overlap(u, exact_left(target)) <= STATED
-    bottom = np.linalg.svd(target)[0][:, -(K + subspace.OVERSAMPLING):]  # its last left singular vectors
-    got = subspace.top_left(torch.from_numpy(target), K, share={(target.shape, K): bottom}).numpy()
-    assert 1 - overlap(got, exact_left(target)) <= STATED
-    assert not krylov_everywhere

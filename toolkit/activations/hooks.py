@@ -53,11 +53,13 @@ class Moments:
 
     A batch is centred on ``c``, the running mean rounded to the batch's dtype (so the subtraction is exact),
     or, for the first batch and for one whose value range does not hold the running mean (an unrepresentative
-    first batch, a NaN or inf so far), on the mean of its own finite values (one more read of it). Its sums
+    first batch, a NaN or inf so far), on the mean of its own finite values (one more read of it; summed again in
+    float64 when its float32 sum overflows, as it does for finite values near 3.4e38). Its sums
     ``S_k = sum (x - c)^k`` (``k = 1..4``) give its central moments without cancellation, because ``c`` lies
     near its mean; these are merged into the running ones by the pairwise formulas of Chan et al. and Pébay
     (float64), so a batch far from the others costs no precision. The sum of squares per feature is kept too
-    (:meth:`feature_sumsq`).
+    (:meth:`feature_sumsq`): from the centred sums, or, for a batch holding an inf or NaN, as ``sum x^2`` in
+    float64 directly (the centred form would meet ``inf - inf`` where NumPy's ``mean(x**2)`` is inf).
 
     Attributes
     ----------
@@ -105,12 +107,10 @@ class Moments:
         top = max(-lo, hi)  # NaN propagates (Python's max would skip it past the first place)
         self.max_abs = math.nan if math.isnan(top) or math.isnan(self.max_abs) else max(self.max_abs, top)
         c = _rounded(self.central[0], x.dtype) if self.n else math.nan  # exact in x's dtype
+        finite = math.isfinite(lo) and math.isfinite(hi)
         if not lo <= c <= hi:  # the first batch, one the running mean is outside of, or a NaN / inf so far
-            if math.isfinite(lo) and math.isfinite(hi):  # every value finite: no mask to build (a copy)
-                c = float(x.mean())
-            else:
-                finite = x[torch.isfinite(x)]
-                c = float(finite.mean()) if finite.numel() else 0.0
+            c = _centre(x if finite else x[torch.isfinite(x)])  # every value finite: no mask to build (a copy)
+        direct = None if finite else x.double().square().sum(0)  # inf - inf would come out of the sums below
         span = max(hi - c, c - lo)
         if x.dtype == torch.float32 and (0 < span < _SPAN32[0] or span > _SPAN32[1]):
             x, owned = x.double(), True  # (x - c)^4 would underflow or overflow float32 (or its sum would)
@@ -126,7 +126,7 @@ class Moments:
             sums = torch.stack([d.sum(0), d2.sum(0)]).to(torch.float64)
             s1, s2 = sums.sum(1).tolist()
         self.c = c
-        sumsq = sums[1].add_(sums[0], alpha=2 * c).add_(t * c * c)  # sum_t x^2 per feature
+        sumsq = sums[1].add_(sums[0], alpha=2 * c).add_(t * c * c) if direct is None else direct  # sum_t x^2
         self.sumsq = sumsq if self.sumsq is None else self.sumsq.add_(sumsq)
         s3 = float(d.mul_(d2).sum())  # d is this batch's own: x - c, or the caller's copy
         s4 = float(d2.square_().sum())
@@ -157,6 +157,17 @@ class Moments:
     def feature_sumsq(self) -> torch.Tensor | None:
         """``sum_t x[t, f]^2`` per feature (float64), or None before any value."""
         return self.sumsq
+
+
+def _centre(x: torch.Tensor) -> float:
+    """The mean of ``x`` (finite values) rounded to its dtype, 0 when empty. Summed in ``x``'s dtype, and again in
+    float64 when that overflows (float32 values near 3.4e38: their float32 sum is inf, their mean is not)."""
+    if not x.numel():
+        return 0.0
+    c = float(x.mean())
+    if not math.isfinite(c):
+        c = _rounded(float(x.mean(dtype=torch.float64)), x.dtype)
+    return c
 
 
 def _rounded(value: float, dtype: torch.dtype) -> float:

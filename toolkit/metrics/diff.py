@@ -66,7 +66,8 @@ def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float =
     return pair_sums(base, target, tolerance).unchanged
 
 
-#: The exact route of the top-k left singular subspace (full float64 ``eigh``), kept under its old name.
+#: The exact route of the top-k left singular subspace (float64 Gram, top k + 1 eigenpairs), kept under its old
+#: name.
 top_left_singular_vectors = exact_top_left
 
 
@@ -117,7 +118,6 @@ class DiffContext:
         self.bases = {} if bases is None else bases
         self.tolerance = float(tolerance)
         self._unchanged: dict[float, int] = {}
-        self._warm: dict = {}  # the base's Krylov block starts the target's (toolkit.metrics.subspace.top_left)
         if sums is not None:
             self.__dict__["sums"] = sums
 
@@ -178,7 +178,7 @@ class DiffContext:
                 self.bases[key] = self.left_basis("base", k)
             else:
                 w = self.stored[0 if side == "base" else 1]
-                self.bases[key] = top_left(w, k, device=self.device, share=self._warm)
+                self.bases[key] = top_left(w, k, device=self.device)  # each side cold: no warm start (issue 42)
         return self.bases[key]
 
 
@@ -275,9 +275,17 @@ def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
 
     Accuracy: the subspaces come from :func:`toolkit.metrics.subspace.top_left`
     (block Krylov on the CPU from a 1024-row Gram side up, the exact float64
-    ``eigh`` otherwise or when the Krylov estimate is not reached), so the
-    value is within 1e-5 (4 x :data:`toolkit.metrics.subspace.TOLERANCE`, an
-    a-posteriori Davis-Kahan estimate) of the exact route's.
+    top-``k`` eigenvectors otherwise or when the Krylov bound is not reached),
+    so the value is within 1e-5 (4 x :data:`toolkit.metrics.subspace.TOLERANCE`)
+    of the exact route's: a proof where the trace bound holds, else a
+    probability statement over a seed drawn from the matrix; no side starts
+    from the other's block (:mod:`toolkit.metrics.krylov`).
+
+    NaN with a reason where either side's top-``k`` subspace is not determined:
+    :math:`\sigma_k - \sigma_{k+1}` within the rounding of its stored values or
+    of the float64 solver (:func:`toolkit.metrics.subspace.check_separated`), or
+    rank below ``k``. A gap smaller than the update itself is not NaN: a
+    reordering across ``k`` that the update made is what the overlap reports.
 
     References: Björck & Golub (1973), Math. Comp. 27(123), 579-594 (principal angles);
     Musco & Musco (2015), NeurIPS (randomized block Krylov).

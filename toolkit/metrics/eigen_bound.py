@@ -32,7 +32,8 @@ inequality through the exact eigenvalues :math:`\lambda_i` of
     is within a small factor of :math:`\|E\|_2`. The smaller of the two is
     used: a failure probability of at most :math:`2 \cdot 3^{-24} \approx 7 \cdot 10^{-12}`
     per matrix, over the probes (no model of the rounding errors is
-    assumed). The float64 rounding of each product,
+    assumed), drawn from a seed hashed from the matrix
+    (:func:`~toolkit.metrics.gram.data_seed`), not a constant. The float64 rounding of each product,
     :math:`\le \gamma^{(64)}_{2(K+k)+b}(\|W\|_F^2 + \|\hat G\|_F)\|y\|`
     per column :math:`y` (Higham eq. (3.13), Lemma 3.3), is added, carried
     through the powers with the first bound on :math:`\|E\|_2`.
@@ -67,15 +68,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from toolkit.metrics.gram import _eigvalsh, float64_blocks, gram32_cpu, gram_side
+from toolkit.metrics.gram import _eigvalsh, data_seed, float64_blocks, gram32_cpu, gram_side
 from toolkit.metrics.registry import DegenerateMatrix
 
 U64 = 2.0**-53
 #: Gaussian probes of the Gram error and the factor ``a`` of the bound (failure probability ``a ** -PROBES``).
 PROBES = 24
 PROBE_FACTOR = 3.0
-#: The seed of the probes (fixed: a cell's certificate is reproducible; the probability statement holds for
-#: any matrix chosen without knowledge of the probes).
+#: A fixed seed a caller may pass (``seed=PROBE_SEED``). By default the probes' seed is drawn from the matrix
+#: (gram.data_seed): a cell's certificate stays reproducible, and no constant in the source fixes the probes a
+#: matrix could be built against (issue 42).
 PROBE_SEED = 20240529
 
 
@@ -116,7 +118,7 @@ class EigenvalueBound:
     frobenius2_error: float
 
 
-def certified_spectrum(w: torch.Tensor, *, probes: int = PROBES, seed: int = PROBE_SEED,
+def certified_spectrum(w: torch.Tensor, *, probes: int = PROBES, seed: int | None = None,
                        accept=None) -> tuple[np.ndarray, EigenvalueBound]:
     r"""Eigenvalues of :math:`W^\top W` from a float32 Gram matrix, with the bound :math:`\delta` on their error.
 
@@ -127,8 +129,9 @@ def certified_spectrum(w: torch.Tensor, *, probes: int = PROBES, seed: int = PRO
     probes : int, default 24
         Gaussian probes of the Gram error (the failure probability of
         ``gram`` is at most :math:`2 \cdot 3^{-probes}`).
-    seed : int
-        Of the probes.
+    seed : int, optional
+        Of the probes; default :func:`~toolkit.metrics.gram.data_seed` of ``w`` (drawn from the matrix, not
+        a constant: the probability statement is over the probes, for a matrix not built knowing them).
     accept : callable, optional
         ``accept(lam, bound) -> bool`` with the one-pass bound (:math:`B = E`):
         True returns it, skipping the two more passes of :math:`B = E^3`
@@ -160,7 +163,7 @@ def certified_spectrum(w: torch.Tensor, *, probes: int = PROBES, seed: int = PRO
     m, n = (int(d) for d in w.shape)
     big, k = max(m, n), min(m, n)
     g = gram32_cpu(w)  # float64 copy of the float32 product (a reused buffer)
-    omega = np.random.default_rng(seed).standard_normal((k, probes))
+    omega = np.random.default_rng(data_seed(w) if seed is None else seed).standard_normal((k, probes))
     g_fro = float(np.linalg.norm(g))
     c = PROBE_FACTOR * math.sqrt(2.0 / math.pi)
     ys, slips, fro2 = [omega], [], None

@@ -50,6 +50,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from toolkit.metrics.power_law_tail import flat_reason
 from toolkit.metrics.powerlaw import FIT_METRIC_OPTIONS, spectrum_fit
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
@@ -96,7 +97,8 @@ def erg_tail(eigenvalues, name: str = "erg_num_spikes") -> ErgTail:
     ------
     DegenerateMatrix
         Fewer than 2 eigenvalues, non-finite ones, an all-zero spectrum, or a flat one (all
-        eigenvalues equal: every tail has determinant 1, none is singled out).
+        eigenvalues equal within rounding, :func:`~toolkit.metrics.power_law_tail.flat_reason`: every
+        tail has determinant 1, none is singled out; an orthogonal matrix's rounding noise gave 93).
 
     Examples
     --------
@@ -111,8 +113,8 @@ def erg_tail(eigenvalues, name: str = "erg_num_spikes") -> ErgTail:
     total = float(lam.sum())
     if not total > 0.0:
         raise DegenerateMatrix("all-zero matrix", name)
-    if lam[0] == lam[-1]:
-        raise DegenerateMatrix("flat spectrum: every tail has det X = 1", name)
+    if flat_reason(float(lam[-1]), float(lam[0]), lam.size):  # equal within rounding (power_law_tail.flat_reason)
+        raise DegenerateMatrix("flat spectrum (equal within rounding): every tail has det X = 1", name)
     rescaled = lam * (lam.size / total)
     with np.errstate(divide="ignore"):
         below = np.flatnonzero(np.cumsum(np.log(rescaled)) < 0.0)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import math
 import threading
 
 import numpy as np
@@ -159,6 +161,51 @@ def _syrk_into(g: np.ndarray, x: np.ndarray, wide: bool) -> None:
     out = blas.dsyrk(1.0, x.T, beta=1.0, c=c, trans=1 if wide else 0, lower=0, overwrite_c=1)
     if not np.shares_memory(out, g):
         c[...] = out
+
+
+#: Binary exponents of the largest |entry| beyond which a float64 Gram matrix leaves float64's normal range
+#: (entries of 2^-250 square to 2^-500, summed over rows still far from 2^-1022; 2^250 squared, times 2^22
+#: rows, stays below 2^1024).
+GRAM_EXPONENTS = (-250, 250)
+
+
+def gram_scale(*tensors: torch.Tensor) -> float:
+    r"""A power of two :math:`2^{-e}` that brings the largest :math:`|w_{ij}|` of float64 ``tensors`` near 1
+    when their Gram matrix would leave float64's normal range, else 1.0.
+
+    Only float64 entries can: a float32 entry lies in :math:`[2^{-149}, 2^{128}]`, whose square is normal in
+    float64. Below :math:`2^{-250}` a Gram matrix is subnormal and loses its digits (singular values of a
+    1e-160 matrix were 2e-5 off, relative); above :math:`2^{250}` it overflows to inf. Scaling by a power of
+    two is exact, and singular values and subspaces scale with it (divide by the factor afterwards).
+    """
+    peak = 0.0
+    for t in tensors:
+        if t.dtype != torch.float64 or not t.numel():
+            return 1.0
+        lo, hi = (float(v) for v in torch.aminmax(t))
+        peak = max(peak, -lo, hi)
+    if not (math.isfinite(peak) and peak > 0):
+        return 1.0  # zeros, or NaN / inf: the finiteness checks report them
+    exponent = math.frexp(peak)[1]
+    return 1.0 if GRAM_EXPONENTS[0] < exponent < GRAM_EXPONENTS[1] else math.ldexp(1.0, -exponent)
+
+
+#: Entries of ``W`` hashed into :func:`data_seed` (evenly spaced, plus the shape).
+SEED_SAMPLE = 4096
+
+
+def data_seed(w: torch.Tensor) -> int:
+    """A seed drawn from the matrix: BLAKE2b of its shape and of :data:`SEED_SAMPLE` evenly spaced entries (as
+    float64). Reproducible for the same values, different for different matrices, never a constant: a
+    probability statement over random vectors from it holds unless the matrix was built knowing the vectors,
+    i.e. by inverting the hash (issue 42: a fixed seed in the source let a matrix be built against its block).
+    Used by the Krylov start (:mod:`toolkit.metrics.krylov`) and the float32 certificate's probes
+    (:mod:`toolkit.metrics.eigen_bound`)."""
+    m, n = w.shape
+    idx = torch.linspace(0, m * n - 1, min(SEED_SAMPLE, m * n)).round().long()
+    sample = w.detach()[idx // n, idx % n].to("cpu", torch.float64).numpy()  # no copy of a strided view
+    h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
 
 
 def gram_side(w: torch.Tensor) -> tuple[bool, int]:

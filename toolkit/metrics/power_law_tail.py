@@ -18,6 +18,45 @@ EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
 MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
 #: Elements per block of the exact D evaluation (and of the sampled bounds of the default fit).
 BLOCK_ELEMENTS = 1 << 22
+#: Unit roundoff of float32, the precision weights are read in (:func:`flat_reason`).
+UNIT_ROUNDOFF32 = 2.0 ** -24
+
+
+def flat_reason(low: float, high: float, count: int) -> str:
+    r"""Why eigenvalues from ``low`` to ``high`` (``count`` of them, the matrix's) have no spread, or ``""``.
+
+    They are equal within rounding when
+
+    .. math:: \lambda_{max} - \lambda_{min} \le 2u\sqrt{N}\,\lambda_{max},
+              \qquad u = 2^{-24},
+
+    with :math:`N` = ``count``. Rounding ``W`` to float32 (how weights are read) is a perturbation
+    :math:`E` with :math:`\|E\|_2 \le \|E\|_F \le u\|W\|_F \le u\sqrt{N}\,\sigma_{max}`, which by
+    Weyl's inequality moves every singular value by at most that, every :math:`\lambda = \sigma^2` by
+    about :math:`2u\sqrt N\lambda_{max}` (Horn & Johnson, *Matrix Analysis*, 2nd ed., cor. 7.3.5). A
+    spread within it, e.g. an orthogonal matrix's (every eigenvalue 1) or the top cluster of a matrix with
+    two distinct singular values, is rounding noise: a power law fitted to it reports alpha ~ 1e7 to
+    1e15 (issue 42). Every fit (``alpha``, its interval, ``alpha_farms``) and the ERG tail
+    (:mod:`toolkit.metrics.erg`) ask this before reporting a value.
+
+    Parameters
+    ----------
+    low, high : float
+        The smallest and the largest eigenvalue of the set (:math:`\ge 0`).
+    count : int
+        :math:`N`, the eigenvalues of the whole spectrum.
+
+    Returns
+    -------
+    str
+        The reason (for :class:`~toolkit.errors.DegenerateMatrix`), ``""`` when the values are spread.
+    """
+    spread = high - low
+    if not spread > 2.0 * UNIT_ROUNDOFF32 * math.sqrt(max(count, 1)) * high:
+        rel = spread / high if high > 0 else 0.0
+        return (f"the eigenvalues of the tail are equal within rounding (relative spread {rel:.2g}): "
+                "no power law to fit")
+    return ""
 
 
 class PowerLawFit(NamedTuple):

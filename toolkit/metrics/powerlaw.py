@@ -55,6 +55,7 @@ from toolkit.metrics.power_law_tail import (
     KsScores,
     PowerLawFit,
     exact_ks_distances,
+    flat_reason,
     tail_alphas,
 )
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
@@ -232,6 +233,9 @@ def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int, scores: lis
         fit = _fit_standard(x, logx, scores)
     if not math.isfinite(fit.alpha):
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
+    flat = flat_reason(fit.xmin, float(x[-1]), N)
+    if flat:
+        raise DegenerateMatrix(flat, "alpha")
     # WWFit: sigmas = (alphas - 1) / sqrt(N - i); xmax = the largest datum fitted;
     # fit_powerlaw: num_pl_spikes = len(evals[evals >= fit.xmin]).
     num_pl_spikes = int(N - np.searchsorted(x, fit.xmin, side="left"))

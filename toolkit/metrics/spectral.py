@@ -19,6 +19,7 @@ from toolkit.metrics.gram import (  # noqa: F401 - _BUFFERS and reuse_buffers ar
     _gram_eigenvalues_cpu,
     _gram_eigenvalues_cpu32,
     _raise_nonfinite,
+    gram_scale,
     reuse_buffers,
 )
 from toolkit.metrics.registry import DegenerateMatrix, register_metric, use_singular_values
@@ -153,7 +154,8 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
     *Accuracy.* Forming :math:`G` squares the condition number. The
     eigenvalues carry an absolute error
     :math:`\delta\lambda \approx c\,\epsilon_{64}\,\sigma_{max}^2` (``c`` a
-    small multiple of 1, at worst :math:`\max(m, n)`), a relative error
+    small multiple of 1, at worst about :math:`m + n`: the product's and the
+    eigensolver's; ``tests/metrics/test_fast_route_properties.py``), a relative error
     :math:`c\,\epsilon_{64}\,\kappa_i^2/2` on :math:`\sigma_i`,
     :math:`\kappa_i = \sigma_{max}/\sigma_i`: about 1e-8 at
     :math:`\kappa_i = 10^4`. Smaller :math:`\sigma_i` keep an absolute error
@@ -201,6 +203,9 @@ def singular_values(w: torch.Tensor, *, device="cpu", method: str = "auto",
     if not w.is_floating_point():
         w = w.to(torch.float32)
     w = w.to(resolve_device(device))
+    scale = gram_scale(w) if method != "svd" else 1.0
+    if scale != 1.0:  # a float64 matrix whose Gram leaves float64's range: scaled by a power of two (exact)
+        return singular_values(w * scale, device=device, method=method, precision=precision) / scale
     m, n = w.shape
     big = max(m, n)
     if method == "svd":
@@ -255,6 +260,9 @@ def difference_singular_values(base: torch.Tensor, target: torch.Tensor) -> torc
     """
     if base.ndim != 2 or base.numel() == 0:
         raise DegenerateMatrix(f"expected a non-empty 2-D matrix, got shape {tuple(base.shape)}")
+    scale = gram_scale(base, target)
+    if scale != 1.0:  # float64 sides whose difference's Gram could leave float64's range (gram_scale)
+        return difference_singular_values(base * scale, target * scale) / scale
     s = _gram_eigenvalues_cpu(target, base).flip(0).clamp_min_(0.0).sqrt_()
     return resolved(s, max(base.shape))
 

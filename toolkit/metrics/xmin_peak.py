@@ -17,6 +17,7 @@ from toolkit.metrics.power_law_tail import (
     MIN_EIGENVALUES,
     PowerLawFit,
     exact_ks_distances,
+    flat_reason,
     tail_alphas,
 )
 
@@ -107,6 +108,9 @@ def fit_xmin_peak(x, *, xmin_max: float | None = None, min_eigenvalues: int = MI
     a, i = float(alpha[pick]), int(idx[pick])
     if not math.isfinite(a):
         raise DegenerateMatrix("all eigenvalues of the tail are equal: alpha is infinite", "alpha")
+    flat = flat_reason(float(x[i]), float(x[-1]), N)
+    if flat:
+        raise DegenerateMatrix(flat, "alpha")
     tail = int(n[pick])
     return PowerLawFit(a, float(x[i]), float(d[pick]), tail, sigma=(a - 1.0) / math.sqrt(tail), xmax=float(x[-1]),
                        num_pl_spikes=int(N - np.searchsorted(x, x[i], side="left")), raw_alpha=a)
