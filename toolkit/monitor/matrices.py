@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.architectures import resolve_adapter
-from toolkit.architectures.vocabulary import ALL_COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS
 from toolkit.errors import SelectionError, UnmappedParametersError, UnsupportedArchitectureError
 
 #: A numbered block in a module path: ``layers.3.``, ``h.3.``, ``blocks.3.`` (the first number in the path).
@@ -64,7 +64,8 @@ class WatchPlan:
         The architecture family (``model_type``), or ``"module paths"`` for a model the registry does not know.
     num_layers : int
     components : list of str
-        The ``component`` coordinate, in the vocabulary's order (canonical first), then module paths.
+        The ``component`` coordinate: a registered family's canonical seven (as ``weight_stats`` lays
+        them, NaN where the family has none) then its extra components; else the module paths.
     matrices : list of Watched
     """
 
@@ -128,6 +129,8 @@ def plan_watch(model: torch.nn.Module, selection, *, mapping=None, where: str = 
     if not kept:
         raise SelectionError("selection", chosen.describe(), "no watched matrix of the model is in it")
     components = sorted({w.key[1] for w in kept}, key=lambda c: _order((0, c)))
+    if adapter is not None and chosen.components is None:  # the canonical seven first, as weight_stats lays them
+        components = [*COMPONENTS, *[c for c in components if c not in COMPONENTS]]
     return WatchPlan(family, num_layers, components, kept)
 
 
