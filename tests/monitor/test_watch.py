@@ -58,7 +58,8 @@ def test_unregistered_model_records_by_module_path_with_values_checked(tmp_path)
         if step % 6 == 0:
             assert float(sr) == pytest.approx((s ** 2).sum() / s[0] ** 2, rel=1e-6)
         else:
-            assert math.isnan(float(sr)) and "spectral metrics every 6 steps" in str(ds.nan_reason.sel(step=step, **cell).values)
+            reason = str(ds.nan_reason.sel(step=step, **cell).values)
+            assert math.isnan(float(sr)) and "spectral metrics every 6 steps" in reason
         g = seen[("grad", step)][name].double().numpy()
         assert float(ds.gradient_norm.sel(step=step, **cell)) == pytest.approx(np.linalg.norm(g), rel=1e-6)
     w0, w6, w9 = (seen[s][name] for s in (0, 6, 9))
