@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from toolkit.constraints import Check, Flag, Names, Optional, PathName, Text, Whole, checks_options
 from toolkit.metrics.fit_options import FitOptions
 from toolkit.widgets._model import explore_model
@@ -17,7 +19,7 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
 
     Parameters
     ----------
-    data : xarray.Dataset, list of xarray.Dataset, or a checkpoint
+    data : xarray.Dataset, list of xarray.Dataset, a checkpoint, or a watched run
         Metrics with dims ``(layer, component)``, ``(layer, head)`` or
         ``(layer, kv_head)``, plus any extra dims (``checkpoint``, ``head``,
         ``expert``, ``text`` ...), each of which gets a selector. A list
@@ -26,7 +28,10 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
         with its own layer axis; separate or shared colour scale) and
         *difference* / *ratio* (target − base, target / base; when the grids
         line up). A checkpoint (hub id, folder, ``.gguf`` file; None for the
-        embedded model) is measured live: :func:`toolkit.widgets.explore_model`.
+        embedded model) is measured live: :func:`toolkit.widgets.explore_model`. A
+        :func:`toolkit.watch` monitor, or its store folder, gives the live view of the run
+        (:class:`~toolkit.widgets.watch_view.WatchView`: a step slider following the newest record,
+        each layer's line over the steps).
     metric : str, optional
         Metric shown first (default: the first one every model has).
     out_dir : str or path, default "."
@@ -68,6 +73,13 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
     """
     import xarray as xr
 
+    from toolkit.io.records import is_store
+
+    if (hasattr(data, "dataset") and hasattr(data, "step")) or (
+            isinstance(data, (str, os.PathLike)) and is_store(data)):  # a watched run (toolkit.watch)
+        from toolkit.widgets.watch_view import WatchView
+
+        return WatchView(data, metric, out_dir=out_dir)
     if data is None or not isinstance(data, (xr.Dataset, list, tuple)):
         return explore_model(data, metric=metric, out_dir=out_dir, dpi=dpi,
                              **({"fit": fit} if fit is not None else {}), **compute)
