@@ -30,7 +30,8 @@ def _reader(source):
         from toolkit.io import load
 
         return lambda: load(source)
-    raise EmptyInputError(f"a watch view shows a toolkit.watch monitor or its store folder; got {type(source).__name__}")
+    raise EmptyInputError("a watch view shows a toolkit.watch monitor or its store folder; "
+                          f"got {type(source).__name__}")
 
 
 class WatchView:
@@ -70,7 +71,8 @@ class WatchView:
         self.explorer = Explorer(self.ds.sel(step=steps[-1]), metric, out_dir=out_dir)
         comps = [str(c) for c in self.ds["component"].values]
         self.component = W.Dropdown(options=comps, value=comps[0], description="lines of")
-        self.lines = W.Output()
+        self.lines = W.Image(format="png")
+        self.lines_note = W.HTML()
         self.status = W.HTML()
         self._timer: threading.Event | None = None
         self._quiet = False
@@ -79,7 +81,7 @@ class WatchView:
         self.explorer.controls["metric"].observe(lambda _c: self.draw_lines(), names="value")
         self.refresh_button.on_click(lambda _b: self.refresh())
         self.widget = W.VBox([W.HBox([self.slider, self.newest, self.refresh_button]), self.explorer.widget,
-                              self.component, self.lines, self.status])
+                              self.component, self.lines, self.lines_note, self.status])
         self.draw_lines()
         self._say()
 
@@ -117,21 +119,24 @@ class WatchView:
         return True
 
     def draw_lines(self) -> None:
-        """Each layer's value of the shown metric over the steps, for the chosen component."""
-        import matplotlib.pyplot as plt
+        """Each layer's value of the shown metric over the steps, for the chosen component (a PNG drawn on a
+        pyplot-free Figure: nothing is captured into an Output widget, which can stall a headless run)."""
+        import io
+
+        from matplotlib.figure import Figure
 
         from toolkit.plot.layer_lines_figure import draw_layer_lines, prepare_layer_lines
 
-        self.lines.clear_output(wait=True)
-        with self.lines:
-            try:
-                data = prepare_layer_lines(self.ds, self.metric, self.component.value)
-            except (EmptyInputError, KeyError) as exc:
-                print(f"no lines: {exc}")
-                return
-            ax = draw_layer_lines(data)
-            plt.show()
-            plt.close(ax.figure)
+        try:
+            data = prepare_layer_lines(self.ds, self.metric, self.component.value)
+        except (EmptyInputError, KeyError) as exc:
+            self.lines.layout.display, self.lines_note.value = "none", f"No lines: {exc}"
+            return
+        fig = Figure(figsize=(6.4, 3.4), dpi=90, layout="constrained")
+        draw_layer_lines(data, ax=fig.add_subplot())
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        self.lines.value, self.lines.layout.display, self.lines_note.value = buf.getvalue(), None, ""
 
     def _say(self) -> None:
         steps = self.slider.options
