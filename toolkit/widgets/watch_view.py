@@ -6,7 +6,8 @@ the newest record, and each layer's line over the steps.
 heatmap is the explorer itself (hover, click, metric menu, save), fed the selected step's grid; the
 update since the first record (``relative_change_since_start``, ``update_density_since_start``) is a metric
 of its menu, so "the difference to step 0" is one choice away. :meth:`WatchView.follow` re-reads the
-records every few seconds on a timer thread and hands each refresh to the kernel's main thread
+records every few seconds on a timer thread; the heatmap (drawn in the browser) follows from there, and
+the matplotlib line figure is handed to the kernel's main thread
 (:func:`toolkit.widgets.main_thread.in_main_thread`), so drawing never runs beside a cell.
 """
 
@@ -95,8 +96,11 @@ class WatchView:
         self.explorer.set_data(self.ds.sel(step=change["new"]))
         self.newest.value = change["new"] == self.slider.options[-1]
 
-    def refresh(self) -> bool:
-        """Read the records again; show the newest step when following it. Returns whether any arrived."""
+    def refresh(self, *, lines: bool = True) -> bool:
+        """Read the records again; show the newest step when following it. Returns whether any arrived.
+
+        ``lines=False`` leaves the line figure (matplotlib) to the caller: :meth:`follow` draws it in the
+        kernel's main thread."""
         try:
             ds = self._read()
         except ResultsNotFoundError:
@@ -114,7 +118,8 @@ class WatchView:
             self._quiet = False
         self.explorer.set_data(ds.sel(step=self.slider.value))
         self.newest.value = follow
-        self.draw_lines()
+        if lines:
+            self.draw_lines()
         self._say()
         return True
 
@@ -144,13 +149,23 @@ class WatchView:
                              + (" (following)" if self._timer is not None and not self._timer.is_set() else ""))
 
     def follow(self, interval: float = 2.0) -> WatchView:
-        """Re-read the records every ``interval`` seconds until :meth:`stop` (returns the view)."""
+        """Re-read the records every ``interval`` seconds until :meth:`stop` (returns the view).
+
+        The slider and the heatmap follow at once, also while a cell of the same kernel trains; the line
+        figure is drawn in the kernel's main thread, so during a training cell it catches up when the
+        cell ends (or on *Refresh*)."""
         self.stop()
         stop = self._timer = threading.Event()
 
         def loop():
             while not stop.wait(interval):
-                in_main_thread(self.refresh)
+                try:  # the heatmap is drawn in the browser: refreshed from here, also while a cell trains
+                    arrived = self.refresh(lines=False)
+                except Exception as exc:  # noqa: BLE001 - shown, and the view keeps following
+                    self.status.value = f"refresh failed: {type(exc).__name__}: {exc}"
+                    continue
+                if arrived:  # matplotlib is not thread-safe: the lines wait for the kernel's main thread
+                    in_main_thread(self.draw_lines)
 
         threading.Thread(target=loop, name="toolkit-watch-view", daemon=True).start()
         self._say()
