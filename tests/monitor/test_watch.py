@@ -118,6 +118,8 @@ def test_store_that_cannot_be_written_fails_at_watch_not_later(tmp_path):
     (other / "notes.txt").write_text("keep me")
     with pytest.raises(OutputPathError, match="not a watch store"):
         toolkit.watch(_vit(depth=1), store=other)
+    with pytest.raises(OutputPathError, match="NUL"):
+        toolkit.watch(_vit(depth=1), store=str(tmp_path / "a\x00b"))
     with pytest.raises(ResultsNotFoundError):
         toolkit.watch(_vit(depth=1)).dataset  # noqa: B018 - no record yet
 
@@ -195,3 +197,27 @@ def test_not_a_module_and_a_selection_it_does_not_have():
         toolkit.watch(_vit(depth=2), layers=5)
     monitor = toolkit.watch(_vit(depth=3), layers=-1, components="attn.*", every=1)
     assert {w.key for w in monitor.plan.matrices} == {(2, "attn.qkv"), (2, "attn.proj")}
+
+
+def test_lora_model_is_watched_as_the_merged_matrix(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from toolkit.testing import tiny_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model("llama", num_layers=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # peft starts B at zero: give the adapter an update to see
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    monitor = toolkit.watch(model, ["frobenius_norm"], every=1)
+    assert monitor.plan.family == "llama" and len(monitor.plan.matrices) == 14
+    monitor.step(0)
+    ds = monitor.wait().dataset.isel(step=0)
+    merged = model.merge_and_unload()  # peft's own merge: the independent route
+    merged.save_pretrained(tmp_path)
+    ref = toolkit.weight_stats(tmp_path, ["frobenius_norm"], progress=False, cache=False)
+    np.testing.assert_allclose(ds.frobenius_norm.values, ref.frobenius_norm.values, rtol=1e-6)
+    base = merged.model.layers[0].self_attn.k_proj.weight  # not adapted: the plain weight
+    assert float(ds.frobenius_norm.sel(layer=0, component="attn.k")) == pytest.approx(
+        float(torch.linalg.norm(base.double())), rel=1e-6)

@@ -79,13 +79,17 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def plan_watch(model: torch.nn.Module, selection, *, mapping=None, where: str = "toolkit.watch") -> WatchPlan:
+def plan_watch(model: torch.nn.Module, params: dict, selection, *, mapping=None,
+               where: str = "toolkit.watch") -> WatchPlan:
     """The matrices of ``model`` that ``selection`` keeps.
 
     Parameters
     ----------
     model : torch.nn.Module
         A ``transformers`` model (``model.config.model_type`` picks the family), or any module.
+    params : dict
+        ``{name: tensor}`` as the model names its parameters
+        (:func:`toolkit.monitor.distributed.named_weights`).
     selection : toolkit.collect.plan.selection.Selection
     mapping : toolkit.Mapping, optional
         A user mapping for a family the registry does not know (wins over the module-path fallback).
@@ -103,10 +107,9 @@ def plan_watch(model: torch.nn.Module, selection, *, mapping=None, where: str = 
     SelectionError
         A selection the model does not have.
     """
-    params = dict(model.named_parameters())
     config = getattr(model, "config", None)
     adapter = None
-    if config is not None and hasattr(config, "to_dict") or mapping is not None:
+    if (config is not None and hasattr(config, "to_dict")) or mapping is not None:
         try:
             adapter = resolve_adapter(config.to_dict() if config is not None else {}, list(params), mapping=mapping)
         except UnsupportedArchitectureError:

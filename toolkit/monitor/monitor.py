@@ -19,7 +19,7 @@ from toolkit.collect.plan.selection import Selection
 from toolkit.constraints import Optional, PathName, Whole, checks_options
 from toolkit.io import load
 from toolkit.metrics.registry import resolve_metrics
-from toolkit.monitor.distributed import full_parameters, is_recording_rank, plain_module
+from toolkit.monitor.distributed import full_parameters, is_recording_rank, named_weights, plain_module
 from toolkit.monitor.matrices import plan_watch
 from toolkit.monitor.record import Snapshot, measure_snapshot, record_dataset
 from toolkit.monitor.store import RecordStore
@@ -50,8 +50,8 @@ class Monitor:
         self._grads: dict = {}
         self._count = 0
         with full_parameters(model):
-            self.plan = plan_watch(plain_module(model), selection, mapping=mapping, where=WHERE) \
-                if self.recording else None
+            self.plan = plan_watch(plain_module(model), named_weights(model), selection, mapping=mapping,
+                                   where=WHERE) if self.recording else None
         info = {"metrics": [m.name for m in self.metrics], "every": every, "spectral_every": self.spectral_every,
                 "model": _model_name(model), "family": self.plan.family if self.plan else ""}
         self.store = RecordStore(store, info) if store is not None and self.recording else None
@@ -71,7 +71,7 @@ class Monitor:
         """
         if not self.recording:
             return
-        params = _parameters(self.model)
+        params = named_weights(self.model)
         self._grads = {w.key: float(torch.linalg.vector_norm(w.matrix(params[w.parameter_name].grad).float()))
                        for w in self.plan.matrices
                        if params.get(w.parameter_name) is not None and params[w.parameter_name].grad is not None}
@@ -102,7 +102,7 @@ class Monitor:
         with full_parameters(self.model):  # every rank of a sharded model takes part in the gather
             if not self.recording:
                 return False
-            params = _parameters(self.model)
+            params = named_weights(self.model)
             snap = Snapshot(global_step, {w.key: w.matrix(params[w.parameter_name]).to("cpu", copy=True)
                                           for w in self.plan.matrices},
                             spectral=global_step % self.spectral_every == 0, gradient_norms=self._grads)
@@ -189,13 +189,7 @@ class Monitor:
 
 
 def _model_name(model) -> str:
-    inner = plain_module(model)
-    return type(getattr(inner, "_inner", inner)).__name__
-
-
-def _parameters(model) -> dict:
-    """``{name: parameter}`` of the plain module (wrapper prefixes removed)."""
-    return dict(plain_module(model).named_parameters())
+    return type(plain_module(model)).__name__
 
 
 @checks_options(**metrics_of("weight"), every=Whole(minimum=1, meaning="the steps between two records"),

@@ -43,7 +43,11 @@ class RecordStore:
     """
 
     def __init__(self, path: str | os.PathLike, info: dict):
-        self.path = Path(os.path.expanduser(os.fspath(path)))
+        text = os.fspath(path)
+        if "\x00" in str(text):
+            raise _refused(Path(str(text).replace("\x00", "\\x00")), "the path holds a NUL character, which no "
+                           "file name can", "check how the path was made")
+        self.path = Path(os.path.expanduser(text))
         marker = self.path / MARKER
         if self.path.exists() and not self.path.is_dir():
             raise _refused(self.path, "it exists and is not a folder", "give a new folder name for the watch store")
