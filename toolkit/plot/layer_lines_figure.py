@@ -81,13 +81,16 @@ def prepare_layer_lines(ds, metric: str, component: str, *, expert=None) -> Laye
         x=np.asarray(da["step"].values), values=values, layers=tuple(int(v) for v in da["layer"].values),
         component=component, metric=metric, xlabel="training step",
         ylabel=long_name + (f" ({units})" if units and not is_dimensionless(units) else ""),
-        title=f"{component}: {long_name} per layer")
+        title=f"{component}, one line per layer")
 
 
 def draw_layer_lines(data: LayerLinesData, *, ax=None, colorbar: bool = True):
     """Draw :class:`LayerLinesData` on ``ax`` (default: a new figure); returns the Axes."""
+    import textwrap
+
     import matplotlib.pyplot as plt
     from matplotlib import cm, colors
+    from matplotlib.ticker import MaxNLocator
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6), layout="constrained")
@@ -97,9 +100,12 @@ def draw_layer_lines(data: LayerLinesData, *, ax=None, colorbar: bool = True):
         finite = np.isfinite(row)
         ax.plot(data.x[finite], row[finite], color=cmap(norm(layer)), marker="o" if finite.sum() < 30 else None,
                 markersize=3, linewidth=1.2)
-    ax.set(xlabel=data.xlabel, ylabel=data.ylabel, title=data.title)
+    ax.set(xlabel=data.xlabel, ylabel=textwrap.fill(data.ylabel, 36), title=data.title)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     if colorbar:
-        ax.figure.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="layer")
+        bar = ax.figure.colorbar(cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="layer")
+        bar.locator = MaxNLocator(integer=True)
+        bar.update_ticks()
     return ax
 
 

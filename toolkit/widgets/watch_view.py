@@ -72,7 +72,8 @@ class WatchView:
         self.explorer = Explorer(self.ds.sel(step=steps[-1]), metric, out_dir=out_dir)
         comps = [str(c) for c in self.ds["component"].values]
         self.component = W.Dropdown(options=comps, value=comps[0], description="lines of")
-        self.lines = W.Image(format="png")
+        self.lines = W.Image(format="png", layout=W.Layout(max_width="640px"))
+        self.lines.add_class("toolkit-watch-lines")
         self.lines_note = W.HTML()
         self.status = W.HTML()
         self._timer: threading.Event | None = None
