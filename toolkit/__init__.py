@@ -50,11 +50,12 @@ __all__ = [
     "register_metric",
     "save",
     "summary",
+    "watch",
     "weight_stats",
     "widgets",
 ]
 
-_LAZY_SUBMODULES = {"plot", "widgets", "lab", "activations"}
+_LAZY_SUBMODULES = {"plot", "widgets", "lab", "activations", "integrations"}
 
 
 def __getattr__(name: str):
@@ -62,6 +63,8 @@ def __getattr__(name: str):
         return importlib.import_module(f"toolkit.{name}")
     if name == "activation_stats":  # lazily: it loads transformers
         return importlib.import_module("toolkit.activations").activation_stats
+    if name == "watch":  # lazily: the monitor of a training run
+        return importlib.import_module("toolkit.monitor").watch
     if name == "summary":  # lazily: it imports pandas
         return importlib.import_module("toolkit.model_summary").summary
     raise AttributeError(f"module 'toolkit' has no attribute {name!r}")

@@ -769,3 +769,8 @@ class PassStopped(ToolkitError):
 def _unknown_metric(name, known, kind, others, option, where):
     """Rebuild a pickled :class:`UnknownMetricError`."""
     return UnknownMetricError(name, known, kind=kind, others=others, option=option, where=where)
+
+
+class WatchFellBehind(UserWarning):
+    """A warning, not an error: ``toolkit.watch``'s worker could not keep up and a record was skipped (training
+    never waits for it); ``Monitor.skipped`` lists the skipped steps."""

@@ -41,6 +41,7 @@ from toolkit.io.hostile import (
     sniff,
 )
 from toolkit.io.paths import path_problem, path_text
+from toolkit.io.records import is_store, open_store
 
 #: Version of the on-disk layout; bump when a change makes old files unreadable.
 FORMAT_VERSION = 1
@@ -213,7 +214,10 @@ def save(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 
 @checks_options(path=PathName())
 def load(path: str | os.PathLike) -> xr.Dataset:
-    """Read a Dataset written by :func:`save` fully into memory.
+    """Read a Dataset written by :func:`save` fully into memory (or every record of a watched run's store).
+
+    A folder written by ``toolkit.watch(..., store=folder)`` reads as the Dataset of its complete records,
+    dims ``(step, layer, component)`` (:func:`toolkit.io.records.open_store`), also while the run goes on.
 
     Before any value is read, the file is checked: it must be NetCDF4/HDF5
     (anything else is named: NetCDF3, GGUF, safetensors, text...), every
@@ -240,6 +244,8 @@ def load(path: str | os.PathLike) -> xr.Dataset:
         raise ResultsNotFoundError(text, "the path holds a NUL character, which no file name can; check how it was "
                                    "made")
     path = Path(text)
+    if is_store(path):  # a watched run's folder of records (toolkit.watch(..., store=...))
+        return open_store(path, read=load)
     if path.is_dir():
         raise ResultsNotFoundError(
             str(path), "it is a folder, not a statistics file written by toolkit.save; to compute the statistics "

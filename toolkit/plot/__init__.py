@@ -10,6 +10,7 @@ matplotlib until a figure is drawn.
 - :func:`layer_grid` -- one panel per layer, a line per series (the lab's figure 2);
   :func:`training_curves` -- loss/accuracy over training.
 - :func:`component_lines` -- a metric per component along the layers.
+- :func:`layer_lines` -- a metric per layer over training steps, for one component (a watched run).
 - :func:`esd` -- one cell's empirical spectral density with its power-law fit
   (:func:`prepare_esd`, :func:`draw_esd`).
 """
@@ -35,6 +36,10 @@ _LAZY = {
     "prepare_component_lines": "toolkit.plot.lines",
     "draw_component_lines": "toolkit.plot.lines",
     "ComponentLinesData": "toolkit.plot.lines",
+    "layer_lines": "toolkit.plot.layer_lines_figure",
+    "prepare_layer_lines": "toolkit.plot.layer_lines_figure",
+    "draw_layer_lines": "toolkit.plot.layer_lines_figure",
+    "LayerLinesData": "toolkit.plot.layer_lines_figure",
     "esd": "toolkit.plot.esd_figure",
     "prepare_esd": "toolkit.plot.esd_figure",
     "draw_esd": "toolkit.plot.esd_figure",

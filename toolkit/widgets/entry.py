@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from toolkit.constraint_types import Exempt
 from toolkit.constraints import Check, Flag, Names, Optional, PathName, Text, Whole, checks_options
 from toolkit.metrics.fit_options import FitOptions
@@ -9,8 +11,9 @@ from toolkit.widgets._model import explore_model
 from toolkit.widgets.explorer import Explorer
 
 
-@checks_options(data=Exempt("a Dataset or a list of them (EmptyInputError for none), or a checkpoint measured by "
-                            "explore_model (its typed errors)"), compute=Exempt(
+@checks_options(data=Exempt("a Dataset or a list of them (EmptyInputError for none), a checkpoint measured by "
+                            "explore_model (its typed errors), or a toolkit.watch monitor or its store folder"),
+                compute=Exempt(
                     "measuring options, forwarded to explore_model (which declares them) when data is a checkpoint; "
                     "a Dataset takes none (TypeError naming them)"),
                 metric=Optional(Text("a metric of the Dataset")), out_dir=PathName(), dpi=Whole(minimum=1),
@@ -22,7 +25,7 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
 
     Parameters
     ----------
-    data : xarray.Dataset, list of xarray.Dataset, or a checkpoint
+    data : xarray.Dataset, list of xarray.Dataset, a checkpoint, or a watched run
         Metrics with dims ``(layer, component)``, ``(layer, head)`` or
         ``(layer, kv_head)``, plus any extra dims (``checkpoint``, ``head``,
         ``expert``, ``text`` ...), each of which gets a selector. A list
@@ -31,7 +34,10 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
         with its own layer axis; separate or shared colour scale) and
         *difference* / *ratio* (target − base, target / base; when the grids
         line up). A checkpoint (hub id, folder, ``.gguf`` file; None for the
-        embedded model) is measured live: :func:`toolkit.widgets.explore_model`.
+        embedded model) is measured live: :func:`toolkit.widgets.explore_model`. A
+        :func:`toolkit.watch` monitor, or its store folder, gives the live view of the run
+        (:class:`~toolkit.widgets.watch_view.WatchView`: a step slider following the newest record,
+        each layer's line over the steps).
     metric : str, optional
         Metric shown first (default: the first one every model has).
     out_dir : str or path, default "."
@@ -73,6 +79,13 @@ def explore(data, metric=None, *, out_dir=".", dpi=100, labels=None, read_entrie
     """
     import xarray as xr
 
+    from toolkit.io.records import is_store
+
+    if (hasattr(data, "dataset") and hasattr(data, "step")) or (
+            isinstance(data, (str, os.PathLike)) and is_store(data)):  # a watched run (toolkit.watch)
+        from toolkit.widgets.watch_view import WatchView
+
+        return WatchView(data, metric, out_dir=out_dir)
     if data is None or not isinstance(data, (xr.Dataset, list, tuple)):
         return explore_model(data, metric=metric, out_dir=out_dir, dpi=dpi,
                              **({"fit": fit} if fit is not None else {}), **compute)

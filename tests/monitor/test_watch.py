@@ -1,0 +1,223 @@
+"""toolkit.watch: the values of each record against independent computations, the store, the worker's policy."""
+
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import toolkit
+from toolkit.errors import InvalidOptionError, OutputPathError, ResultsNotFoundError, SelectionError, WatchFellBehind
+from toolkit.lab.vit import ViT
+from toolkit.monitor.worker import Worker
+
+
+def _vit(seed=0, depth=3):
+    torch.manual_seed(seed)
+    return ViT("softmax", dim=16, depth=depth, heads=2)
+
+
+def _train(model, monitor, steps, *, lr=0.05, grads=False, seed=1):
+    """A plain loop; returns the CPU copies of every parameter at each step the monitor recorded."""
+    gen = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    seen = {}
+    for step in range(steps):
+        x, y = torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if grads and monitor.due(step):
+            monitor.capture_gradients()
+            seen[("grad", step)] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        opt.step()
+        opt.zero_grad()
+        if monitor.step(step):
+            seen[step] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    monitor.wait()
+    return seen
+
+
+def test_unregistered_model_records_by_module_path_with_values_checked(tmp_path):
+    model = _vit()
+    monitor = toolkit.watch(model, ["frobenius_norm", "stable_rank"], every=3, spectral_every=6, gradients=True)
+    seen = _train(model, monitor, 10, grads=True)
+    ds = monitor.dataset
+    assert list(ds.step.values) == [0, 3, 6, 9]
+    assert list(ds.component.values) == ["attn.proj", "attn.qkv", "mlp.0", "mlp.2"]
+    assert ds.sizes["layer"] == 3 and ds.attrs["model_type"] == "module paths"
+    name = "blocks.1.attn.qkv.weight"
+    cell = dict(layer=1, component="attn.qkv")
+    for step in (0, 3, 6, 9):
+        w = seen[step][name].double().numpy()
+        assert float(ds.frobenius_norm.sel(step=step, **cell)) == pytest.approx(np.linalg.norm(w), rel=1e-6)
+        s = np.linalg.svd(w, compute_uv=False)
+        sr = ds.stable_rank.sel(step=step, **cell)
+        if step % 6 == 0:
+            assert float(sr) == pytest.approx((s ** 2).sum() / s[0] ** 2, rel=1e-6)
+        else:
+            reason = str(ds.nan_reason.sel(step=step, **cell).values)
+            assert math.isnan(float(sr)) and "spectral metrics every 6 steps" in reason
+        g = seen[("grad", step)][name].double().numpy()
+        assert float(ds.gradient_norm.sel(step=step, **cell)) == pytest.approx(np.linalg.norm(g), rel=1e-6)
+    w0, w6, w9 = (seen[s][name] for s in (0, 6, 9))
+    assert float(ds.relative_change_since_start.sel(step=9, **cell)) == pytest.approx(
+        float(torch.linalg.norm((w9 - w0).double()) / torch.linalg.norm(w0.double())), rel=1e-6)
+    assert float(ds.update_density_since_previous.sel(step=9, **cell)) == pytest.approx(
+        float((w9 != w6).double().mean()), abs=1e-12)
+    assert math.isnan(float(ds.relative_change_since_start.sel(step=0, **cell)))
+    assert "no earlier record" in str(ds.nan_reason.sel(step=0, **cell).values)
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_registered_family_record_equals_weight_stats_of_the_saved_model(tmp_path, family):
+    from toolkit.testing import tiny_model
+    from toolkit.testing.moe import tiny_moe_model
+
+    model = tiny_model("llama", num_layers=2) if family == "llama" else tiny_moe_model("mixtral", num_layers=2)
+    monitor = toolkit.watch(model, ["frobenius_norm", "stable_rank"], every=1)
+    monitor.step(0)
+    ds = monitor.wait().dataset.isel(step=0)
+    model.save_pretrained(tmp_path)
+    ref = toolkit.weight_stats(tmp_path, ["frobenius_norm", "stable_rank"], progress=False, cache=False)
+    assert list(ds.component.values) == list(ref.component.values)
+    for var in ("frobenius_norm", "stable_rank"):
+        np.testing.assert_array_equal(ds[var].values, ref[var].values)
+    if family == "mixtral":
+        np.testing.assert_array_equal(ds.frobenius_norm_per_expert.values, ref.frobenius_norm_per_expert.values)
+
+
+def test_store_survives_a_killed_writer_resumes_and_reads_while_running(tmp_path):
+    store = tmp_path / "run.watch"
+    model = _vit(depth=2)
+    monitor = toolkit.watch(model, every=2, store=store)
+    _train(model, monitor, 5)
+    assert list(toolkit.load(store).step.values) == [0, 2, 4]
+    (store / "step-000000000006.nc.tmp-killed").write_bytes(b"half a record")  # a writer killed mid-record
+    resumed = toolkit.watch(model, every=2, store=store)
+    assert not resumed.step(2) and not resumed.due(4)  # recorded already
+    assert resumed.step(6)
+    resumed.wait()
+    ds = toolkit.load(store)
+    assert list(ds.step.values) == [0, 2, 4, 6] and ds.attrs["watch_steps"] == 4
+    with pytest.raises(OutputPathError, match="other|metrics"):
+        toolkit.watch(model, ["rms"], every=2, store=store)
+
+
+def test_store_that_cannot_be_written_fails_at_watch_not_later(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(OutputPathError, match="not a folder"):
+        toolkit.watch(_vit(depth=1), store=blocker)
+    with pytest.raises(OutputPathError, match="cannot be written"):
+        toolkit.watch(_vit(depth=1), store=blocker / "inside")
+    other = tmp_path / "someone_elses"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(OutputPathError, match="not a watch store"):
+        toolkit.watch(_vit(depth=1), store=other)
+    with pytest.raises(OutputPathError, match="NUL"):
+        toolkit.watch(_vit(depth=1), store=str(tmp_path / "a\x00b"))
+    with pytest.raises(ResultsNotFoundError):
+        toolkit.watch(_vit(depth=1)).dataset  # noqa: B018 - no record yet
+
+
+def test_a_matrix_that_fails_is_nan_with_its_reason_and_the_run_goes_on():
+    model = _vit(depth=2)
+    with torch.no_grad():
+        model.blocks[0].attn.proj.weight[0, 0] = float("nan")
+    monitor = toolkit.watch(model, ["frobenius_norm", "stable_rank"], every=1)
+    assert monitor.step(0) and monitor.step(1)  # the first on this thread, the second on the worker
+    ds = monitor.wait().dataset
+    bad = dict(layer=0, component="attn.proj")
+    assert np.isnan(ds.stable_rank.sel(**bad)).all()
+    assert "NaN/Inf" in str(ds.nan_reason.sel(step=0, **bad).values)
+    assert np.isfinite(ds.stable_rank.sel(layer=1, component="attn.proj")).all()
+
+
+def test_worker_behind_skips_says_so_and_never_blocks():
+    started, release = threading.Event(), threading.Event()
+    handled = []
+
+    class Snap:
+        def __init__(self, step):
+            self.step = step
+
+    def handle(snap):
+        started.set()
+        release.wait(5)
+        handled.append(snap.step)
+
+    worker = Worker(handle, capacity=1)
+    assert worker.submit(Snap(0))
+    assert started.wait(5)  # the thread holds step 0
+    assert worker.submit(Snap(1))  # waits in the queue
+    with pytest.warns(WatchFellBehind, match="step 2 was skipped"):
+        assert not worker.submit(Snap(2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per run
+        assert not worker.submit(Snap(3))
+    release.set()
+    worker.close()
+    assert handled == [0, 1] and worker.skipped == [2, 3]
+
+
+def test_a_failed_record_is_listed_and_the_next_records_go_on():
+    def handle(snap):
+        if snap.step == 1:
+            raise RuntimeError("boom")
+
+    class Snap:
+        def __init__(self, step):
+            self.step = step
+
+    worker = Worker(handle, capacity=4)
+    for s in range(3):
+        worker.submit(Snap(s))
+    worker.close()
+    assert worker.failed == [(1, "RuntimeError: boom")] and worker.done == 3
+
+
+@pytest.mark.parametrize("kwargs, option", [
+    (dict(every=0), "every"), (dict(every=1.5), "every"), (dict(spectral_every=0), "spectral_every"),
+    (dict(queue=0), "queue"), (dict(gradients="yes"), "gradients"), (dict(metrics=[]), "metrics"),
+    (dict(store=3), "store"),
+])
+def test_bad_options_are_typed_before_any_work(kwargs, option):
+    with pytest.raises(InvalidOptionError, match=f"toolkit.watch: {option}="):
+        toolkit.watch(_vit(depth=1), **kwargs)
+
+
+def test_not_a_module_and_a_selection_it_does_not_have():
+    with pytest.raises(InvalidOptionError, match="torch.nn.Module"):
+        toolkit.watch("model")
+    with pytest.raises(SelectionError):
+        toolkit.watch(_vit(depth=2), layers=5)
+    monitor = toolkit.watch(_vit(depth=3), layers=-1, components="attn.*", every=1)
+    assert {w.key for w in monitor.plan.matrices} == {(2, "attn.qkv"), (2, "attn.proj")}
+
+
+def test_lora_model_is_watched_as_the_merged_matrix(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    from toolkit.testing import tiny_model
+
+    torch.manual_seed(0)
+    model = get_peft_model(tiny_model("llama", num_layers=2), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    with torch.no_grad():  # peft starts B at zero: give the adapter an update to see
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    monitor = toolkit.watch(model, ["frobenius_norm"], every=1)
+    assert monitor.plan.family == "llama" and len(monitor.plan.matrices) == 14
+    monitor.step(0)
+    ds = monitor.wait().dataset.isel(step=0)
+    merged = model.merge_and_unload()  # peft's own merge: the independent route
+    merged.save_pretrained(tmp_path)
+    ref = toolkit.weight_stats(tmp_path, ["frobenius_norm"], progress=False, cache=False)
+    np.testing.assert_allclose(ds.frobenius_norm.values, ref.frobenius_norm.values, rtol=1e-6)
+    base = merged.model.layers[0].self_attn.k_proj.weight  # not adapted: the plain weight
+    assert float(ds.frobenius_norm.sel(layer=0, component="attn.k")) == pytest.approx(
+        float(torch.linalg.norm(base.double())), rel=1e-6)

@@ -1,0 +1,265 @@
+"""``toolkit.watch``: statistics of a model while it trains, recorded every few steps at little cost.
+
+The training thread pays for a copy of the watched matrices at a recorded step (and a Frobenius norm per
+gradient when gradients are watched); everything else is measured from that copy on a background
+worker (:mod:`toolkit.monitor.worker`: a bounded queue, a skipped record said so, training never waits).
+The first record is measured on the training thread, so a store that cannot be written is a typed
+error at once, not a lost run.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+import xarray as xr
+
+from toolkit.collect.pass_options import PASS, SELECTION, metrics_of
+from toolkit.collect.plan.selection import Selection
+from toolkit.constraint_types import Exempt
+from toolkit.constraints import Optional, PathName, Whole, checks_options
+from toolkit.io import load
+from toolkit.metrics.registry import resolve_metrics
+from toolkit.monitor.distributed import full_parameters, is_recording_rank, named_weights, plain_module
+from toolkit.monitor.matrices import plan_watch
+from toolkit.monitor.record import Snapshot, measure_snapshot, record_dataset
+from toolkit.monitor.store import RecordStore
+from toolkit.monitor.worker import Worker
+
+#: The metrics a monitor records by default: entry-wise, no factorisation (the update metrics come with every
+#: record). Spectral metrics (``stable_rank``, ``alpha``...) are asked for by name, with ``spectral_every``.
+DEFAULT_METRICS = ("frobenius_norm", "rms")
+WHERE = "toolkit.watch"
+
+
+class Monitor:
+    """A watched model: call :meth:`step` after each optimizer step (or use the Trainer callback).
+
+    Build it with :func:`watch`. Attributes: ``plan`` (the watched matrices), ``skipped`` (steps whose
+    record was dropped because the worker was behind), ``failed`` (``(step, error)`` of records lost to
+    an error), ``store`` (the :class:`~toolkit.monitor.store.RecordStore` or None).
+    """
+
+    def __init__(self, model, metrics, every, spectral_every, store, selection, mapping, gradients, queue):
+        self.model, self.every, self.gradients = model, every, gradients
+        self.spectral_every = spectral_every or every
+        self.metrics = resolve_metrics(None if metrics is None else list(metrics), kind="weight")
+        self.recording = is_recording_rank()
+        self._lock = threading.Lock()
+        self._records: list[xr.Dataset] = []
+        self._start = self._previous = None
+        self._grads: dict = {}
+        self._count = 0
+        with full_parameters(model):
+            self.plan = plan_watch(plain_module(model), named_weights(model), selection, mapping=mapping,
+                                   where=WHERE) if self.recording else None
+        info = {"metrics": [m.name for m in self.metrics], "every": every, "spectral_every": self.spectral_every,
+                "model": _model_name(model), "family": self.plan.family if self.plan else ""}
+        self.store = RecordStore(store, info) if store is not None and self.recording else None
+        self._done = set(self.store.steps()) if self.store is not None else set()
+        self._worker = Worker(self._measure, queue) if self.recording else None
+
+    # -- the training thread ---------------------------------------------------------------------------
+    def due(self, global_step: int) -> bool:
+        """Whether ``global_step`` is recorded (a multiple of ``every`` not in the store yet)."""
+        return global_step % self.every == 0 and global_step not in self._done
+
+    def capture_gradients(self) -> None:
+        """Keep the Frobenius norm of each watched matrix's gradient, for the next record.
+
+        Call after ``loss.backward()`` and before the optimizer zeroes the gradients (the Trainer callback
+        does it in ``on_pre_optimizer_step``). Costs one norm per watched matrix.
+        """
+        if not self.recording:
+            return
+        params = named_weights(self.model)
+        self._grads = {w.key: float(torch.linalg.vector_norm(w.matrix(params[w.parameter_name].grad).float()))
+                       for w in self.plan.matrices
+                       if params.get(w.parameter_name) is not None and params[w.parameter_name].grad is not None}
+
+    def step(self, global_step: int | None = None) -> bool:
+        """Record the watched matrices if ``global_step`` is due.
+
+        Parameters
+        ----------
+        global_step : int, optional
+            The optimizer step just taken; default: count the calls (0, 1, 2, ...).
+
+        Returns
+        -------
+        bool
+            Whether a record was taken (queued for the worker, or measured: the first).
+
+        Raises
+        ------
+        OutputPathError
+            The first record cannot be written to the store.
+        """
+        if global_step is None:
+            global_step, self._count = self._count, self._count + 1
+        global_step = int(global_step)
+        if not self.due(global_step):
+            return False
+        with full_parameters(self.model):  # every rank of a sharded model takes part in the gather
+            if not self.recording:
+                return False
+            params = named_weights(self.model)
+            snap = Snapshot(global_step, {w.key: w.matrix(params[w.parameter_name]).to("cpu", copy=True)
+                                          for w in self.plan.matrices},
+                            spectral=global_step % self.spectral_every == 0, gradient_norms=self._grads)
+        self._grads = {}
+        self._done.add(global_step)
+        if self._start is None:
+            self._measure(snap)  # on this thread: a store that cannot be written fails the first step
+            return True
+        return self._worker.submit(snap)
+
+    # -- the worker thread -----------------------------------------------------------------------------
+    def _measure(self, snap: Snapshot) -> None:
+        cells = measure_snapshot(snap, self.metrics, start=self._start, previous=self._previous,
+                                 spectral_every=self.spectral_every)
+        attrs = {"source": f"toolkit.watch of {_model_name(self.model)}",
+                 "model_type": self.plan.family, "num_hidden_layers": self.plan.num_layers,
+                 "watch_every": self.every, "watch_spectral_every": self.spectral_every}
+        ds = record_dataset(snap, cells, self.plan, self.metrics, attrs)
+        if self.store is not None:
+            self.store.append(ds)
+        with self._lock:
+            self._records.append(ds)
+        if self._start is None:
+            self._start = snap.matrices
+        self._previous = snap.matrices
+
+    # -- reading -------------------------------------------------------------------------------------------
+    @property
+    def skipped(self) -> list[int]:
+        return list(self._worker.skipped) if self._worker else []
+
+    @property
+    def failed(self) -> list[tuple[int, str]]:
+        return list(self._worker.failed) if self._worker else []
+
+    def wait(self) -> Monitor:
+        """Block until every queued record is measured (and written); returns the monitor."""
+        if self._worker is not None:
+            self._worker.wait()
+        return self
+
+    def close(self) -> None:
+        """Measure what is queued and stop the worker (the records stay readable)."""
+        if self._worker is not None:
+            self._worker.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def dataset(self) -> xr.Dataset:
+        """Every record so far, dims ``(step, layer, component)``: the store's when there is one (the
+        records of earlier sessions of a resumed run included), else this session's, in memory.
+
+        Raises
+        ------
+        ResultsNotFoundError
+            No record yet.
+        """
+        if self.store is not None:
+            return load(self.store.path)
+        with self._lock:
+            records = list(self._records)
+        if not records:
+            from toolkit.errors import ResultsNotFoundError
+
+            raise ResultsNotFoundError("toolkit.watch", "no record yet: the first is taken at the first due step")
+        return xr.concat(records, dim="step", combine_attrs="override", join="outer")
+
+    def status(self) -> str:
+        """One line: records measured, queued, skipped and failed."""
+        if self._worker is None:
+            return "not recording on this rank (records are taken on rank 0)"
+        with self._lock:
+            n = len(self._records)
+        return (f"{n} records, {self._worker.pending} queued, {len(self.skipped)} skipped (worker behind), "
+                f"{len(self.failed)} failed")
+
+    def __repr__(self) -> str:
+        return f"<toolkit.monitor.Monitor every={self.every}: {self.status()}>"
+
+
+def _model_name(model) -> str:
+    return type(plain_module(model)).__name__
+
+
+@checks_options(model=Exempt("the model to watch: a torch.nn.Module (InvalidOptionError otherwise, checked in the "
+                            "body: its parameters are what is watched)"), **metrics_of("weight"),
+                every=Whole(minimum=1, meaning="the steps between two records"),
+                spectral_every=Optional(Whole(minimum=1, meaning="the steps between two spectral measurements")),
+                store=Optional(PathName()), **{k: SELECTION[k] for k in ("layers", "components", "experts")},
+                mapping=PASS["mapping"], gradients=PASS["cache"],
+                queue=Whole(minimum=1, meaning="the snapshots waiting at most"))
+def watch(model, metrics=DEFAULT_METRICS, *, every: int = 10, spectral_every: int | None = None, store=None,
+          layers=None, components=None, experts=None, mapping=None, gradients: bool = False,
+          queue: int = 2) -> Monitor:
+    """Watch a model as it trains: per (layer, component) statistics every ``every`` steps.
+
+    Each record holds the chosen weight metrics (the registry of ``weight_stats``), the update since the
+    first record and since the previous one (``relative_change_since_start``,
+    ``update_density_since_start``, ``..._since_previous``: ``compare``'s metrics) and, with
+    ``gradients=True``, ``gradient_norm``, per (layer, component[, expert]) as the architecture registry
+    maps the model (a model it does not know: every 2-D weight in a numbered block, named by module path).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A ``transformers`` model, any module, or one wrapped by DDP / FSDP.
+    metrics : str or list of str, default ("frobenius_norm", "rms")
+        Weight metric names (``toolkit.list_metrics(opt_in=True)``).
+    every : int, default 10
+        Record at the steps that are multiples of ``every``.
+    spectral_every : int, optional
+        Measure the metrics that need singular values (``alpha``, ``stable_rank``...) only at multiples
+        of this (default: every record); other records hold NaN with the reason.
+    store : str or path-like, optional
+        A folder for the records (:mod:`toolkit.monitor.store`): one NetCDF file per record, readable with
+        ``toolkit.load(store)`` while the run goes on; re-opening it resumes after its last record.
+    layers, components, experts :
+        The selection, as ``weight_stats`` takes it.
+    mapping : toolkit.Mapping, optional
+        A user mapping for a family the registry does not know.
+    gradients : bool, default False
+        Also record ``gradient_norm`` (call :meth:`Monitor.capture_gradients` after ``backward()``; the
+        Trainer callback does).
+    queue : int, default 2
+        Snapshots waiting for the worker at most; beyond, a record is skipped (said so), never waited for.
+
+    Returns
+    -------
+    Monitor
+
+    Raises
+    ------
+    InvalidOptionError
+        An option it cannot take.
+    UnmappedParametersError, SelectionError
+        Nothing to watch, or a selection the model does not have.
+    OutputPathError
+        ``store`` cannot be written (checked now).
+
+    Examples
+    --------
+    >>> monitor = toolkit.watch(model, every=10, store="run.watch")       # doctest: +SKIP
+    >>> for step, batch in enumerate(loader):                             # doctest: +SKIP
+    ...     loss = model(**batch).loss; loss.backward(); opt.step(); opt.zero_grad()
+    ...     monitor.step(step)
+    >>> monitor.wait().dataset.relative_change_since_start               # doctest: +SKIP
+    """
+    if not isinstance(model, torch.nn.Module):
+        from toolkit.errors import InvalidOptionError
+
+        raise InvalidOptionError("model", model, "a torch.nn.Module", WHERE)
+    selection = Selection.of(layers, components, experts, where=WHERE)
+    return Monitor(model, (metrics,) if isinstance(metrics, str) else metrics, every, spectral_every, store,
+                   selection, mapping, gradients, queue)

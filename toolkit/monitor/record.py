@@ -1,0 +1,141 @@
+"""One record of a watched run: the snapshot of one step measured into a (layer, component) Dataset.
+
+Pure computation on CPU tensors (the snapshot), run on the monitor's background worker: the weight
+metrics by the one evaluator ``weight_stats`` uses (:func:`toolkit.metrics.evaluate.evaluate_matrix`),
+the update since the first record and since the previous one by the diff metrics ``compare`` uses
+(:func:`toolkit.metrics.diff.compute_diff_metrics`), assembled by ``weight_stats``' own grid builder
+(:func:`toolkit.collect.assemble.grid.build_grid_dataset`), so a watched step and the same weights saved
+and measured by ``weight_stats`` / ``compare`` give the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import xarray as xr
+
+from toolkit.collect.assemble.grid import build_grid_dataset
+from toolkit.collect.cells import Cell
+from toolkit.metrics.diff import compute_diff_metrics
+from toolkit.metrics.evaluate import evaluate_matrix
+from toolkit.metrics.registry import get_metric
+
+#: The update metrics of every record (``compare``'s): vs the first record and vs the previous one.
+UPDATE_METRICS = ("relative_change", "update_density")
+#: Suffixes of the update variables: the first record (the seed figure as it forms) and the previous record.
+SINCE = {"since_start": "the first record of the run", "since_previous": "the previous record"}
+GRADIENT = "gradient_norm"
+
+
+@dataclass
+class Snapshot:
+    """What the training thread hands the worker: copies of the watched matrices at one step.
+
+    Attributes
+    ----------
+    step : int
+        The global step.
+    matrices : dict
+        ``{key: tensor}``, CPU copies in the parameters' own dtype (bit comparisons stay exact).
+    spectral : bool
+        Whether the metrics that read singular values are measured at this step.
+    gradient_norms : dict
+        ``{key: float}``: Frobenius norm of the component's gradient, where one was captured.
+    """
+
+    step: int
+    matrices: dict
+    spectral: bool = True
+    gradient_norms: dict = field(default_factory=dict)
+
+
+def update_metrics(kind: str) -> list:
+    """The update variables' metric records for one suffix of :data:`SINCE`, named ``<metric>_<kind>``."""
+    return [replace(m, name=f"{m.name}_{kind}", long_name=f"{m.long_name} since {SINCE[kind]}",
+                    description=f"{m.description}, W_b = the matrix at {SINCE[kind]}")
+            for m in map(get_metric, UPDATE_METRICS)]
+
+
+def gradient_metric():
+    """The record of ``gradient_norm``: ||dL/dW||_F of the step (the Frobenius norm's attrs)."""
+    m = get_metric("frobenius_norm")
+    return replace(m, name=GRADIENT, long_name="gradient Frobenius norm",
+                   description="||dL/dW||_F of the component's matrix at the recorded step, before the "
+                               "optimizer's update (as the training loop left the gradient)")
+
+
+def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previous: dict | None,
+                     spectral_every: int) -> dict:
+    """``{key: Cell}`` of one snapshot.
+
+    Parameters
+    ----------
+    snap : Snapshot
+    metrics : list of toolkit.metrics.Metric
+        Weight metrics.
+    start, previous : dict or None
+        The first and the previous record's matrices (``{key: tensor}``); None for the first record.
+    spectral_every : int
+        For the reason of a spectral metric skipped at this step.
+
+    Returns
+    -------
+    dict of key -> Cell
+        Values of every weight metric, the update metrics (NaN with a reason at the first record) and
+        ``gradient_norm`` (NaN where no gradient was captured).
+    """
+    measured = [m for m in metrics if snap.spectral or not m.needs_singular_values]
+    skipped = [m for m in metrics if m not in measured]
+    cells = {}
+    for key, w in snap.matrices.items():
+        result = evaluate_matrix(w, measured)
+        cell = Cell.measured("", result)
+        for m in skipped:
+            cell.values[m.name] = math.nan
+            cell.reasons[m.name] = f"not measured at this step (spectral metrics every {spectral_every} steps)"
+        for kind, base in (("since_start", start), ("since_previous", previous)):
+            _updates(cell, kind, None if base is None else base.get(key), w)
+        norm = snap.gradient_norms.get(key)
+        cell.values[GRADIENT] = math.nan if norm is None else float(norm)
+        if norm is None:
+            cell.reasons[GRADIENT] = "no gradient captured at this step"
+        cells[key] = cell
+    return cells
+
+
+def _updates(cell: Cell, kind: str, base, w) -> None:
+    names = [f"{m}_{kind}" for m in UPDATE_METRICS]
+    if base is None:
+        for n in names:
+            cell.values[n], cell.reasons[n] = math.nan, f"no earlier record ({SINCE[kind]} is this one)"
+        return
+    found = compute_diff_metrics(base, w, list(UPDATE_METRICS))
+    for metric, n in zip(UPDATE_METRICS, names, strict=True):
+        cell.values[n] = found[metric].value
+        if found[metric].reason:
+            cell.reasons[n] = found[metric].reason
+
+
+def record_dataset(snap: Snapshot, cells: dict, plan, metrics: list, attrs: dict) -> xr.Dataset:
+    """The record of one step: the grid Dataset with a ``step`` dimension of length 1.
+
+    Returns
+    -------
+    xarray.Dataset
+        Dims ``(step, layer, component)`` (``expert`` too for routed experts); the weight metrics,
+        ``<update>_since_start``, ``<update>_since_previous`` and ``gradient_norm``; coords as
+        ``weight_stats``' (``parameter_name``, ``nan_reason``, ``n_rows``, ``n_cols``).
+    """
+    records = [*metrics, *update_metrics("since_start"), *update_metrics("since_previous"), gradient_metric()]
+    names = {w.key: w.parameter_name for w in plan.matrices}
+    for key, cell in cells.items():
+        cell.parameter_name = names[key]
+    ds = build_grid_dataset(plan.num_layers, cells, records, dict(attrs), components=plan.components)
+    ds = ds.expand_dims(step=np.asarray([snap.step], dtype=np.int64))
+    ds["step"].attrs["long_name"] = "training step (global step)"
+    for name in ("parameter_name", "nan_reason", "n_rows", "n_cols"):
+        if "step" not in ds[name].dims:
+            ds = ds.assign_coords({name: ds[name].expand_dims(step=ds["step"].values)})
+    return ds

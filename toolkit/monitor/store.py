@@ -1,0 +1,95 @@
+"""Writing a watched run's store: one NetCDF file per record (the layout: :mod:`toolkit.io.records`).
+
+Why a folder of files rather than one appendable file (Zarr's ``to_zarr(append_dim=...)``, a NetCDF
+unlimited dimension): an append writes the new chunks and then rewrites shared metadata, and a run
+killed between the two leaves a store its readers must repair; here each record is written whole and
+renamed into place by :func:`toolkit.save`, so a killed run loses at most the record being written (its
+temporary file is swept by the next writer), a reader never sees half a record, ``toolkit.load`` reads
+the store while the run goes on, and re-opening the store resumes after its last record. No dependency
+beyond NetCDF's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import xarray as xr
+
+from toolkit.atomic import atomic_write
+from toolkit.errors import OutputPathError
+from toolkit.io import save
+from toolkit.io.records import MARKER, record_name, record_steps
+
+
+class RecordStore:
+    """A watch store folder (created when missing).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The folder.
+    info : dict
+        What is watched (JSON-able), written to ``watch.json``. A store that exists must have been written
+        with the same metrics (its records are then kept, and the run resumes after the last).
+
+    Raises
+    ------
+    OutputPathError
+        The folder cannot be created or written (checked by writing ``watch.json`` now, before the first
+        record), it exists and is not a watch store (a file, or a folder with other files), or it holds a
+        run watched with other metrics.
+    """
+
+    def __init__(self, path: str | os.PathLike, info: dict):
+        text = os.fspath(path)
+        if "\x00" in str(text):
+            raise _refused(Path(str(text).replace("\x00", "\\x00")), "the path holds a NUL character, which no "
+                           "file name can", "check how the path was made")
+        self.path = Path(os.path.expanduser(text))
+        marker = self.path / MARKER
+        if self.path.exists() and not self.path.is_dir():
+            raise _refused(self.path, "it exists and is not a folder", "give a new folder name for the watch store")
+        if self.path.is_dir() and not marker.is_file() and any(self.path.iterdir()):
+            raise _refused(self.path, "it is a folder with files and no watch.json (not a watch store)",
+                           "give a new or empty folder, or the folder of an earlier watched run")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if marker.is_file():
+                old = json.loads(marker.read_text(encoding="utf-8"))
+                if old.get("metrics") != info.get("metrics"):
+                    raise _refused(self.path, f"it holds a run watched with metrics {old.get('metrics')}, not "
+                                   f"{info.get('metrics')}", "give another folder, or the same metrics to resume")
+            with atomic_write(marker) as f:
+                json.dump(info, f, indent=1, sort_keys=True)
+        except OutputPathError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise _refused(self.path, f"the watch store cannot be written ({getattr(exc, 'strerror', '') or exc})",
+                           "give a folder on a writable disk with free space", getattr(exc, "errno", None)) from exc
+
+    def steps(self) -> list[int]:
+        """The steps recorded in the store, ascending."""
+        return record_steps(self.path)
+
+    def append(self, record: xr.Dataset) -> Path:
+        """Write one record (a Dataset with a ``step`` dimension of length 1) as its own file.
+
+        Raises
+        ------
+        OutputPathError
+            The record cannot be written (disk full, folder removed); nothing is left half-written.
+        """
+        step = int(record["step"].values[0])
+        try:
+            return save(record, self.path / record_name(step))
+        except OutputPathError:
+            raise
+        except OSError as exc:
+            raise _refused(self.path, f"the record of step {step} cannot be written ({exc.strerror or exc})",
+                           "free disk space or give another store", exc.errno) from exc
+
+
+def _refused(path: Path, reason: str, fix: str, errno: int | None = None) -> OutputPathError:
+    return OutputPathError(str(path), f"{reason}; {fix}", errno)

@@ -1,0 +1,90 @@
+"""The monitor's background worker: measures snapshots off the training thread, with a bounded queue.
+
+Policy when it falls behind: the training thread never waits. :meth:`Worker.submit` puts a snapshot on a
+queue of at most ``capacity`` snapshots and returns at once; when the queue is full the snapshot is
+dropped, its step is listed in :attr:`Worker.skipped` and a warning says so (once per run, and the
+monitor's status line counts them). A failure while measuring one record does not stop the run: the
+record is lost, its step and the error are listed in :attr:`Worker.failed`, and the next records go on.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import warnings
+from collections.abc import Callable
+
+from toolkit.errors import WatchFellBehind
+
+_STOP = object()
+
+
+class Worker:
+    """One daemon thread running ``handle(snapshot)`` for each submitted snapshot, in order.
+
+    Parameters
+    ----------
+    handle : callable
+        ``handle(snapshot) -> None``; runs on the worker thread.
+    capacity : int
+        Snapshots waiting at most (each holds a copy of the watched matrices).
+    """
+
+    def __init__(self, handle: Callable, capacity: int):
+        self._handle = handle
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(capacity)))
+        self._lock = threading.Lock()
+        self.skipped: list[int] = []
+        self.failed: list[tuple[int, str]] = []
+        self.done = 0
+        self._warned = False
+        self._thread = threading.Thread(target=self._run, name="toolkit-watch", daemon=True)
+        self._thread.start()
+
+    def submit(self, snapshot) -> bool:
+        """Queue ``snapshot`` (it has a ``step``); False, with the step listed as skipped, when the queue is full."""
+        try:
+            self._queue.put_nowait(snapshot)
+            return True
+        except queue.Full:
+            with self._lock:
+                self.skipped.append(int(snapshot.step))
+                warn = not self._warned
+                self._warned = True
+            if warn:
+                warnings.warn(f"toolkit.watch: the worker is behind; the record of step {snapshot.step} was "
+                              "skipped (training did not wait). Record less often (every=), measure spectral "
+                              "metrics less often (spectral_every=) or allow more waiting snapshots (queue=); "
+                              "Monitor.skipped lists every skipped step", WatchFellBehind, stacklevel=3)
+            return False
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            try:
+                if item is _STOP:
+                    return
+                try:
+                    self._handle(item)
+                except Exception as exc:  # noqa: BLE001 - one lost record, never a stopped run
+                    with self._lock:
+                        self.failed.append((int(item.step), f"{type(exc).__name__}: {exc}"))
+                with self._lock:
+                    self.done += 1
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        """Block until every queued snapshot is measured."""
+        self._queue.join()
+
+    def close(self) -> None:
+        """Measure what is queued, then stop the thread."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join()
+
+    @property
+    def pending(self) -> int:
+        """Snapshots queued and not yet measured."""
+        return self._queue.unfinished_tasks
