@@ -40,7 +40,7 @@ import math
 import numpy as np
 import torch
 
-from toolkit.metrics.power_law_tail import PowerLawFit, exact_ks_distances, tail_alphas
+from toolkit.metrics.power_law_tail import PowerLawFit, exact_ks_distances, flat_reason, tail_alphas
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
 __all__ = ["farms_windows", "farms_eigenvalues", "fit_peak_authors", "alpha_farms", "FARMS_DEFAULTS"]
@@ -144,8 +144,9 @@ def fit_peak_authors(x: np.ndarray, bins: int = PEAK_BINS) -> PowerLawFit:
     Raises
     ------
     DegenerateMatrix
-        Fewer than two eigenvalues, or no candidate xmin with :math:`\alpha > 1` (the authors' code returns
-        the unfitted 0 there).
+        Fewer than two eigenvalues, no candidate xmin with :math:`\alpha > 1` (the authors' code returns
+        the unfitted 0 there), or a tail whose eigenvalues are equal within rounding
+        (:func:`~toolkit.metrics.power_law_tail.flat_reason`; the authors' code fits the noise).
 
     Notes
     -----
@@ -175,6 +176,9 @@ def fit_peak_authors(x: np.ndarray, bins: int = PEAK_BINS) -> PowerLawFit:
     d = np.where(np.isfinite(d), d, 1.0)
     k = int(np.argmin(d))
     i, a, tail = int(ok[k]), float(alpha_all[ok[k]]), int(n_all[ok[k]])
+    flat = flat_reason(float(x[i]), float(x[-1]), x.size)  # a tail of rounding noise has no exponent (issue 42)
+    if flat:
+        raise DegenerateMatrix(flat, "alpha_farms")
     return PowerLawFit(a, float(x[i]), float(d[k]), tail, sigma=(a - 1.0) / math.sqrt(tail), xmax=float(x[-1]),
                        num_pl_spikes=tail, raw_alpha=a)
 

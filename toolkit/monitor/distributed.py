@@ -8,7 +8,7 @@
   must call ``Monitor.step`` at the same steps, as it calls the optimizer), and rank 0 copies the
   gathered matrices.
 - DeepSpeed ZeRO-3: not gathered here (its ``GatheredParameters`` context is DeepSpeed's own); watch a
-  ZeRO-1/2 run (whole parameters on every rank), which is recorded as DDP is.
+  ZeRO stage 1 or 2 run (whole parameters on every rank), which is recorded as DDP is.
 - A ``peft`` LoRA model: each adapted layer is watched as the matrix the forward pass uses,
   :math:`W + \\Delta W` with peft's own ``get_delta_weight`` for the active adapters (scaling and
   ``fan_in_fan_out`` included), under the base model's parameter name; the update since the first record
