@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+import xarray as xr  # noqa: E402
 
 import toolkit  # noqa: E402
 from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
@@ -68,3 +69,19 @@ def test_view_follows_the_newest_record_and_keeps_a_chosen_step(run, kind):
     assert view.refresh() and view.slider.value == 0  # not following: the chosen step stays
     assert list(view.slider.options) == [0, 1, 2, 3, 4]
     assert not view.refresh()  # nothing new
+
+
+def test_exported_page_of_a_watched_run_has_a_panel_per_record(run, tmp_path):
+    from toolkit.widgets.export import WATCH_PANELS, page_data
+
+    _, monitor, store = run
+    ds = toolkit.load(store)
+    page = page_data(ds, metrics="frobenius_norm")
+    spec = page["heatmaps"]["frobenius_norm"]
+    assert [p["title"].split(":")[0] for p in spec["panels"]] == ["step 0", "step 1", "step 2"]
+    long = xr.concat([ds.isel(step=0).expand_dims(step=[s]) for s in range(20)], dim="step")
+    titles = [p["title"].split(":")[0] for p in page_data(long, metrics="frobenius_norm")["heatmaps"]
+              ["frobenius_norm"]["panels"]]
+    assert len(titles) == WATCH_PANELS and titles[0] == "step 0" and titles[-1] == "step 19"
+    html = toolkit.widgets.export_html(ds, tmp_path / "run.html").read_text(encoding="utf-8")
+    assert "<title>toolkit.watch of ViT</title>" in html  # the run's name, not its first step's

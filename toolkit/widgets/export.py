@@ -37,11 +37,22 @@ NO_SPECTRA = ("the export has no drill-down spectra (the Dataset stores none), s
               "spectrum: measure with toolkit.weight_stats(..., keep_spectra=True) and export that Dataset")
 
 
+#: Panels of a watched run's page at most: every record up to this many, else this many evenly spaced, the
+#: first and the last included (a page of every record of a long run would be unreadable side by side).
+WATCH_PANELS = 8
+
+
 def _models(data, labels) -> list[tuple[str, object]]:
-    """``[(label, Dataset)]``: one per Dataset of a list, one per checkpoint of a series Dataset."""
+    """``[(label, Dataset)]``: one per Dataset of a list, one per checkpoint of a series Dataset, one per
+    recorded step of a watched run (at most :data:`WATCH_PANELS`)."""
     import xarray as xr
 
     if isinstance(data, xr.Dataset):
+        if "step" in data.dims and "layer" in data.dims:  # a watched run's records (toolkit.watch)
+            steps = data["step"].values.tolist()
+            keep = sorted({round(i * (len(steps) - 1) / (WATCH_PANELS - 1)) for i in range(WATCH_PANELS)}) \
+                if len(steps) > WATCH_PANELS else range(len(steps))
+            return [(f"step {steps[i]}", data.isel(step=i)) for i in keep]
         if "checkpoint" in data.dims:
             steps = data["step"].values.tolist() if "step" in data.coords else list(range(data.sizes["checkpoint"]))
             return [(f"step {s}", data.isel(checkpoint=i)) for i, s in enumerate(steps)]
@@ -100,7 +111,8 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     Parameters
     ----------
     data : xarray.Dataset or list of xarray.Dataset
-        As :func:`toolkit.widgets.explore` takes it (a series' ``checkpoint`` dim: one panel per step).
+        As :func:`toolkit.widgets.explore` takes it (a series' ``checkpoint`` dim: one panel per step; a watched
+        run's ``step`` dim, ``toolkit.load(store)``: one panel per record, at most :data:`WATCH_PANELS`).
     metrics : str or list of str, optional
         The menu (a str is one metric); default every metric the explorer offers (:func:`toolkit.plot.metric_names`).
     labels : list of str, optional
@@ -137,13 +149,14 @@ def export_html(data, path, *, metrics=None, labels=None, title: str | None = No
     Parameters
     ----------
     data : xarray.Dataset or list of xarray.Dataset
-        As :func:`toolkit.widgets.explore` takes it.
+        As :func:`toolkit.widgets.explore` takes it; a watched run's records (``step`` dim) give one panel
+        per record on one colour scale (at most :data:`WATCH_PANELS`, evenly spaced, first and last included).
     path : str or path-like
         The ``.html`` file to write (replaced atomically).
     metrics, labels
         As :func:`page_data`.
     title : str, optional
-        The page's title; default the first model's name.
+        The page's title; default the first model's name (a series' or a watched run's: the run's name).
 
     Returns
     -------
@@ -170,11 +183,21 @@ def export_html(data, path, *, metrics=None, labels=None, title: str | None = No
     from toolkit.widgets.figures import write_file
 
     page = page_data(data, metrics=metrics, labels=labels)
-    name = title or _models(data, labels)[0][0]
+    name = title or _default_title(data, labels)
     out = write_file(path, _page(page, name), "export_html's path", "statistics.html")
     if page["note"]:
         warnings.warn(f"{out}: {page['note']}", UserWarning, stacklevel=3)
     return out
+
+
+def _default_title(data, labels) -> str:
+    """The first model's name; for a series or a watched run (one Dataset of several steps), the run's name,
+    not its first step's label."""
+    import xarray as xr
+
+    if isinstance(data, xr.Dataset) and ({"checkpoint", "step"} & set(data.dims)):
+        return model_name(data.attrs) or "training run"
+    return _models(data, labels)[0][0]
 
 
 def _page(page: dict, title: str) -> str:
