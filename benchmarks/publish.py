@@ -270,6 +270,7 @@ INDEX = [
     ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
                    "modeldelta 0.4.4"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
+    ("watch", "`toolkit.watch` on the CPU fine-tune of the embedded model against the bare training"),
     ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
                        "the embedded model"),
     ("alpha_coverage", "coverage of alpha's 95 % interval beside WeightWatcher's sigma, tails of 30-1000 values"),
@@ -752,11 +753,29 @@ def readme_alpha_pruning(rec: dict, res: dict) -> str:
 
 # ---------------------------------------------------------------- the documents
 
+@needs("watch", ".venv/bin/python benchmarks/bench_watch.py --reps 3")
+def readme_watch(rec: dict, res: dict) -> str:
+    """The wall-clock overhead of watching the CPU fine-tune, against the bare run, per cadence."""
+    f = rec["figures"]
+    bare = f["median_s"]["bare"]
+    rows = [["bare training", secs(bare), "", "", ""]]
+    for name, what in (("default", "watched, default metrics every 10 steps"),
+                       ("alpha", "watched, + alpha every 50 steps")):
+        target = f["targets"][name]
+        rows.append([what, secs(f["median_s"][name]), f"{f['ratios'][name]:.3f}x",
+                     f"<= {target['at_most']}x: {_pass(target['ok'])}", str(max(f["skipped"][name]))])
+    return (f"{f['steps']} AdamW steps of the embedded SmolLM2-135M on the CPU (windows of {f['seq_len']} tokens, "
+            f"batch {f['batch_size']}), bare and watched, interleaved rounds ({when(rec)}, {f['threads']} "
+            f"threads, median of {f['reps']}; `benchmarks/results/watch.json`; the watched runs' clocks include "
+            f"`monitor.wait()`):\n\n"
+            + table(["run", "median", "against bare", "goal", "records skipped"], rows))
+
+
 RENDER = {
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
     "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
     "readme-alpha-interval": readme_alpha_interval, "readme-farms": readme_farms,
-    "readme-alpha-coverage": readme_alpha_coverage,
+    "readme-alpha-coverage": readme_alpha_coverage, "readme-watch": readme_watch,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
     "bench-activations": bench_activations, "bench-compare": bench_compare,
