@@ -10,7 +10,9 @@ the same interval, bit for bit. The interval runs on one core (NumPy), ``eigvals
 given: the eigendecomposition is timed on one thread too, and the ratio to that is the one a machine with
 more cores does not shrink. Then, on the embedded model (``toolkit.weight_stats()``'s default checkpoint, every
 matrix, no cache), the seconds of the ``alpha`` pass alone and with ``alpha_ci_lower`` / ``alpha_ci_upper``,
-interleaved, median of ``--model-repeats`` (goal: the interval adds at most 25 %).
+interleaved, median of ``--model-repeats`` (goal: the interval adds at most 25 %). Beside each, once, the
+interval that chooses xmin again in every replicate
+(:func:`toolkit.metrics.alpha_interval_xmin.alpha_interval_xmin`, opt-in) against the same goals.
 
     .venv/bin/python benchmarks/bench_alpha_interval.py --shapes 4096x4096 4096x11008
 
@@ -63,6 +65,7 @@ def eigenvalues(rows: int, cols: int, seed: int):
 def measure(rows: int, cols: int, *, seed: int, repeats: int) -> dict:
     """Times and values of the eigendecomposition and of ``repeats`` intervals of one seeded matrix."""
     from toolkit.metrics.alpha_interval import REPLICATES, alpha_interval
+    from toolkit.metrics.alpha_interval_xmin import alpha_interval_xmin
     from toolkit.metrics.powerlaw import fit_power_law
 
     lam, t_eig, t_eig_one = eigenvalues(rows, cols, seed)
@@ -73,7 +76,11 @@ def measure(rows: int, cols: int, *, seed: int, repeats: int) -> dict:
         intervals.append(alpha_interval(lam, fit, seed=0))
         times.append(time.perf_counter() - t)
     t_interval = statistics.median(times)
-    return {"eigenvalues": int(lam.size), "alpha": fit.alpha, "num_tail": fit.num_tail,
+    t = time.perf_counter()
+    alpha_interval_xmin(lam, fit)
+    t_xmin = time.perf_counter() - t
+    return {"xmin_interval_s": t_xmin, "xmin_ratio": t_xmin / t_eig, "xmin_ratio_1_thread": t_xmin / t_eig_one,
+            "eigenvalues": int(lam.size), "alpha": fit.alpha, "num_tail": fit.num_tail,
             "interval": list(intervals[0]), "replicates": REPLICATES, "eigvalsh_s": t_eig,
             "eigvalsh_1_thread_s": t_eig_one, "interval_s": t_interval, "interval_runs_s": times,
             "ratio": t_interval / t_eig, "ratio_1_thread": t_interval / t_eig_one,
@@ -107,6 +114,7 @@ def intervals_alone(alpha_pass_s: float) -> dict:
 
     import toolkit
     from toolkit.metrics.alpha_interval import alpha_interval
+    from toolkit.metrics.alpha_interval_xmin import XMIN_REPLICATES, alpha_interval_xmin
     from toolkit.metrics.powerlaw import fit_power_law
 
     ds = toolkit.weight_stats(metrics=["alpha"], keep_spectra=True, progress=False, cache=False)
@@ -121,7 +129,13 @@ def intervals_alone(alpha_pass_s: float) -> dict:
     for lam, fit in fits:
         alpha_interval(lam, fit)
     alone = time.perf_counter() - t
-    return {"intervals_alone_s": alone, "matrices": len(fits), "intervals_alone_share": alone / alpha_pass_s}
+    t = time.perf_counter()
+    for lam, fit in fits:
+        alpha_interval_xmin(lam, fit)
+    xmin_alone = time.perf_counter() - t
+    return {"intervals_alone_s": alone, "matrices": len(fits), "intervals_alone_share": alone / alpha_pass_s,
+            "xmin_intervals_alone_s": xmin_alone, "xmin_intervals_alone_share": xmin_alone / alpha_pass_s,
+            "xmin_replicates": XMIN_REPLICATES}
 
 
 def main(argv=None) -> int:
@@ -143,16 +157,20 @@ def main(argv=None) -> int:
         rows.append([shape, str(m["eigenvalues"]), f"{m['alpha']:.2f} [{m['interval'][0]:.2f}, {m['interval'][1]:.2f}]",
                      str(m["num_tail"]), f"{m['eigvalsh_s']:.2f} s", f"{m['eigvalsh_1_thread_s']:.2f} s",
                      f"{m['interval_s']:.3f} s", f"{m['ratio']:.1%}", f"{m['ratio_1_thread']:.1%}",
-                     verdict(m["ratio"] <= GOAL), "yes" if m["reproducible"] else "NO"])
+                     verdict(m["ratio"] <= GOAL), "yes" if m["reproducible"] else "NO",
+                     f"{m['xmin_interval_s']:.3f} s ({m['xmin_ratio']:.0%})"])
     print(f"{machine()}; torch threads {torch.get_num_threads()}; {load()}")
     print(table(rows, ["shape", "N", "alpha [95 % interval]", "tail", "eigvalsh", "eigvalsh, 1 thread", "interval",
-                       "ratio", "ratio, 1 thread", f"<= {GOAL:.0%}", "same seed, same interval"]))
+                       "ratio", "ratio, 1 thread", f"<= {GOAL:.0%}", "same seed, same interval",
+                       "xmin chosen again (ratio)"]))
     model = measure_model(args.model_repeats) if args.model_repeats else None
     if model:
         print(f"embedded model: alpha {model['median_s']['alpha']:.2f} s, with the interval "
               f"{model['median_s']['alpha_and_interval']:.2f} s: {model['extra']:+.1%} "
               f"({verdict(model['extra'] <= MODEL_GOAL)}); the {model['matrices']} intervals alone "
-              f"{model['intervals_alone_s']:.3f} s = {model['intervals_alone_share']:.1%} of the alpha pass")
+              f"{model['intervals_alone_s']:.3f} s = {model['intervals_alone_share']:.1%} of the alpha pass; with "
+              f"xmin chosen again {model['xmin_intervals_alone_s']:.2f} s = "
+              f"{model['xmin_intervals_alone_share']:.0%}")
     if not args.no_save:
         results.save({"shapes": shapes, "goal": GOAL, "repeats": args.repeats, "seed": args.seed,
                       "torch_threads": torch.get_num_threads(), "model": model})

@@ -655,7 +655,10 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
     shapes = f["shapes"]
     rows = [[shape, str(m["eigenvalues"]), secs(m["eigvalsh_s"]), secs(m["eigvalsh_1_thread_s"]),
              secs(m["interval_s"]), f"{m['ratio']:.1%}", f"{m['ratio_1_thread']:.1%}",
-             "yes" if m["reproducible"] else "NO"] for shape, m in shapes.items()]
+             "yes" if m["reproducible"] else "NO",
+             f"{secs(m['xmin_interval_s'])}, {m['xmin_ratio']:.0%} ({m['xmin_ratio_1_thread']:.0%})"
+             if "xmin_interval_s" in m else "-"]
+            for shape, m in shapes.items()]
     model = f.get("model")
     on_model = "" if not model else (
         f"\nOn the embedded model (`toolkit.weight_stats()`, every matrix, no cache; medians of "
@@ -667,13 +670,19 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
         + " (a difference within their spread is the load's, not the interval's)"
         + (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given): "
            f"{secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the `alpha` pass"
-           if "intervals_alone_s" in model else "") + ".\n")
+           if "intervals_alone_s" in model else "")
+        + (f"; the opt-in interval that chooses xmin again ({model['xmin_replicates']} refits each) "
+           f"{secs(model['xmin_intervals_alone_s'])}, **{model['xmin_intervals_alone_share']:+.0%}** "
+           f"({_pass(model['xmin_intervals_alone_share'] <= model['goal'])})"
+           if "xmin_intervals_alone_s" in model else "")
+        + ".\n")
     return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
             f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
             f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
             f"`benchmarks/results/alpha_interval.json`; goal: at most {f['goal']:.0%}):\n\n"
             + table(["shape", "eigenvalues", "eigvalsh", "eigvalsh, 1 thread", "interval (1 thread)",
-                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval"], rows) + on_model)
+                     "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval",
+                     "xmin chosen again (opt-in): interval, / eigvalsh (1 thread each)"], rows) + on_model)
 
 
 @needs("alpha_coverage", ".venv/bin/python benchmarks/bench_alpha_coverage.py")
@@ -681,19 +690,34 @@ def readme_alpha_coverage(rec: dict, res: dict) -> str:
     """Coverage of alpha's interval and of WeightWatcher's sigma per tail size and setting, against the goal."""
     f = rec["figures"]
     lo, hi = f["goal"]["coverage"]
-    rows, met = [], []
+    rows, met, again = [], [], []
+
+    def cell(v):
+        return f"{v['coverage']:.3f} ({v['width_over_ideal']:.2f})" if v else "-"
+
     for n, m in f["tails"].items():
         for setting, label in (("fixed_tail", "fixed tail"), ("fitted_spectrum", "tail above a bulk, xmin fitted")):
-            b, w = m[setting]["bootstrap"], m[setting]["ww_sigma"]
-            rows.append([n, label, f"{b['coverage']:.3f} ({b['width_over_ideal']:.2f})",
-                         f"{w['coverage']:.3f} ({w['width_over_ideal']:.2f})"])
+            b, xb = m[setting]["bootstrap"], m[setting].get("xmin_bootstrap")
+            rows.append([n, label, cell(b), cell(m[setting]["ww_sigma"]), cell(xb),
+                         f"{m[setting].get('alpha_sd_over_fixed', 1.0):.2f}"])
             if setting == "fixed_tail":
                 met.append(lo <= b["coverage"] <= hi and b["width_over_ideal"] <= f["goal"]["width_over_ideal"])
+            elif xb:
+                again.append((n, lo <= xb["coverage"] <= hi, xb["width_over_ideal"], xb["mean_seconds"]))
+    fitted = "" if not again else (
+        f" With xmin fitted, the interval that chooses it again ({f['xmin_replicates']} semi-parametric replicates, "
+        f"opt-in `alpha_interval_xmin`): coverage in [{lo:g}, {hi:g}] at {sum(ok for _, ok, _, _ in again)} of "
+        f"{len(again)} tail sizes, width " + ", ".join(f"{w:.2f}x" for *_, w, _ in again) + " the ideal (within "
+        f"{f['goal']['width_over_ideal']:g}x at {sum(w <= f['goal']['width_over_ideal'] for *_, w, _ in again)} of "
+        f"{len(again)}; the fitted α itself spreads the last column's multiple of the fixed tail's MLE, and an "
+        "interval of nominal coverage around it needs about that multiple of the ideal width), "
+        + ", ".join(secs(t) for *_, t in again) + " per interval.")
     return (f"Share of {f['level']:.0%} intervals covering α = {f['true_alpha']:g} over {f['draws']} draws per row "
             f"({f['replicates']} bootstrap replicates; {when(rec)}; `benchmarks/results/alpha_coverage.json`). Goal on "
             f"the fixed tail: coverage in [{lo:g}, {hi:g}], width at most {f['goal']['width_over_ideal']:g}x the "
-            f"ideal: {_pass(all(met))} ({sum(met)} of {len(met)} tail sizes).\n\n"
-            + table(["tail n", "setting", "bootstrap interval", "α ± 1.96 sigma (WeightWatcher)"], rows))
+            f"ideal: {_pass(all(met))} ({sum(met)} of {len(met)} tail sizes).{fitted}\n\n"
+            + table(["tail n", "setting", "bootstrap interval (default, xmin held)", "α ± 1.96 sigma (WeightWatcher)",
+                     "xmin chosen again", "spread of α / fixed tail's"], rows))
 
 
 FARMS_NAMES = {"alpha": "`alpha` (default fit)", "alpha_peak": "authors' `xmin_peak` fit, whole ESD",

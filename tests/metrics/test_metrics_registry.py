@@ -45,7 +45,7 @@ BUILTINS = [
 ]
 #: Registered but computed only when asked for by name.
 OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes", "alpha_tpl", "tpl_lambda",
-          "alpha_farms", "erg_num_spikes", "erg_gap", "erg_xmin",
+          "alpha_ci_xmin_lower", "alpha_ci_xmin_upper", "alpha_farms", "erg_num_spikes", "erg_gap", "erg_xmin",
           "erg_xmin_rescaled"]
 
 

@@ -26,9 +26,12 @@ basic interval on the scale where the statistic is pivotal):
    (Clauset, Shalizi & Newman 2009, SIAM Rev. 51(4), eq. (3.7) and its Gamma law).
 
 The interval is conditional on :math:`x_{min}` (the choice of the tail is not resampled; WeightWatcher's
-``sigma`` is too). The draws come from ``numpy.random.default_rng`` seeded from the tail's bytes and
-``seed``: the same spectrum gives the same interval, bit for bit. Coverage of a known exponent at tails
-of 30 to 1000 values: ``tests/metrics/test_alpha_interval.py`` and ``benchmarks/bench_alpha_interval.py``.
+``sigma`` is too); where the KS rule's choice varies it covers less (below 0.92 on a tail above a bulk:
+``benchmarks/bench_alpha_coverage.py``), and :mod:`toolkit.metrics.alpha_interval_xmin` chooses :math:`x_{min}`
+again in every replicate, at the cost of a whole fit each. The draws come from ``numpy.random.default_rng``
+seeded from the tail's bytes and ``seed``: the same spectrum gives the same interval, bit for bit. Coverage of
+a known exponent at tails of 30 to 1000 values: ``tests/metrics/test_alpha_interval.py`` and
+``benchmarks/bench_alpha_coverage.py``.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from toolkit.metrics.powerlaw import FIT_METRIC_OPTIONS, fit_power_law, spectrum
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 from toolkit.metrics.tensor_memo import TensorMemo
 
-__all__ = ["REPLICATES", "LEVEL", "alpha_interval", "bootstrap_alphas", "fit_tail"]
+__all__ = ["REPLICATES", "LEVEL", "alpha_interval", "bootstrap_alphas", "cell_interval", "fit_tail", "pivot_interval",
+           "spectrum_rng"]
 
 #: Bootstrap replicates of the default interval (one Gamma draw each).
 REPLICATES = 2000
@@ -74,7 +78,7 @@ def fit_tail(eigenvalues, fit: PowerLawFit, threshold: float = EVALS_THRESHOLD) 
     return kept[kept.size - int(fit.num_tail):]
 
 
-def _rng(tail: np.ndarray, seed: int) -> np.random.Generator:
+def spectrum_rng(tail: np.ndarray, seed: int) -> np.random.Generator:
     """A generator seeded from the tail's bytes and ``seed`` (the same data, the same draws)."""
     digest = hashlib.blake2b(np.ascontiguousarray(tail).tobytes(), digest_size=16).digest()
     return np.random.default_rng([int(seed), *np.frombuffer(digest, dtype=np.uint32).tolist()])
@@ -109,7 +113,7 @@ def bootstrap_alphas(eigenvalues, fit: PowerLawFit, *, replicates: int = REPLICA
     if tail.size < 2 or not s > 0 or not math.isfinite(fit.alpha):
         raise DegenerateMatrix(f"a tail of {tail.size} value(s) with log-sum {s:g}: no interval", "alpha_ci")
     a1 = fit.alpha - 1.0
-    g = _rng(tail, seed).standard_gamma(float(tail.size - 1), size=int(replicates))
+    g = spectrum_rng(tail, seed).standard_gamma(float(tail.size - 1), size=int(replicates))
     return 1.0 + (a1 * s) * a1 / g  # c / S*, c = (alpha - 1) S the fit's numerator, S* = G / (alpha - 1)
 
 
@@ -145,13 +149,56 @@ def alpha_interval(eigenvalues, fit: PowerLawFit | None = None, *, level: float 
     fit = fit if fit is not None else fit_power_law(eigenvalues, **fit_options)
     stars = bootstrap_alphas(eigenvalues, fit, replicates=replicates, seed=seed,
                              threshold=fit_options.get("threshold") or EVALS_THRESHOLD)
-    a1 = fit.alpha - 1.0
-    r_lo, r_hi = np.quantile((stars - 1.0) / a1, [(1 - level) / 2, (1 + level) / 2])
+    return pivot_interval(fit.alpha, stars, level)
+
+
+def pivot_interval(alpha: float, stars: np.ndarray, level: float = LEVEL) -> tuple[float, float]:
+    r"""The ``level`` interval of alpha from bootstrap replicates ``stars`` of it, through the pivot (step 3).
+
+    Parameters
+    ----------
+    alpha : float
+        The fit's exponent :math:`\hat\alpha`.
+    stars : numpy.ndarray, shape (B,)
+        The replicates' exponents :math:`\hat\alpha^*` (parametric here, semi-parametric in
+        :mod:`toolkit.metrics.alpha_interval_xmin`).
+    level : float, default 0.95
+
+    Returns
+    -------
+    (float, float)
+        :math:`1 + (\hat\alpha - 1)/R^*_{(1+\ell)/2}` and :math:`1 + (\hat\alpha - 1)/R^*_{(1-\ell)/2}`,
+        :math:`R^* = (\hat\alpha^* - 1)/(\hat\alpha - 1)` (Davison & Hinkley 1997, §5.2, the basic
+        interval on the scale of the ratio).
+    """
+    a1 = alpha - 1.0
+    r_lo, r_hi = np.quantile((np.asarray(stars) - 1.0) / a1, [(1 - level) / 2, (1 + level) / 2])
     return 1.0 + a1 / float(r_hi), 1.0 + a1 / float(r_lo)
 
 
-def _interval(s: torch.Tensor, name: str, replicates: int, seed: int, fit_options: dict) -> tuple[float, float]:
-    """The interval of the cell's fit, once per singular-value tensor and options (both bounds read it)."""
+def cell_interval(s: torch.Tensor, name: str, replicates: int, seed: int, fit_options: dict,
+                  interval=None) -> tuple[float, float]:
+    """The interval of a cell's fit, once per singular-value tensor, method and options (both bounds read it).
+
+    Parameters
+    ----------
+    s : torch.Tensor
+        The cell's singular values.
+    name : str
+        The metric asking (named in a :class:`DegenerateMatrix`).
+    replicates, seed, fit_options
+        As ``interval`` takes them.
+    interval : callable, optional
+        ``interval(eigenvalues, fit, replicates=, seed=, **fit_options) -> (lower, upper)``; default
+        :func:`alpha_interval` (:func:`toolkit.metrics.alpha_interval_xmin.alpha_interval_xmin` for the columns
+        that choose xmin again).
+
+    Returns
+    -------
+    (float, float)
+    """
+    interval = interval or alpha_interval
+
     def compute():
         try:
             fit = spectrum_fit(s, **fit_options)
@@ -159,28 +206,28 @@ def _interval(s: torch.Tensor, name: str, replicates: int, seed: int, fit_option
             raise DegenerateMatrix(e.reason, name) from None
         sv = s.detach().to("cpu", torch.float64).numpy()
         try:
-            return alpha_interval(sv * sv, fit, replicates=replicates, seed=seed, **fit_options)
+            return interval(sv * sv, fit, replicates=replicates, seed=seed, **fit_options)
         except DegenerateMatrix as e:
             raise DegenerateMatrix(e.reason, name) from None
 
     if s is None:
         return compute()
-    key = ("alpha_ci", int(replicates), int(seed), *sorted((k, str(v)) for k, v in fit_options.items()))
+    key = (interval.__name__, int(replicates), int(seed), *sorted((k, str(v)) for k, v in fit_options.items()))
     return _INTERVALS.get(s, key, compute)
 
 
 def alpha_ci_lower(w, s: torch.Tensor, *, replicates: int = REPLICATES, seed: int = 0, **fit_options) -> float:
     """Lower end of alpha's 95 % interval (parametric bootstrap of the tail's MLE, pivot; module docstring)."""
-    return _interval(s, "alpha_ci_lower", replicates, seed, fit_options)[0]
+    return cell_interval(s, "alpha_ci_lower", replicates, seed, fit_options)[0]
 
 
 def alpha_ci_upper(w, s: torch.Tensor, *, replicates: int = REPLICATES, seed: int = 0, **fit_options) -> float:
     """Upper end of alpha's 95 % interval (parametric bootstrap of the tail's MLE, pivot; module docstring)."""
-    return _interval(s, "alpha_ci_upper", replicates, seed, fit_options)[1]
+    return cell_interval(s, "alpha_ci_upper", replicates, seed, fit_options)[1]
 
 
-_CI_OPTIONS = {**FIT_METRIC_OPTIONS, "replicates": REPLICATES, "seed": 0}
-_CI_REFERENCE = ("Davison & Hinkley (1997), Bootstrap Methods and their Application, sections 2.4 and 5.2 (parametric "
+CI_OPTIONS = {**FIT_METRIC_OPTIONS, "replicates": REPLICATES, "seed": 0}
+CI_REFERENCE = ("Davison & Hinkley (1997), Bootstrap Methods and their Application, sections 2.4 and 5.2 (parametric "
                  "bootstrap, pivot); Clauset, Shalizi & Newman (2009), SIAM Rev. 51(4), eq. (3.7) (the MLE)")
 for _name, _func, _end in (("alpha_ci_lower", alpha_ci_lower, "lower"), ("alpha_ci_upper", alpha_ci_upper, "upper")):
     register_metric(
@@ -188,5 +235,5 @@ for _name, _func, _end in (("alpha_ci_lower", alpha_ci_lower, "lower"), ("alpha_
         description=(f"{_end} end of alpha's 95 % interval: {REPLICATES} parametric bootstrap tails of the fitted "
                      "power law above xmin (xmin held), the MLE's ratio (alpha* - 1)/(alpha - 1) as the pivot, "
                      "which corrects the MLE's upward bias on small tails; seeded from the tail"),
-        reference=_CI_REFERENCE, needs_singular_values=True, options=_CI_OPTIONS,
+        reference=CI_REFERENCE, needs_singular_values=True, options=CI_OPTIONS,
     )

@@ -8,7 +8,8 @@ entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 Marchenko-Pastur and shuffled-matrix ones (:mod:`~toolkit.metrics.marchenko_pastur`,
 :mod:`~toolkit.metrics.correlation_traps`, the truncated power law
 :mod:`~toolkit.metrics.truncated_powerlaw`, alpha's bootstrap interval
-:mod:`~toolkit.metrics.alpha_interval`, the aspect-ratio-free FARMS alpha :mod:`~toolkit.metrics.farms`,
+:mod:`~toolkit.metrics.alpha_interval` and, opt-in, the one choosing xmin again
+:mod:`~toolkit.metrics.alpha_interval_xmin`, the aspect-ratio-free FARMS alpha :mod:`~toolkit.metrics.farms`,
 the ERG / det X = 1 tail :mod:`~toolkit.metrics.erg`;
 ``opt_in=True``: computed only when
 named); then the diff metrics
@@ -24,6 +25,7 @@ from toolkit.metrics import marchenko_pastur  # noqa: F401, I001
 from toolkit.metrics import correlation_traps  # noqa: F401, I001
 from toolkit.metrics import truncated_powerlaw  # noqa: F401, I001
 from toolkit.metrics import alpha_interval  # noqa: F401, I001
+from toolkit.metrics import alpha_interval_xmin  # noqa: F401, I001
 from toolkit.metrics import farms  # noqa: F401, I001
 from toolkit.metrics import erg  # noqa: F401, I001
 from toolkit.metrics import diff  # noqa: F401, I001
