@@ -221,3 +221,28 @@ def test_lora_model_is_watched_as_the_merged_matrix(tmp_path):
     base = merged.model.layers[0].self_attn.k_proj.weight  # not adapted: the plain weight
     assert float(ds.frobenius_norm.sel(layer=0, component="attn.k")) == pytest.approx(
         float(torch.linalg.norm(base.double())), rel=1e-6)
+
+
+def test_worker_measures_with_one_thread_and_leaves_the_training_its_threads():
+    import os
+
+    seen = []
+
+    class Snap:
+        step = 0
+
+    def handle(snap):
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    worker = Worker(handle, capacity=2)
+    worker.submit(Snap())
+    worker.close()
+    assert seen == [1] and torch.get_num_threads() == before
+    later = []
+    t = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    assert later == [before]  # a thread started after a record still gets the process's count
+    if hasattr(os, "getpriority"):
+        assert os.getpriority(os.PRIO_PROCESS, 0) >= 0  # only the worker thread was lowered
