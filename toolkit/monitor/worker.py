@@ -4,8 +4,7 @@ Sharing the cores: the worker measures with one intra-op thread of torch (set in
 thread count is per thread) and NumPy's BLAS held to one thread while it measures (threadpoolctl; OpenBLAS's
 pool is the process's), and, on Linux, at a lower scheduling priority (``nice`` +5 for that thread alone). A
 worker using as many threads as the training next to it makes both wait at every parallel barrier for a
-descheduled thread: measured on the CPU fine-tune of the embedded model, 2 cores, records every 10 steps, the
-training ran 1.46x as long with two worker threads.
+descheduled thread (``benchmarks/bench_watch.py`` measures what watching costs the training).
 
 Policy when it falls behind: the training thread never waits. :meth:`Worker.submit` puts a snapshot on a
 queue of at most ``capacity`` snapshots and returns at once; when the queue is full the snapshot is
