@@ -8,7 +8,7 @@ a pure Gaussian matrix's top singular values are clustered at the edge, where ``
 Krylov route cannot certify its subspace and takes the exact route. The tuned side moves 10 % of the
 entries by N(0, 1e-3) (bf16-rounded; some round back to the base value).
 
-Runs, each a fresh process with the cache off and ``--threads`` threads (default 1), interleaved rep by rep:
+Runs, each a fresh process with the cache off and ``--threads`` threads (default: the default count, as a user runs it), interleaved rep by rep:
 
   compare       ``toolkit.compare(base, tuned)``, every default diff metric
   metric:NAME   ``compare(..., metrics=[NAME])`` for each default diff metric (``--metric-reps``)
@@ -57,7 +57,7 @@ TARGETS = {"metric_over_floor": 1.25, "entrywise_over_read": 2.0, "md_over_compa
 # ---------------------------------------------------------------- children
 
 
-def child_generate(folder: Path, layers: int) -> None:
+def child_generate(folder: Path, layers: int, base: str) -> None:
     import torch
     from safetensors.torch import save_file
 
@@ -72,7 +72,7 @@ def child_generate(folder: Path, layers: int) -> None:
             elif len(shape) == 1:
                 b = torch.randn(shape, generator=g) * 0.02
             else:
-                b = spiked(shape, g)
+                b = spiked(shape, g) if base == "spiked" else torch.randn(shape, generator=g) * 0.02
             b = b.to(torch.bfloat16)
             move = (torch.rand(shape, generator=g) < 0.1) * torch.randn(shape, generator=g) * 1e-3
             sides["base"][name], sides["tuned"][name] = b, (b.float() + move).to(torch.bfloat16)
@@ -130,7 +130,7 @@ def child_floor(folder: Path, threads: int) -> None:
     total = 0.0
     with safe_open(str(folder / "base" / "model.safetensors"), "pt") as fb, \
             safe_open(str(folder / "tuned" / "model.safetensors"), "pt") as ft, \
-            threadpool_limits(limits=threads, user_api="blas"):
+            threadpool_limits(limits=threads or None, user_api="blas"):
         for name in sorted(n for n in fb.keys() if n.endswith("_proj.weight")):
             d = (ft.get_tensor(name).to(torch.float64) - fb.get_tensor(name).to(torch.float64)).numpy()
             t0 = time.perf_counter()
@@ -226,7 +226,9 @@ def main(argv=None) -> int:
     ap.add_argument("--metric-reps", type=int, default=1, help="repetitions of each single-metric run")
     ap.add_argument("--md-reps", type=int, default=1, help="repetitions of modeldelta (minutes a run on one thread)")
     ap.add_argument("--layers", type=int, default=1)
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="threads of each run (0: the default count)")
+    ap.add_argument("--base", choices=("spiked", "gaussian"), default="spiked",
+                    help="the base matrices: Gaussian noise plus spikes, or plain Gaussian noise")
     ap.add_argument("--keep", help="folder for the generated pair (kept; reused when there)")
     ap.add_argument("--no-modeldelta", action="store_true")
     ap.add_argument("--child")
@@ -240,18 +242,18 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         folder = Path(args.folder)
-        {"generate": lambda: child_generate(folder, args.layers),
+        {"generate": lambda: child_generate(folder, args.layers, args.base),
          "compare": lambda: child_compare(folder, args.metrics, args.threads, args.tolerance, args.where,
                                           args.select),
          "floor": lambda: child_floor(folder, args.threads), "read": lambda: child_read(folder, args.threads),
          "modeldelta": lambda: child_modeldelta(folder, args.out)}[args.child]()
         return 0
-    results = H.Results("compare_remote" if args.remote else "compare_7b")
+    results = H.Results("compare_remote" if args.remote else f"compare_7b_{args.base}")
     folder = Path(args.keep or tempfile.mkdtemp(prefix="bench_compare_"))
     if not (folder / "tuned" / "model.safetensors").exists():
         print(f"generating {args.layers} layer(s) into {folder} ...", flush=True)
         H.run_child([sys.executable, __file__, "--child", "generate", "--folder", str(folder), "--layers",
-                     str(args.layers)])
+                     str(args.layers), "--base", args.base])
     if args.remote:
         results.save(remote(folder, args))
         return 0
@@ -275,7 +277,7 @@ def main(argv=None) -> int:
         check = run("compare", folder, args.threads, "--metrics", "entrywise", "--tolerance", str(MD_TOLERANCE))
     med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in runs.items()}
     rss = {k: max(r["peak_rss"] for r in rs) for k, rs in runs.items()}
-    figures = {"layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps, "md_reps": args.md_reps,
+    figures = {"base": args.base, "layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps, "md_reps": args.md_reps,
                "threads": args.threads,
                "seconds": {k: [r["seconds"] for r in rs] for k, rs in runs.items()}, "median_s": med,
                "peak_rss": rss, "loads": {k: [r["load"] for r in rs] for k, rs in runs.items()},

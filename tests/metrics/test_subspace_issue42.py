@@ -124,3 +124,16 @@ def test_the_seed_is_drawn_from_the_matrix():
     assert data_seed(w.bfloat16()) == data_seed(w.bfloat16().float())
     seeds = {data_seed(x) for x in (w, w.T, 2 * w, w[:-1])}
     assert len(seeds) == 4
+
+
+def test_the_seed_samples_reach_the_last_entry_of_a_7b_sized_matrix():
+    """Qwen2.5-7B's mlp.up (18944 x 3584, past 2**24 entries): float32 spacing of the sample indices rounded
+    past the last entry (IndexError inside compare); the integer spacing samples the first and the last entry."""
+    from toolkit.metrics.gram import data_seed
+
+    w = torch.zeros((18944, 3584), dtype=torch.bool)
+    zero = data_seed(w)
+    w[-1, -1] = True
+    last = data_seed(w)
+    w[-1, -1], w[0, 0] = False, True
+    assert len({zero, last, data_seed(w)}) == 3

@@ -202,7 +202,9 @@ def data_seed(w: torch.Tensor) -> int:
     Used by the Krylov start (:mod:`toolkit.metrics.krylov`) and the float32 certificate's probes
     (:mod:`toolkit.metrics.eigen_bound`)."""
     m, n = w.shape
-    idx = torch.linspace(0, m * n - 1, min(SEED_SAMPLE, m * n)).round().long()
+    count = min(SEED_SAMPLE, m * n)
+    # integer spacing: float32 linspace rounds past the last entry from 2**24 entries on (issue 42's 18944 x 3584)
+    idx = torch.arange(count, dtype=torch.int64) * (m * n - 1) // max(count - 1, 1)
     sample = w.detach()[idx // n, idx % n].to("cpu", torch.float64).numpy()  # no copy of a strided view
     h = hashlib.blake2b(np.asarray(w.shape, dtype=np.int64).tobytes() + sample.tobytes(), digest_size=8)
     return int.from_bytes(h.digest(), "little")
