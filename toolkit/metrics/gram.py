@@ -22,10 +22,12 @@ from toolkit.metrics.registry import DegenerateMatrix
 # passes may run at once, see toolkit.collect.execute.stream).
 _GRAM_BLOCK = 1 << 22
 #: Elements per float64 block of the passes over a compared pair (the difference's Gram matrix, two buffers,
-#: and the Krylov products of toolkit.metrics.subspace): 4 MiB a buffer, so the buffers a thread keeps weigh
-#: nothing next to a 7B-shaped Gram matrix (issue 38). Measured on one thread, 3584-row blocks: dsyrk
-#: 0.43 s per 1170 columns from 146-column blocks up to 585, 0.48 s in 1170-column ones.
-PAIR_BLOCK = 1 << 19
+#: and the Krylov products and Gram matrices of toolkit.metrics.subspace): 16 MiB a buffer. Issue 38 chose
+#: 4 MiB (dsyrk on one thread: 0.43 s per 1170 columns from 146-column blocks up, 0.48 s in 1170-column ones);
+#: at the default thread count the Krylov products (24 columns) are memory-bound on such narrow blocks:
+#: Qwen2.5-7B's mlp.up (18944 x 3584, two threads, load 1.6), one product 1.2 s in 4 MiB blocks, 0.5 s in
+#: 16 MiB ones, 0.35 s in 64 MiB; its Gram matrix 3.1 s, 2.4 s, 2.2 s (issue 42).
+PAIR_BLOCK = 1 << 21
 # Buffers from this size on are freed after each matrix (_GramBuffers.drop_large).
 _MAPPED = 64 << 20
 
@@ -120,7 +122,7 @@ def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) ->
       into two float64 buffers, are subtracted in place, and SciPy's ``dsyrk``
       adds each block's product into one triangle of the sum itself
       (:func:`_syrk_into`): no product buffer, so a 7B-shaped pair holds the
-      Gram matrix, its copy inside ``eigvalsh`` and 8 MiB of blocks (issue 38;
+      Gram matrix, its copy inside ``eigvalsh`` and 32 MiB of blocks (issue 38;
       a k x k product buffer is 103 MB at k = 3584). Measured on one thread,
       3584 x 1170 blocks: 0.97-1.33 s a block against NumPy's 1.58 s product
       + sum.
