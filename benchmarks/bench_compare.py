@@ -8,7 +8,8 @@ a pure Gaussian matrix's top singular values are clustered at the edge, where ``
 Krylov route cannot certify its subspace and takes the exact route. The tuned side moves 10 % of the
 entries by N(0, 1e-3) (bf16-rounded; some round back to the base value).
 
-Runs, each a fresh process with the cache off and ``--threads`` threads (default: the default count, as a user runs it), interleaved rep by rep:
+Runs, each a fresh process with the cache off and ``--threads`` threads (default 0: the default count, as a
+user runs it), interleaved rep by rep:
 
   compare       ``toolkit.compare(base, tuned)``, every default diff metric
   metric:NAME   ``compare(..., metrics=[NAME])`` for each default diff metric (``--metric-reps``)
@@ -277,7 +278,8 @@ def main(argv=None) -> int:
         check = run("compare", folder, args.threads, "--metrics", "entrywise", "--tolerance", str(MD_TOLERANCE))
     med = {k: statistics.median(r["seconds"] for r in rs) for k, rs in runs.items()}
     rss = {k: max(r["peak_rss"] for r in rs) for k, rs in runs.items()}
-    figures = {"base": args.base, "layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps, "md_reps": args.md_reps,
+    figures = {"base": args.base, "layers": args.layers, "reps": args.reps, "metric_reps": args.metric_reps,
+               "md_reps": args.md_reps,
                "threads": args.threads,
                "seconds": {k: [r["seconds"] for r in rs] for k, rs in runs.items()}, "median_s": med,
                "peak_rss": rss, "loads": {k: [r["load"] for r in rs] for k, rs in runs.items()},

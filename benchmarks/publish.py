@@ -267,8 +267,9 @@ INDEX = [
     ("remote_7b_read", "the same, the reading alone"),
     ("explorer", "the explorer in a browser: update and hover times, the first cells of a live 7B-shaped pass"),
     ("activations", "7. `activation_stats` against a bare forward of the same batches, SmolLM2"),
-    ("compare_7b", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain read and "
-                   "modeldelta 0.4.4"),
+    ("compare_7b_spiked", "8. `compare` of a Qwen2.5-7B-shaped fine-tune against the ΔW-spectra floor, a plain "
+                          "read and modeldelta 0.4.4; a spiked base"),
+    ("compare_7b_gaussian", "the same, a plain Gaussian base"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
     ("watch", "`toolkit.watch` on the CPU fine-tune of the embedded model against the bare training"),
     ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
@@ -585,8 +586,23 @@ def _pass(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-@needs("compare_7b", ".venv/bin/python benchmarks/bench_compare.py --reps 3 --md-reps 1 --keep /tmp/cmp7b")
-def bench_compare(rec: dict, res: dict) -> str:
+def bench_compare(res: dict) -> str:
+    """Both pairs of ``bench_compare.py`` (issue 42): the spiked base and the plain Gaussian one."""
+    parts = []
+    for base, what in (("spiked", "a base of Gaussian noise plus spikes above its edge (a trained layer's heavy "
+                                  "tail)"),
+                       ("gaussian", "a base of plain Gaussian noise (an early checkpoint: the top of the spectrum "
+                                    "crowds at the Marchenko-Pastur edge)")):
+        name = f"compare_7b_{base}"
+        rec = res.get(name)
+        command = (f".venv/bin/python benchmarks/bench_compare.py --base {base} --layers 2 --reps 3 --md-reps 1 "
+                   f"--keep /tmp/cmp7b_{base}")
+        parts.append(f"**{base.capitalize()} pair**, {what}: " + (missing(name, command) if rec is None else
+                                                                     _compare_pair(rec)))
+    return "\n".join(parts)
+
+
+def _compare_pair(rec: dict) -> str:
     f = rec["figures"]
     med, rss, t = f["median_s"], f["peak_rss"], f["targets"]
     floor = med["floor"]
@@ -631,7 +647,8 @@ def bench_compare(rec: dict, res: dict) -> str:
     for m, a in f.get("agreement", {}).items():
         lines.append(f"- modeldelta against `compare(..., tolerance=1e-5)`, `{m}`: max abs difference "
                      f"{g(a['max_abs_dev'])} (relative {g(a['max_rel_dev'])}) over {a['matrices']} matrices")
-    return (f"{when(rec)}, {f['layers']} layer(s), threads: {f['threads']}; medians of {f['reps']} runs "
+    return (f"{when(rec)}, {f['layers']} layer(s), threads: {f['threads'] or 'the default count'}; medians of "
+            f"{f['reps']} runs "
             f"(single metrics: {f['metric_reps']}, modeldelta: {f['md_reps']}), each a fresh process, the runs "
             "interleaved.\n\n"
             + table(["run", "time", "ratio", "target", "peak RSS"], rows) + "\n" + "\n".join(lines) + "\n")
