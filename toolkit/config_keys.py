@@ -53,7 +53,9 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     1. with ``use_transformers``, the ``transformers`` config class of
        ``raw["model_type"]`` (its defaults, e.g. ``num_key_value_heads =
        num_attention_heads``; its aliases; a multimodal model's text config).
-       A ``model_type`` ``transformers`` does not know is skipped;
+       A ``model_type`` ``transformers`` does not know is skipped, and so is
+       a config that already names every standard key (``transformers`` is
+       then not imported: it would only fill what is missing);
     2. the names of :data:`ALIASES`, in ``text_config`` first, then in ``raw``;
     3. the defaults of plain multi-head attention: ``num_key_value_heads =
        num_attention_heads``, ``head_dim = hidden_size // num_attention_heads``,
@@ -75,7 +77,7 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
         A new dict.
     """
     cfg = dict(raw)
-    if use_transformers and cfg.get("model_type"):
+    if use_transformers and cfg.get("model_type") and not complete(cfg):
         _from_transformers(cfg)
     text = text_config(cfg)
     for key, names in ALIASES.items():
@@ -96,6 +98,11 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     if cfg.get("intermediate_size") is None and "n_embd" in text and isinstance(cfg.get("hidden_size"), int):
         cfg["intermediate_size"] = 4 * cfg["hidden_size"]  # GPT2MLP: n_inner=None means 4 * n_embd
     return cfg
+
+
+def complete(config: Mapping) -> bool:
+    """Whether ``config`` gives every one of :data:`STANDARD_KEYS` itself (not None)."""
+    return all(config.get(key) is not None for key in STANDARD_KEYS)
 
 
 def _first(config: Mapping, keys) -> object:

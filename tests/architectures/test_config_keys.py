@@ -62,3 +62,23 @@ def test_transformers_fills_what_only_its_config_class_knows():
     assert full["num_key_value_heads"] == plain["num_key_value_heads"] == 4
     unknown = normalize_config({"model_type": "no_such_family", "n_layer": 3})
     assert unknown == {"model_type": "no_such_family", "n_layer": 3, "num_hidden_layers": 3}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3"])
+def test_a_complete_config_reads_the_same_without_transformers(family, tmp_path):
+    """A config.json naming every standard key (what save_pretrained writes for llama and qwen2) is not
+    handed to transformers' config class: the class would fill nothing, so the result is the same."""
+    import json
+
+    from toolkit.config_keys import complete
+    from toolkit.testing import write_tiny_checkpoint
+
+    raw = json.loads((write_tiny_checkpoint(tmp_path, family, num_layers=2) / "config.json").read_text())
+    if complete(raw):  # transformers' class, asked anyway, adds nothing the file does not say
+        from toolkit.config_keys import _from_transformers
+
+        assert normalize_config(raw) == normalize_config(raw, use_transformers=False)
+        asked = dict(raw)
+        _from_transformers(asked)
+        assert asked == raw
+    assert complete(raw) is (family != "phi3")  # phi3's config.json leaves head_dim to the class default
