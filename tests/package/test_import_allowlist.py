@@ -1,6 +1,9 @@
 """Each front door imports only what its work needs (issue 47).
 
-Every door runs on a local source in its own copy of a fresh interpreter
+The doors: ``import toolkit``, ``weight_stats`` on the embedded GGUF and on a
+llama folder written by ``transformers``' ``save_pretrained``, ``compare`` of
+two such folders, ``python -m toolkit weights -o FILE.nc`` and ``load`` of that
+file. Every door runs on a local source in its own copy of a fresh interpreter
 (``tests/_import_probe.py``: one start, one fork per door, so the whole test
 takes one interpreter start and a few seconds) and the test compares the
 third-party top-level packages it imported with the door's allow-list.
@@ -31,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+import toolkit
 from toolkit.testing import write_tiny_checkpoint
 
 PROBE = Path(__file__).resolve().parents[1] / "_import_probe.py"
@@ -44,10 +48,12 @@ COMMON = frozenset({
 
 #: Per door, what its work needs on top of :data:`COMMON`.
 ALLOWED = {
+    "import toolkit": COMMON,
     "weight_stats(gguf)": COMMON | {"gguf", "yaml"},  # gguf imports yaml
     "weight_stats(safetensors)": COMMON | {"safetensors"},
     "compare(safetensors, safetensors)": COMMON | {"safetensors"},
     "python -m toolkit weights": COMMON | {"gguf", "yaml", "h5netcdf", "h5py"},  # -o writes NetCDF4
+    "load(.nc)": COMMON | {"h5netcdf", "h5py"},
 }
 
 #: xarray's ``to_netcdf`` asks dask for its scheduler (importing ``distributed`` where installed).
@@ -73,6 +79,7 @@ def doors(tmp: Path) -> dict[str, dict]:
         return {"setup": setup, "code": code}
 
     return {
+        "import toolkit": cached("import", "import toolkit\nresult = toolkit.__version__"),
         "weight_stats(gguf)": cached("gguf", (
             "import toolkit\n"
             "ds = toolkit.weight_stats(layers=0, progress=False)\n"
@@ -97,6 +104,11 @@ def doors(tmp: Path) -> dict[str, dict]:
             "    assert stop.code in (0, None), stop.code\n"
             f"result = os.path.getsize({str(out)!r})"
         ), setup=XARRAY_WRITES),
+        "load(.nc)": cached("load", (  # the file the CLI door wrote
+            "import toolkit\n"
+            f"ds = toolkit.load({str(out)!r})\n"
+            "result = [int(ds.sizes['layer']), int(ds.frobenius_norm.notnull().sum())]"
+        )),
     }
 
 
@@ -131,4 +143,6 @@ def test_front_doors_did_their_work(report):
     layers, change = report["compare(safetensors, safetensors)"]["result"]
     assert layers == 2 and change > 0.5  # two independent random inits: every matrix changed
     assert report["python -m toolkit weights"]["result"] > 10_000  # a NetCDF4 file of one layer's cells
+    assert report["load(.nc)"]["result"] == [1, 7]
+    assert report["import toolkit"]["result"] == toolkit.__version__
 
