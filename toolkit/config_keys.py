@@ -54,8 +54,8 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
        ``raw["model_type"]`` (its defaults, e.g. ``num_key_value_heads =
        num_attention_heads``; its aliases; a multimodal model's text config).
        A ``model_type`` ``transformers`` does not know is skipped, and so is
-       a config that already names every standard key (``transformers`` is
-       then not imported: it would only fill what is missing);
+       a config the class would add nothing to (:func:`complete`:
+       ``transformers`` is then not imported);
     2. the names of :data:`ALIASES`, in ``text_config`` first, then in ``raw``;
     3. the defaults of plain multi-head attention: ``num_key_value_heads =
        num_attention_heads``, ``head_dim = hidden_size // num_attention_heads``,
@@ -100,9 +100,26 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     return cfg
 
 
+#: Per ``model_type``, the standard keys whose default in ``transformers``' config class is the plain one of
+#: :func:`normalize_config`'s step 3 (``num_key_value_heads = num_attention_heads``, ``head_dim = hidden_size //
+#: num_attention_heads``) or none at all: a config.json may leave them out and still be :func:`complete`
+#: (``tests/architectures/test_config_keys.py`` checks each against the class). Not mistral's or qwen2's
+#: ``num_key_value_heads``, nor gemma's ``head_dim``: their classes' defaults differ.
+PLAIN_DEFAULTS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("llama", "olmo", "olmo2", "granite", "smollm3", "phi", "phi3", "gpt_neox", "bert", "roberta"),
+                    frozenset({"num_key_value_heads", "head_dim"})),
+    **dict.fromkeys(("mistral", "qwen2"), frozenset({"head_dim"})),
+    **dict.fromkeys(("gemma2", "gemma3_text"), frozenset({"num_key_value_heads"})),
+}
+
+
 def complete(config: Mapping) -> bool:
-    """Whether ``config`` gives every one of :data:`STANDARD_KEYS` itself (not None)."""
-    return all(config.get(key) is not None for key in STANDARD_KEYS)
+    """Whether ``transformers``' config class would add nothing to ``config`` that :func:`normalize_config`
+    does not derive without it: ``config`` gives every one of :data:`STANDARD_KEYS` itself (not None), apart
+    from those :data:`PLAIN_DEFAULTS` lists for its ``model_type``."""
+    model_type = config.get("model_type")
+    plain = PLAIN_DEFAULTS.get(model_type, frozenset()) if isinstance(model_type, str) else frozenset()
+    return all(config.get(key) is not None or key in plain for key in STANDARD_KEYS)
 
 
 def _first(config: Mapping, keys) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from toolkit.architectures import Dims, resolve_adapter
-from toolkit.config_keys import STANDARD_KEYS, normalize_config
+from toolkit.config_keys import PLAIN_DEFAULTS, STANDARD_KEYS, normalize_config
 from toolkit.testing import TINY_FAMILIES, tiny_config
 
 
@@ -64,21 +64,44 @@ def test_transformers_fills_what_only_its_config_class_knows():
     assert unknown == {"model_type": "no_such_family", "n_layer": 3, "num_hidden_layers": 3}
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "bert"])
 def test_a_complete_config_reads_the_same_without_transformers(family, tmp_path):
-    """A config.json naming every standard key (what save_pretrained writes for llama and qwen2) is not
-    handed to transformers' config class: the class would fill nothing, so the result is the same."""
+    """The config.json save_pretrained writes for these families gives every standard key, or leaves out
+    only those the class derives as the plain defaults do: it is not handed to transformers' config class."""
     import json
 
-    from toolkit.config_keys import complete
+    from toolkit.config_keys import _from_transformers, complete
     from toolkit.testing import write_tiny_checkpoint
 
     raw = json.loads((write_tiny_checkpoint(tmp_path, family, num_layers=2) / "config.json").read_text())
-    if complete(raw):  # transformers' class, asked anyway, adds nothing the file does not say
-        from toolkit.config_keys import _from_transformers
+    assert complete(raw)
+    assert normalize_config(raw) == normalize_config(raw, use_transformers=False)
+    asked = dict(raw)  # transformers' class, asked anyway, adds only what the plain defaults derive
+    _from_transformers(asked)
+    assert normalize_config(asked, use_transformers=False) == normalize_config(raw, use_transformers=False)
 
-        assert normalize_config(raw) == normalize_config(raw, use_transformers=False)
-        asked = dict(raw)
+
+@pytest.mark.parametrize("model_type", sorted(PLAIN_DEFAULTS))
+def test_plain_defaults_are_the_config_classes_defaults(model_type):
+    """Each key PLAIN_DEFAULTS lets a config leave out is filled by the class as the plain defaults fill it
+    (or not at all: BertConfig has no head_dim), alone and all together."""
+    from toolkit.config_keys import _from_transformers
+
+    config = tiny_config(model_type, num_layers=3)
+    raw = {**config.to_dict(), "model_type": model_type}
+    for left_out in [{k} for k in PLAIN_DEFAULTS[model_type]] + [set(PLAIN_DEFAULTS[model_type])]:
+        partial = {k: v for k, v in raw.items() if k not in left_out}
+        asked = dict(partial)
         _from_transformers(asked)
-        assert asked == raw
-    assert complete(raw) is (family != "phi3")  # phi3's config.json leaves head_dim to the class default
+        assert normalize_config(asked, use_transformers=False) == normalize_config(partial, use_transformers=False)
+
+
+def test_complete_refuses_a_config_that_leaves_out_what_only_the_class_knows():
+    from toolkit.config_keys import complete
+
+    llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 96, "vocab_size": 100, "tie_word_embeddings": False}
+    assert complete(llama)  # kv heads and head_dim: LlamaConfig's defaults are the plain ones
+    assert not complete({**llama, "model_type": "mistral"})  # MistralConfig's num_key_value_heads is 8
+    assert not complete({k: v for k, v in llama.items() if k != "vocab_size"})  # LlamaConfig's 32000
+    assert not complete({**llama, "model_type": ["llama"]})  # no model_type to look up

@@ -1,7 +1,7 @@
 """Each front door imports only what its work needs (issue 47).
 
 The doors: ``import toolkit``, ``weight_stats`` on the embedded GGUF and on a
-llama folder written by ``transformers``' ``save_pretrained``, ``compare`` of
+llama and a BERT folder written by ``transformers``' ``save_pretrained``, ``compare`` of
 two such folders, ``python -m toolkit weights -o FILE.nc`` and ``load`` of that
 file. Every door runs on a local source in its own copy of a fresh interpreter
 (``tests/_import_probe.py``: one start, one fork per door, so the whole test
@@ -51,6 +51,7 @@ ALLOWED = {
     "import toolkit": COMMON,
     "weight_stats(gguf)": COMMON | {"gguf", "yaml"},  # gguf imports yaml
     "weight_stats(safetensors)": COMMON | {"safetensors"},
+    "weight_stats(bert safetensors)": COMMON | {"safetensors"},
     "compare(safetensors, safetensors)": COMMON | {"safetensors"},
     "python -m toolkit weights": COMMON | {"gguf", "yaml", "h5netcdf", "h5py"},  # -o writes NetCDF4
     "load(.nc)": COMMON | {"h5netcdf", "h5py"},
@@ -72,6 +73,7 @@ def doors(tmp: Path) -> dict[str, dict]:
     first, second = tmp / "llama_a", tmp / "llama_b"
     write_tiny_checkpoint(first, "llama", num_layers=2, seed=0)
     write_tiny_checkpoint(second, "llama", num_layers=2, seed=1)
+    bert = write_tiny_checkpoint(tmp / "bert", "bert", num_layers=2)  # config.json without head_dim
     out = tmp / "smollm2.nc"
 
     def cached(name: str, body: str, setup: str = "") -> dict:
@@ -88,6 +90,11 @@ def doors(tmp: Path) -> dict[str, dict]:
         "weight_stats(safetensors)": cached("st", (
             "import toolkit\n"
             f"ds = toolkit.weight_stats({str(first)!r}, progress=False)\n"
+            "result = [int(ds.sizes['layer']), int(ds.frobenius_norm.notnull().sum())]"
+        )),
+        "weight_stats(bert safetensors)": cached("bert", (
+            "import toolkit\n"
+            f"ds = toolkit.weight_stats({str(bert)!r}, progress=False)\n"
             "result = [int(ds.sizes['layer']), int(ds.frobenius_norm.notnull().sum())]"
         )),
         "compare(safetensors, safetensors)": cached("compare", (
@@ -140,6 +147,7 @@ def test_front_door_imports_only_its_allow_list(report, door):
 def test_front_doors_did_their_work(report):
     assert report["weight_stats(gguf)"]["result"] == [1, 7]  # SmolLM2's layer 0: its 7 components
     assert report["weight_stats(safetensors)"]["result"] == [2, 14]
+    assert report["weight_stats(bert safetensors)"]["result"] == [2, 12]  # no gate in BERT's MLP
     layers, change = report["compare(safetensors, safetensors)"]["result"]
     assert layers == 2 and change > 0.5  # two independent random inits: every matrix changed
     assert report["python -m toolkit weights"]["result"] > 10_000  # a NetCDF4 file of one layer's cells
