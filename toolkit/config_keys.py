@@ -54,8 +54,9 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
        ``raw["model_type"]`` (its defaults, e.g. ``num_key_value_heads =
        num_attention_heads``; its aliases; a multimodal model's text config).
        A ``model_type`` ``transformers`` does not know is skipped, and so is
-       a config the class would add nothing to (:func:`complete`:
-       ``transformers`` is then not imported);
+       a config the class would add nothing to but the defaults known here
+       (:func:`complete`: ``transformers`` is then not imported, and a
+       missing ``tie_word_embeddings`` is the class's, :data:`TIED_DEFAULT`);
     2. the names of :data:`ALIASES`, in ``text_config`` first, then in ``raw``;
     3. the defaults of plain multi-head attention: ``num_key_value_heads =
        num_attention_heads``, ``head_dim = hidden_size // num_attention_heads``,
@@ -77,8 +78,11 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
         A new dict.
     """
     cfg = dict(raw)
-    if use_transformers and cfg.get("model_type") and not complete(cfg):
-        _from_transformers(cfg)
+    if use_transformers and cfg.get("model_type"):
+        if not complete(cfg):
+            _from_transformers(cfg)
+        elif cfg.get("tie_word_embeddings") is None:  # what the class would give (complete: it is known)
+            cfg["tie_word_embeddings"] = TIED_DEFAULT[cfg["model_type"]]
     text = text_config(cfg)
     for key, names in ALIASES.items():
         if cfg.get(key) is None:
@@ -113,12 +117,24 @@ PLAIN_DEFAULTS: dict[str, frozenset[str]] = {
 }
 
 
+#: Per ``model_type``, the ``tie_word_embeddings`` default of ``transformers``' config class, given to a
+#: config.json that leaves it out when the class is not asked (checked against the class by the same tests).
+TIED_DEFAULT: dict[str, bool] = {
+    **dict.fromkeys(("bert", "roberta", "gemma2", "gemma3_text", "smollm3"), True),
+    **dict.fromkeys(("llama", "mistral", "qwen2", "olmo", "olmo2", "granite", "phi", "phi3", "gpt_neox"), False),
+}
+
+
 def complete(config: Mapping) -> bool:
     """Whether ``transformers``' config class would add nothing to ``config`` that :func:`normalize_config`
     does not derive without it: ``config`` gives every one of :data:`STANDARD_KEYS` itself (not None), apart
-    from those :data:`PLAIN_DEFAULTS` lists for its ``model_type``."""
+    from those :data:`PLAIN_DEFAULTS` lists for its ``model_type`` and a ``tie_word_embeddings`` that
+    :data:`TIED_DEFAULT` holds for it."""
     model_type = config.get("model_type")
-    plain = PLAIN_DEFAULTS.get(model_type, frozenset()) if isinstance(model_type, str) else frozenset()
+    if not isinstance(model_type, str):
+        return False
+    plain = PLAIN_DEFAULTS.get(model_type, frozenset()) | ({"tie_word_embeddings"} if model_type in TIED_DEFAULT
+                                                           else frozenset())
     return all(config.get(key) is not None or key in plain for key in STANDARD_KEYS)
 
 

@@ -64,7 +64,7 @@ def test_transformers_fills_what_only_its_config_class_knows():
     assert unknown == {"model_type": "no_such_family", "n_layer": 3, "num_hidden_layers": 3}
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "bert"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "phi3", "bert", "gpt_neox"])
 def test_a_complete_config_reads_the_same_without_transformers(family, tmp_path):
     """The config.json save_pretrained writes for these families gives every standard key, or leaves out
     only those the class derives as the plain defaults do: it is not handed to transformers' config class."""
@@ -74,11 +74,20 @@ def test_a_complete_config_reads_the_same_without_transformers(family, tmp_path)
     from toolkit.testing import write_tiny_checkpoint
 
     raw = json.loads((write_tiny_checkpoint(tmp_path, family, num_layers=2) / "config.json").read_text())
-    assert complete(raw)
-    assert normalize_config(raw) == normalize_config(raw, use_transformers=False)
-    asked = dict(raw)  # transformers' class, asked anyway, adds only what the plain defaults derive
-    _from_transformers(asked)
-    assert normalize_config(asked, use_transformers=False) == normalize_config(raw, use_transformers=False)
+    for config in (raw, {k: v for k, v in raw.items() if k != "tie_word_embeddings"}):  # older files lack it
+        assert complete(config)
+        asked = dict(config)  # transformers' class, asked anyway, adds only what is derived without it
+        _from_transformers(asked)
+        assert normalize_config(config) == normalize_config(asked, use_transformers=False)
+
+
+@pytest.mark.parametrize("model_type", sorted(PLAIN_DEFAULTS))
+def test_tied_default_is_the_config_classes(model_type):
+    from transformers import AutoConfig
+
+    from toolkit.config_keys import TIED_DEFAULT
+
+    assert TIED_DEFAULT[model_type] is AutoConfig.for_model(model_type).get_text_config().tie_word_embeddings
 
 
 @pytest.mark.parametrize("model_type", sorted(PLAIN_DEFAULTS))
@@ -97,11 +106,16 @@ def test_plain_defaults_are_the_config_classes_defaults(model_type):
 
 
 def test_complete_refuses_a_config_that_leaves_out_what_only_the_class_knows():
-    from toolkit.config_keys import complete
+    from toolkit.config_keys import TIED_DEFAULT, complete
+
+    assert set(TIED_DEFAULT) == set(PLAIN_DEFAULTS)  # every entry is checked against its class above
 
     llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
              "intermediate_size": 96, "vocab_size": 100, "tie_word_embeddings": False}
     assert complete(llama)  # kv heads and head_dim: LlamaConfig's defaults are the plain ones
     assert not complete({**llama, "model_type": "mistral"})  # MistralConfig's num_key_value_heads is 8
     assert not complete({k: v for k, v in llama.items() if k != "vocab_size"})  # LlamaConfig's 32000
+    assert normalize_config({k: v for k, v in llama.items() if k != "tie_word_embeddings"})[
+        "tie_word_embeddings"] is False  # LlamaConfig's default, known without it
+    assert not complete({**llama, "model_type": "t5"})
     assert not complete({**llama, "model_type": ["llama"]})  # no model_type to look up
