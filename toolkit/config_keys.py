@@ -53,7 +53,10 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     1. with ``use_transformers``, the ``transformers`` config class of
        ``raw["model_type"]`` (its defaults, e.g. ``num_key_value_heads =
        num_attention_heads``; its aliases; a multimodal model's text config).
-       A ``model_type`` ``transformers`` does not know is skipped;
+       A ``model_type`` ``transformers`` does not know is skipped, and so is
+       a config the class would add nothing to but the defaults known here
+       (:func:`complete`: ``transformers`` is then not imported, and a
+       missing ``tie_word_embeddings`` is the class's, :data:`TIED_DEFAULT`);
     2. the names of :data:`ALIASES`, in ``text_config`` first, then in ``raw``;
     3. the defaults of plain multi-head attention: ``num_key_value_heads =
        num_attention_heads``, ``head_dim = hidden_size // num_attention_heads``,
@@ -76,7 +79,10 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     """
     cfg = dict(raw)
     if use_transformers and cfg.get("model_type"):
-        _from_transformers(cfg)
+        if not complete(cfg):
+            _from_transformers(cfg)
+        elif cfg.get("tie_word_embeddings") is None:  # what the class would give (complete: it is known)
+            cfg["tie_word_embeddings"] = TIED_DEFAULT[cfg["model_type"]]
     text = text_config(cfg)
     for key, names in ALIASES.items():
         if cfg.get(key) is None:
@@ -96,6 +102,40 @@ def normalize_config(raw: Mapping, *, use_transformers: bool = True) -> dict:
     if cfg.get("intermediate_size") is None and "n_embd" in text and isinstance(cfg.get("hidden_size"), int):
         cfg["intermediate_size"] = 4 * cfg["hidden_size"]  # GPT2MLP: n_inner=None means 4 * n_embd
     return cfg
+
+
+#: Per ``model_type``, the standard keys whose default in ``transformers``' config class is the plain one of
+#: :func:`normalize_config`'s step 3 (``num_key_value_heads = num_attention_heads``, ``head_dim = hidden_size //
+#: num_attention_heads``) or none at all: a config.json may leave them out and still be :func:`complete`
+#: (``tests/architectures/test_config_keys.py`` checks each against the class). Not mistral's or qwen2's
+#: ``num_key_value_heads``, nor gemma's ``head_dim``: their classes' defaults differ.
+PLAIN_DEFAULTS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("llama", "olmo", "olmo2", "granite", "smollm3", "phi", "phi3", "gpt_neox", "bert", "roberta"),
+                    frozenset({"num_key_value_heads", "head_dim"})),
+    **dict.fromkeys(("mistral", "qwen2"), frozenset({"head_dim"})),
+    **dict.fromkeys(("gemma2", "gemma3_text"), frozenset({"num_key_value_heads"})),
+}
+
+
+#: Per ``model_type``, the ``tie_word_embeddings`` default of ``transformers``' config class, given to a
+#: config.json that leaves it out when the class is not asked (checked against the class by the same tests).
+TIED_DEFAULT: dict[str, bool] = {
+    **dict.fromkeys(("bert", "roberta", "gemma2", "gemma3_text", "smollm3"), True),
+    **dict.fromkeys(("llama", "mistral", "qwen2", "olmo", "olmo2", "granite", "phi", "phi3", "gpt_neox"), False),
+}
+
+
+def complete(config: Mapping) -> bool:
+    """Whether ``transformers``' config class would add nothing to ``config`` that :func:`normalize_config`
+    does not derive without it: ``config`` gives every one of :data:`STANDARD_KEYS` itself (not None), apart
+    from those :data:`PLAIN_DEFAULTS` lists for its ``model_type`` and a ``tie_word_embeddings`` that
+    :data:`TIED_DEFAULT` holds for it."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str):
+        return False
+    plain = PLAIN_DEFAULTS.get(model_type, frozenset()) | ({"tie_word_embeddings"} if model_type in TIED_DEFAULT
+                                                           else frozenset())
+    return all(config.get(key) is not None or key in plain for key in STANDARD_KEYS)
 
 
 def _first(config: Mapping, keys) -> object:

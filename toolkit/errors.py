@@ -753,6 +753,12 @@ class RemoteTransientError(RemoteReadError):
     :class:`RemoteReadError` (``status`` 0 before an answer)."""
 
 
+class RemoteRefusedError(RemoteTransientError):
+    """No connection could be made at all (refused: nothing listens there; or the host name does not
+    resolve, as offline): the hub's listing is not retried and the hub falls back to its local cache at
+    once; a read in progress retries it as any transport failure. Fields as :class:`RemoteReadError`."""
+
+
 class RemoteAccessError(RemoteReadError, PermissionError):
     """A remote weight file the server refuses to this client (HTTP 401 or 403): a gated or
     private hub repo without a token that may read it. Fields as :class:`RemoteReadError`."""

@@ -373,6 +373,21 @@ def test_a_file_that_hangs_or_crashes_the_hdf5_library_is_a_typed_error(tmp_path
     assert load(p).attrs["config"] == {"a": 1}
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the probe forks (Linux)")
+def test_an_unchanged_file_is_probed_once_and_a_rewritten_one_again(tmp_path, monkeypatch):
+    """A watched run's view reads its store at every refresh: a record the probe read whole is not probed again
+    while unchanged, and any write (the same bytes too) makes the next load probe it."""
+    import toolkit.io.hostile as io
+
+    p = _saved(tmp_path)
+    assert load(p).attrs["config"] == {"a": 1}  # probed, read whole
+    monkeypatch.setattr(io, "_PROBE", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert load(p).attrs["config"] == {"a": 1}  # unchanged: the crashing probe did not run
+    p.write_bytes(p.read_bytes())
+    with pytest.raises(ResultsFileError, match=r"reading it crashes the HDF5 library \(signal SIGSEGV\)"):
+        load(p)
+
+
 def _heap_objects(data: bytes):
     """Offsets of the size fields of the objects of the file's first HDF5 global heap collection."""
     import struct

@@ -388,7 +388,7 @@ def test_safetensors_header_parsed_once_per_pass(tmp_path, monkeypatch):
 
     import toolkit.sources.safetensors_ as st_mod
 
-    n = 100_000
+    n = 20_000  # a header of many entries: one parse per pass is counted, not timed
     header = {f"t{i}": {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i in range(n)}
     header["w"] = {"dtype": "F32", "shape": [8, 4], "data_offsets": [4 * n, 4 * n + 128]}
     weights = torch.randn(8, 4)
@@ -413,9 +413,9 @@ def test_safetensors_header_parsed_once_per_pass(tmp_path, monkeypatch):
     for rec in src.tensors():
         if rec.name == "w":
             assert torch.equal(rec.read(), weights)
-        elif rec.name in ("t0", "t99999", "t54321"):
+        elif rec.name in ("t0", "t19999", "t4321"):
             total += float(rec.read())
-    assert total == 99999 + 54321
+    assert total == 19999 + 4321
     assert calls == {"header": 1, "safe_open": 1}  # the pass parsed nothing again
 
 

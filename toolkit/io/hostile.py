@@ -47,6 +47,21 @@ with h5py.File(sys.argv[1], "r") as f:
 """
 
 
+#: Files a probe read to the end, by identity (device, inode, size, mtime and ctime in ns): while unchanged they
+#: are not probed again (a watched run's store is read whole at every refresh of its view). Any write changes
+#: the ctime, so a file changed since is probed again.
+_PROBED: set[tuple[int, ...]] = set()
+_PROBED_MAX = 4096
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def probe(path: Path, size: int) -> str:
     """Read ``path`` first in a separate process; ``""`` when it finished (read, or refused
     with an error this process will raise too), else why it did not.
@@ -56,11 +71,16 @@ def probe(path: Path, size: int) -> str:
     The probe process meets those instead of the caller, whose notebook kernel
     would hang or die. A fresh interpreter, not a fork: a forked notebook kernel
     shares its ZeroMQ sockets and locks with the child, and a child that
-    touches them loses the kernel's messages. Costs about 0.2 s per load.
+    touches them loses the kernel's messages. Costs about 0.2 s per file; a file
+    the probe read to the end is not probed again while it is unchanged
+    (:data:`_PROBED`).
     """
     import signal
     import subprocess
 
+    key = _identity(path)
+    if key is not None and key in _PROBED:
+        return ""
     timeout = PROBE_TIMEOUT_S + size / 20e6
     try:
         proc = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(4 * size + (1 << 20))],
@@ -74,6 +94,10 @@ def probe(path: Path, size: int) -> str:
         sig = -proc.returncode
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
         return f"reading it crashes the HDF5 library (signal {name})"
+    if proc.returncode == 0 and key is not None and key == _identity(path):  # read whole, unchanged meanwhile
+        if len(_PROBED) >= _PROBED_MAX:
+            _PROBED.clear()
+        _PROBED.add(key)
     return ""
 
 

@@ -1,18 +1,16 @@
-"""Helpers shared by the format modules: dtype names, fingerprints, configs,
-sharded indexes and ``transformers``' parameter renamings.
+"""Helpers shared by the format modules: dtype names, fingerprints, configs and
+sharded indexes (``transformers``' parameter renamings: :mod:`toolkit.sources.renaming`).
 
-Nothing here reads tensor data. ``transformers`` is imported lazily, inside the
-functions that need it, so ``import toolkit`` stays light.
+Nothing here reads tensor data.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
 import reprlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -256,36 +254,6 @@ def read_config(folder: Path) -> dict:
     """``config.json`` of a checkpoint folder as a dict, ``{}`` when there is none."""
     path = folder / "config.json"
     return read_json(path, "config.json") if path.is_file() else {}
-
-
-def transformers_renamer(config: dict) -> Callable[[str], str]:
-    """The key renaming ``transformers`` applies on load, as a function.
-
-    Uses ``transformers``' own checkpoint conversion mapping for the config's
-    architecture class (else its ``model_type``) plus the ``legacy`` renamings
-    (``LayerNorm.gamma -> LayerNorm.weight``...). Only one-to-one renamings are
-    applied; converters that fuse several stored tensors into one parameter
-    (MoE experts into ``gate_up_proj``) are not, so such tensors keep their
-    stored names. Identity when ``transformers`` has no such mapping.
-    """
-    try:
-        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming, apply_renamings
-    except ImportError:
-        return lambda name: name
-    renamings = []
-    architectures = config.get("architectures")
-    keys = [*(architectures if isinstance(architectures, list) else []), config.get("model_type")]
-    for key in keys:
-        found = get_checkpoint_conversion_mapping(key) if key and isinstance(key, str) else None
-        if found is not None:
-            renamings += [copy.deepcopy(t) for t in found if isinstance(t, WeightRenaming)]
-            break
-    legacy = get_checkpoint_conversion_mapping("legacy") or []
-    renamings += [copy.deepcopy(t) for t in legacy if isinstance(t, WeightRenaming)]
-    if not renamings:
-        return lambda name: name
-    return lambda name: apply_renamings(name, renamings)
 
 
 class FileSource(Source):

@@ -33,9 +33,9 @@ from toolkit.sources._common import (
     read_index,
     shards_of,
     shown,
-    transformers_renamer,
 )
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.renaming import transformers_renamer
 from toolkit.sources.saved_layout import SavedFormat
 
 #: safetensors dtype codes -> torch dtype names.
@@ -414,7 +414,7 @@ class SafetensorsSource(FileSource):
 
     Build with :meth:`from_file` or :meth:`from_index`. Names are the stored
     names with ``transformers``' load-time renamings applied (see
-    :func:`toolkit.sources._common.transformers_renamer`). Each file's header
+    :func:`toolkit.sources.renaming.transformers_renamer`). Each file's header
     is parsed once, here; reading a tensor reads only its bytes.
     """
 

@@ -25,9 +25,9 @@ from toolkit.sources._common import (
     open_failure,
     read_index,
     shards_of,
-    transformers_renamer,
 )
 from toolkit.sources.base import TensorRecord
+from toolkit.sources.renaming import transformers_renamer
 from toolkit.sources.saved_layout import SavedFormat
 from toolkit.sources.zip_records import zip_records
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from toolkit.errors import RemoteAccessError, RemoteReadError, SourceNotFoundError
 from toolkit.sources._common import json_object
 from toolkit.sources.remote import http as _http
-from toolkit.sources.remote.transport import Transient, exchange, http_library, read_whole
+from toolkit.sources.remote.transport import Refused, Transient, exchange, read_whole
 
 __all__ = ["HUB_REFUSALS", "get_json", "head", "hub_listing"]
 
@@ -45,9 +45,9 @@ def _retried(method: str, url: str, headers: dict, answer: Callable):
                     return value
                 wait, why = value
                 transient = False
+        except Refused:
+            raise  # nothing listens there (or no such host): a retry would not change it
         except Transient as exc:
-            if isinstance(exc.__cause__, http_library().ConnectError):
-                raise  # nothing listens there: a retry would not change it
             why, transient = exc.reason, True
         if attempt < _http.RETRIES:
             _http._STATS.add(retries=1)

@@ -15,11 +15,12 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from toolkit.errors import CheckpointFileError, RemoteReadError
-from toolkit.sources._common import json_object, transformers_renamer, weight_map_of
+from toolkit.sources._common import json_object, weight_map_of
 from toolkit.sources.identity import remote_identity
 from toolkit.sources.remote.checked import RemoteFiles
 from toolkit.sources.remote.folders import RemoteFolder
 from toolkit.sources.remote.http import RemoteFile
+from toolkit.sources.renaming import transformers_renamer
 from toolkit.sources.safetensors_ import (
     HEADER_PROBE,
     Entry,

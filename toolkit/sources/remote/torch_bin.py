@@ -25,12 +25,13 @@ from dataclasses import dataclass
 import torch
 
 from toolkit.errors import CheckpointFileError, NotReadableInPlaceError, ToolkitError
-from toolkit.sources._common import dtype_name, missing_from_shard, transformers_renamer
+from toolkit.sources._common import dtype_name, missing_from_shard
 from toolkit.sources.identity import remote_identity
 from toolkit.sources.remote.checked import RemoteFiles
 from toolkit.sources.remote.folders import RemoteFolder
 from toolkit.sources.remote.http import RemoteFile
 from toolkit.sources.remote.safetensors import index_shards, sized
+from toolkit.sources.renaming import transformers_renamer
 from toolkit.sources.torch_bin import ZIP_MAGIC, TorchBinSource, state_dict_tensors
 from toolkit.sources.zip_records import RESAVE, ZipRecord, central_records, inflate, record_at
 

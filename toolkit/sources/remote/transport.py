@@ -23,7 +23,8 @@ whatever size the server states.
 
 Transport failures a retry may cure (a dropped connection, a timeout) are a
 :class:`~toolkit.errors.RemoteTransientError` (a :class:`~toolkit.errors.RemoteReadError`) the callers
-retry; everything else is a typed error at once. Every URL in a message is
+retry; no connection at all is its subclass :class:`~toolkit.errors.RemoteRefusedError`, which the hub's
+listing does not retry; everything else is a typed error at once. Every URL in a message is
 redacted (:mod:`toolkit.redaction`).
 """
 
@@ -37,11 +38,12 @@ from contextlib import contextmanager
 from urllib.parse import urljoin, urlsplit
 
 from toolkit.errors import CheckpointFileError, RemoteReadError, ToolkitError
+from toolkit.errors import RemoteRefusedError as Refused
 from toolkit.errors import RemoteTransientError as Transient
 from toolkit.redaction import redact, redact_exception
 from toolkit.sources.limits import http_timeout, max_whole_file, min_rate, rate_window
 
-__all__ = ["MAX_REDIRECTS", "Transient", "client_failure", "exchange", "read_whole", "stream_body"]
+__all__ = ["MAX_REDIRECTS", "Refused", "Transient", "client_failure", "exchange", "read_whole", "stream_body"]
 
 #: Redirects followed for one request.
 MAX_REDIRECTS = 10
@@ -221,8 +223,9 @@ def exchange(method: str, url: str, headers: dict) -> Iterator[tuple[object, lis
     except (http.UnsupportedProtocol, http.InvalidURL) as exc:
         raise RemoteReadError(url, 0, f"the client refuses the address {redact(hops[-1])!r} "
                               f"({redact_exception(exc)}); only http:// and https:// URLs are read") from None
-    except http.TransportError as exc:
-        raise Transient(url, 0, f"no answer ({redact_exception(exc)})") from None
+    except http.TransportError as exc:  # no connection at all: Refused (the exception is not chained: redacted)
+        error = Refused if isinstance(exc, http.ConnectError) else Transient
+        raise error(url, 0, f"no answer ({redact_exception(exc)})") from None
     except ToolkitError:
         raise
     except Exception as exc:  # any other failure of the client or its hooks (OfflineModeIsEnabled): never raw
