@@ -241,7 +241,7 @@ def bounded_diverging(lo: float, hi: float, center: float, bounds=UNBOUNDED, *,
 
     >>> vmin, vmax, span = bounded_diverging(4.3, 84700.0, 21.8, (1.0, math.inf), log=True)
     >>> vmin, vmax, round(span[0], 3), span[1]
-    (1.0, 84700.0, 0.313, 1.0)
+    (1.0, 84700.0, 0.314, 1.0)
     """
     slo, shi = symmetric_limits(lo, hi, center, log=log)
     blo, bhi = max(slo, float(bounds[0])), min(shi, float(bounds[1]))

@@ -162,7 +162,7 @@ class ModelSet:
         if shared:
             limits = {k: kws[k] for k in ("vmin", "vmax") if kws[k] is not None}
             one = shared_scale([q.values for q in prepared], scale=kws["scale"], robust=kws["robust"],
-                               attrs=self.ds[metric].attrs)
+                               attrs=self.ds[metric].attrs, names=[p.label for p in panels])
             keywords = {**one.keywords(), **limits}
             if limits:  # a typed limit replaces the pooled one; the centre stays the pooled one
                 keywords["center"] = one.center if one.scale == "diverging" else None
