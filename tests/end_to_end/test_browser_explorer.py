@@ -198,7 +198,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.wait_for_function("() => document.querySelector('.toolkit-explorer-side svg.toolkit-chart-panel')",
                            timeout=60_000)
     assert _selected(page, 0) == (3, 5)
-    assert "layer 3, mlp. down" in _explorer(page, 0).locator(".toolkit-cell").inner_text()
+    assert "layer 3, mlp.down" in _explorer(page, 0).locator(".toolkit-cell").inner_text()
     assert _side_is_beside(page, 0), "the drill-down is not beside the heatmap at 1500 px"
     page.screenshot(path=str(ARTIFACTS / f"{front_end}_explorer_1500.png"))
 
@@ -214,14 +214,14 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.keyboard.press("ArrowRight")
     assert _selected(page, 0) == (4, 6)
     info = _explorer(page, 0).locator(".toolkit-heatmap-info").inner_text()
-    assert info.startswith("layer 4, mlp. gate")
+    assert info.startswith("layer 4, mlp.gate")
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("Enter")
-    page.wait_for_function("sel => document.querySelector(sel).innerText.includes('layer 4, mlp. down')",
+    page.wait_for_function("sel => document.querySelector(sel).innerText.includes('layer 4, mlp.down')",
                            arg=f"{EXPLORER} .toolkit-cell", timeout=60_000)
     assert _selected(page, 0) == (4, 5)
 
-    # box zoom: drag from (layer 20, attn. k) to (layer 10, mlp. up): those cells fill the panel
+    # box zoom: drag from (layer 20, attn.k) to (layer 10, mlp.up): those cells fill the panel
     x1, y1 = centre(_cell(page, 0, 0, 20, 1))
     x2, y2 = centre(_cell(page, 0, 0, 10, 4))
     page.mouse.move(x1, y1)
@@ -270,7 +270,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     # nothing to draw: a message wrapped between words, and no drill-down of a cell no longer shown
     assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() > 0
     toggles = _explorer(page, 0).locator(".widget-toggle-button")
-    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+    for name in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"):
         toggles.get_by_text(name, exact=True).click()
     message = _explorer(page, 0).locator(".toolkit-explorer-message").first
     message.wait_for(state="visible", timeout=30_000)
@@ -278,7 +278,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
                             "getComputedStyle(e).overflowWrap === 'normal'")
     assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() == 0
     n = int(_explorer(page, 0).locator(".toolkit-heatmap").get_attribute("data-renders"))
-    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+    for name in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"):
         toggles.get_by_text(name, exact=True).click()
     _wait_rendered(page, 0, after=n)
 

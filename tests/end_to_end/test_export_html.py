@@ -91,6 +91,6 @@ def test_a_page_without_spectra_has_the_live_labels_and_names_the_clicked_cell(t
         tab.locator('#toolkit-heatmap rect.cell[data-r="3"][data-c="5"]').click()
         tab.wait_for_function("document.querySelector('#toolkit-drilldown').innerText.includes('keep_spectra')")
         note = tab.locator("#toolkit-drilldown").inner_text()
-        assert "layer 3, mlp. down" in note and "no drill-down spectra" in note, note
+        assert "layer 3, mlp.down" in note and "no drill-down spectra" in note, note
         assert "panel" not in note and "row" not in note, note
     assert not errors, errors

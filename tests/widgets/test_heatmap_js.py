@@ -11,7 +11,7 @@ from tests._node import needs_node, run_js
 
 def _panel(cbar_label="Stable rank (dimensionless)\nlinear scale", ticks=("0.02", "0.020005", "0.02001")):
     cbar = {"label": cbar_label, "ticks": [[i / 2, t] for i, t in enumerate(ticks)]}
-    return {"rows": [str(i) for i in range(28)], "cols": ["attn. q"] * 7, "cbar": cbar}
+    return {"rows": [str(i) for i in range(28)], "cols": ["attn.q"] * 7, "cbar": cbar}
 
 
 def _widths(panels, shared, avail):

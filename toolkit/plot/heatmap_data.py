@@ -33,7 +33,7 @@ class HeatmapData:
     col_dim : {"component", "head", "kv_head"}
         The dimension along the columns (see :attr:`col_axis_label`).
     col_labels : tuple of str
-        Column labels as printed (``attn. q`` ...).
+        Column labels as printed (``attn.q`` ...).
     yticks, ytick_labels : tuple
         Row positions that carry a label (every 4th layer and the last) and
         those labels.
@@ -124,7 +124,7 @@ class HeatmapData:
     def col_axis_label(self) -> str:
         """The x axis label: the column dimension's name (``head``, ``kv_head``).
 
-        Empty for components, whose tick labels (``attn. q`` ...) say it all.
+        Empty for components, whose tick labels (``attn.q`` ...) say it all.
         """
         return "" if self.col_dim == "component" else str(self.col_dim)
 
