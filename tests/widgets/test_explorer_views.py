@@ -160,6 +160,13 @@ def test_models_side_by_side_keep_their_own_layer_axes_and_share_one_scale():
     c["scale"].value = "diverging"  # one norm: the same centre too (the pooled median), not each panel's own
     assert len({(p.vmin, p.vmax, p.center) for p in ex.prepared}) == 1
     assert ex.prepared[0].center == pytest.approx(np.median(pooled))
+    # the colour bar (the page's shared one too) says white is the pooled median, and of which panels
+    # (issue 45, item 1); each panel gives its own median under it
+    said = "(median of small, medium, large pooled)"
+    assert all(p.cbar_label.endswith(said) for p in ex.prepared)
+    assert ex.view.spec["shared_cbar"]["label"].endswith(said)
+    own = float(np.median(models[2]["stable_rank"].values))
+    assert f"median of this panel: {ex.prepared[2].format(own)}" in ex.view.spec["panels"][2]["xlabel"]
     c["view"].value = "difference"  # 28 vs 48 layers: the grids do not line up
     assert ex.current is None and "do not line up" in ex.message
     c["base"].value, c["target"].value = 0, 0
