@@ -190,12 +190,12 @@ def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequan
              + f" (of {sum(r['pruner'] == p and r['metric'] == m for r in tried)})"
              for p in result["settings"]["pruners"] for m in result["settings"]["metrics"]]
     refused = len(rows) - len(tried)
+    rule = (f"a win or a loss only where the {level:.0%} paired bootstrap interval over the {result['windows']} "
+            f"held-out windows lies wholly beyond {1 - margin:g}x or {1 + margin:g}x: a margin of {margin:.0%} for "
+            "the noise of one held-out text, which the windows do not show")
     head = (f"Of the {len(tried)} settings of the grid (sparsity, ε, metric, pruner) the alpha allocation "
-            + count(tried) + f", each against uniform pruning at the same sparsity and pruner (a win or a loss only "
-            f"where the {level:.0%} paired bootstrap interval over the {result['windows']} held-out windows lies wholly "
-            f"beyond {1 - margin:g}x or {1 + margin:g}x: a margin of {margin:.0%} for the noise of one held-out text, "
-            "which the windows do not show)." + (f" {refused} setting(s) were refused: a matrix would get 100 % sparsity or more." if refused
-                     else ""))
+            + count(tried) + f", each against uniform pruning at the same sparsity and pruner ({rule})."
+            + (f" {refused} setting(s) were refused: a matrix would get 100 % sparsity or more." if refused else ""))
     dense = result["dense_perplexity"]
     worst = max((r["perplexity"] for r in result["rows"] if "perplexity" in r), default=dense)
     caveat = (f"Read it with its limits: one {model}, dense perplexity {dense:.1f} on {result['tokens']} tokens of "
