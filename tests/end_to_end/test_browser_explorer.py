@@ -63,8 +63,10 @@ fitted = fitted.drop_vars(list(fitted.data_vars))
 alpha = np.full((12, 7), 3.0)
 upper, tail = alpha + 0.3, np.full((12, 7), 200.0)
 upper[[2, 5, 9], [0, 4, 6]] = 5.0  # intervals (5 - 2.7) / 3 = 0.77 of alpha wide: marked
-tail[7, 3] = 20  # a tail of 20 eigenvalues: marked
-for name, v in (("alpha", alpha), ("alpha_ci_lower", alpha - 0.3), ("alpha_ci_upper", upper), ("num_pl_spikes", tail)):
+lower = alpha - 0.3
+tail[7, 3] = 20  # a tail of 20 eigenvalues and no interval measured (where one is, it decides): marked
+lower[7, 3] = upper[7, 3] = np.nan
+for name, v in (("alpha", alpha), ("alpha_ci_lower", lower), ("alpha_ci_upper", upper), ("num_pl_spikes", tail)):
     fitted[name] = (("layer", "component"), v, {"long_name": name, "units": "1"})
 """
 CELLS = [SETUP, "explore(one)", "explore(pair)", "lab_explorer(load_result())", "explore(fitted)"]

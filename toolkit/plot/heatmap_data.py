@@ -82,6 +82,9 @@ class HeatmapData:
         Like ``values``: the cells drawn with the mark of an uncertain alpha
         (:func:`toolkit.plot.fit_marks.uncertain_alpha`); None where the panel
         has no such facts.
+    mark_width : float
+        The stated limit of the marks: alpha's 95 % interval wider than this
+        fraction of alpha (:data:`toolkit.plot.fit_marks.MAX_RELATIVE_WIDTH` by default).
     """
 
     values: np.ndarray
@@ -110,6 +113,7 @@ class HeatmapData:
     digits: int = 3
     marks: np.ndarray | None = None
     span: tuple = (0.0, 1.0)
+    mark_width: float = 0.5
 
     @property
     def nan_mask(self) -> np.ndarray:
@@ -140,7 +144,7 @@ class HeatmapData:
         if mask.any() and not mask.all():
             notes.append("hatched: no value (NaN)")
         if self.marks is not None and self.marks.any():
-            notes.append(mark_note())
+            notes.append(mark_note(max_relative_width=self.mark_width))
         if self.caption:
             notes.append(self.caption)
         return notes

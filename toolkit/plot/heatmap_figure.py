@@ -34,7 +34,7 @@ from toolkit.plot._select import (
     select,
     tick_rows,
 )
-from toolkit.plot.fit_marks import draw_marks, panel_marks
+from toolkit.plot.fit_marks import MAX_RELATIVE_WIDTH, draw_marks, panel_marks
 from toolkit.plot.heatmap_data import HeatmapData
 from toolkit.plot.panel_scale import panel_scale
 
@@ -44,7 +44,8 @@ from toolkit.plot.panel_scale import panel_scale
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
-                    digits: int | None = None, center_of: str | None = None, **selection) -> HeatmapData:
+                    digits: int | None = None, center_of: str | None = None,
+                    mark_width: float = MAX_RELATIVE_WIDTH, **selection) -> HeatmapData:
     """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
 
     Parameters
@@ -99,6 +100,12 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         (``white = 0.772 (median of 3 panels pooled)``), with the panel's own
         median under it; :func:`toolkit.plot.scales.shared_scale` sets it for
         panels that share one scale.
+    mark_width : float, default 0.5
+        The stated limit of the mark of an uncertain alpha: a cell of
+        ``alpha`` whose 95 % interval is wider than this fraction of alpha
+        gets a black corner (:data:`toolkit.plot.fit_marks.MAX_RELATIVE_WIDTH`;
+        the ranking itself is the metric ``alpha_ci_relative_width``,
+        :func:`toolkit.plot.fit_marks.with_relative_width`).
     **selection
         One label per extra dimension, e.g. ``checkpoint="step-1000"``,
         ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
@@ -195,7 +202,8 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         cbar_ticks=colours.ticks, cbar_label=_cbar_label(long_name, unit_text(units), colours.text),
         title=title, extend=colours.extend, selection=dict(selection), reasons=reasons, caption=caption,
         constant=colours.constant, log=colours.log, digits=colours.digits, span=colours.span,
-        marks=panel_marks(data, str(metric), selection, rows, cols, col_dim))
+        mark_width=float(mark_width),
+        marks=panel_marks(data, str(metric), selection, rows, cols, col_dim, max_relative_width=mark_width))
 
 
 def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
@@ -279,7 +287,8 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
-            vmax: float | None = None, log: bool | None = None, **selection):
+            vmax: float | None = None, log: bool | None = None, mark_width: float = MAX_RELATIVE_WIDTH,
+            **selection):
     """Layer x component (or layer x head / kv_head) heatmap of one metric.
 
     Parameters are those of :func:`prepare_heatmap` plus:
@@ -306,5 +315,6 @@ def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str
     >>> toolkit.plot.heatmap(act, "key_head_rms")       # columns: kv_head  # doctest: +SKIP
     """
     p = prepare_heatmap(data, metric, center=center, scale=scale, robust=robust, layers=layers,
-                        components=components, title=title, vmin=vmin, vmax=vmax, log=log, **selection)
+                        components=components, title=title, vmin=vmin, vmax=vmax, log=log, mark_width=mark_width,
+                        **selection)
     return draw_heatmap(p, ax=ax, annotate=annotate, cbar=cbar, cbar_kws=cbar_kws)
