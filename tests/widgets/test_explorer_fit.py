@@ -145,3 +145,20 @@ def test_the_menu_waits_while_a_pass_measures(measured):
     assert not ex.controls["fit"].disabled
     ex.set_data(measured["default"])
     assert not ex.controls["fit"].disabled
+
+
+def test_the_mark_limit_is_set_in_the_explorer():
+    """Issue 45, item 3: the stated limit of the mark is a control (shown with alpha); the marks, the notes and the
+    hover follow it. By hand: widths (3.5 - 2.0) / 2.5 = 0.6 (layer 1 attn.k) and 0.6 / 3 = 0.2 (every other cell)."""
+    ex = explore(_fitted_stats(), "alpha")
+    c = ex.controls
+    assert c["mark_width"].value == 0.5 and c["mark_width"].layout.display == ""
+    assert ex.current.marks.sum() == 1
+    c["mark_width"].value = 0.7  # no interval is wider than 70 % of alpha: no mark
+    assert ex.current.marks.sum() == 0 and ex.current.mark_width == 0.7
+    c["mark_width"].value = 0.15  # every cell's interval (0.2, 0.6) is wider than 15 % of alpha
+    assert ex.current.marks.all()
+    assert "95 % interval > 15 % of alpha" in ex.view.spec["panels"][0]["xlabel"]
+    assert "(> 15 %)" in ex.hover_text(0, "attn.q")
+    c["metric"].value = "num_pl_spikes"
+    assert c["mark_width"].layout.display == "none"  # the mark is alpha's

@@ -137,7 +137,8 @@ def test_the_control_panel_selects_and_names_what_is_drawn():
     models = ModelSet(_ds(), labels=["m"])
     panel = ControlPanel(models, ["stable_rank"])
     c = panel.controls
-    assert panel.selection() == SELECTION | dict(scale="auto", robust=True, components=COMPONENTS)
+    assert panel.selection() == SELECTION | dict(scale="auto", robust=True, components=COMPONENTS,
+                                                               mark_width=0.5)
     c["components"]["attn.k"].value = False
     c["vmin"].value, c["vmax"].value = "abc", "7"
     c["layers"].value = (1, 2)
