@@ -136,3 +136,13 @@ def test_panels_on_one_scale_say_their_centre_is_pooled_and_over_what():
 def test_a_natural_centre_is_not_called_pooled():
     one = shared_scale([np.array([0.5, 2.0]), np.array([1.5, 3.0])], attrs={"natural_center": 1.0})
     assert one.center == 1.0 and one.center_of == ""
+
+
+def test_panels_of_one_value_everywhere_share_no_made_up_range():
+    """A series whose update sparsity is 1 in every panel: no [0.95, 1.05] band across a fraction's maximum."""
+    ds = _sparsity_series()
+    ds["update_sparsity"][:] = 1.0
+    one = shared_scale([ds["update_sparsity"].sel(checkpoint=i).values for i in range(3)])
+    assert "vmin" not in one.keywords() and "vmax" not in one.keywords()
+    p = prepare_heatmap(ds, "update_sparsity", checkpoint=1, **one.keywords())
+    assert (p.vmin, p.vmax, p.constant, p.caption) == (1.0, 1.0, 1.0, "constant: 1")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from toolkit.plot.numbers import digits_for
-from toolkit.plot.scale_rules import centre_text, color_limits, pooled_centre_of, symmetric_limits
+from toolkit.plot.scale_rules import centre_text, color_limits, finite_values, pooled_centre_of, symmetric_limits
 
 #: Every scale ``prepare_heatmap`` takes; "auto" is resolved by :func:`resolve_scale`.
 SCALE_CHOICES = ("auto", "diverging", "sequential", "log")
@@ -154,9 +154,12 @@ class SharedScale:
     center_of: str = ""
 
     def keywords(self) -> dict:
-        """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale."""
-        return {"scale": self.scale, "vmin": self.vmin, "vmax": self.vmax, "center": self.center, "log": self.log,
-                "digits": self.digits, "center_of": self.center_of or None}
+        """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale (no limits when
+        every panel holds one and the same value: each is then drawn as the constant panel it is, in one
+        colour with no made-up range, :func:`toolkit.plot.scale_rules.constant_limits`)."""
+        limits = {} if self.vmin == self.vmax else {"vmin": self.vmin, "vmax": self.vmax}
+        return {"scale": self.scale, **limits, "center": self.center, "log": self.log, "digits": self.digits,
+                "center_of": self.center_of or None}
 
 
 def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None,
@@ -174,6 +177,10 @@ def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool 
     """
     pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values_list])
     scale, centre = resolve_scale(pooled, scale=scale, center=center, attrs=attrs)
+    finite = finite_values(pooled)
+    if finite.size and finite.min() == finite.max():  # one value everywhere: no range to share
+        v = float(finite[0])
+        return SharedScale(scale, v, v, v if scale == "diverging" else None, centre not in (None, "median"))
     natural = centre is not None and centre != "median"
     log = scale == "diverging" and diverging_log(pooled, centre)
     lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None,
