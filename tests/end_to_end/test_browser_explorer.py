@@ -310,6 +310,19 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-shared-cbar").count() == 1
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-panel g.toolkit-cbar").count() == 0  # one colour bar
     page.screenshot(path=str(ARTIFACTS / f"{front_end}_explorer_shared.png"))
+    # diverging on one shared scale: white is the median of both panels pooled, and the bar says so and of
+    # which (issue 45, item 1); each panel gives its own median under it
+    n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    _explorer(page, 1).get_by_role("button", name="diverging", exact=True).click()
+    _wait_rendered(page, 1, after=n)
+    label = " ".join(_explorer(page, 1).locator("svg.toolkit-heatmap-shared-cbar text.toolkit-cbar-label")
+                     .all_text_contents())
+    assert "(median of org/base, org/tuned pooled)" in label, label
+    notes = " ".join(_explorer(page, 1).locator("text.toolkit-xlabel").all_text_contents())
+    assert notes.count("median of this panel:") == 2, notes
+    n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    _explorer(page, 1).get_by_role("button", name="auto", exact=True).click()
+    _wait_rendered(page, 1, after=n)
 
     # alpha's uncertain cells carry the mark, and the figure says what it means
     _wait_rendered(page, 2)
