@@ -99,7 +99,8 @@ def test_the_time_left_after_a_resume_ignores_the_cells_from_the_cache():
     pace.end()
     assert pace.eta() is None and pace.done == 28
     assert pace.elapsed() == pytest.approx(280.08)
-    assert pace.summary() == "28 tensors in 4:40"
+    assert pace.segments == pytest.approx([80.0, 200.08])  # the hour between Stop and Resume is not counted
+    assert pace.summary() == "28 tensors in 4:40 over 2 segments (1:20 + 3:20)"
 
 
 def test_the_work_of_a_matrix_grows_as_its_singular_values_cost():
@@ -169,6 +170,8 @@ def test_tensors_found_in_the_cache_by_a_new_run_are_said_so_and_no_zero_time_le
     assert time_left(pace.eta()) == "less than 1 s left"
     assert time_left(0.0) == "less than 1 s left" and time_left(65) == "about 1:05 left"
     assert "(1 from the cache)" in pace.summary()
+    pace.end()
+    assert pace.line() == "2 / 3 tensors · 0 s · 1 from the cache"  # the end: no time left, the cache said
 
 
 # -- the pass, on a tiny checkpoint ----------------------------------------------------------------
@@ -300,3 +303,14 @@ def test_unmeasured_cells_of_a_running_pass_are_noted_as_not_measured_yet():
     assert PENDING_NOTE in xlabel and "no value (NaN)" not in xlabel
     done = explore(ds, "frobenius_norm")
     assert "hatched: no value (NaN)" in done.view.spec["panels"][0]["xlabel"]
+
+
+def test_a_path_and_its_text_are_one_source():
+    """The form's Resume gives the text of the path the pass started with: taken for another model, the run
+    started again and its final line lost the earlier segments (issue 45, item 4)."""
+    from pathlib import Path
+
+    from toolkit.widgets.live_pass import same_source
+
+    assert same_source(Path("/m/model"), "/m/model") and not same_source("/m/model", "/m/other")
+    assert same_source(None, None) and not same_source(None, "/m/model")

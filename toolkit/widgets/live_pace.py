@@ -55,6 +55,8 @@ class Pace:
         Tensors measured by the run (computed or from the cache).
     computed : int
         How many of them this run computed (the others came from the cache).
+    segments : list of float
+        Seconds of each segment that ended (a first look and the pass, a Stop and a Resume ...).
     """
 
     def __init__(self, sizes: dict[str, int] | None = None, *, now: Callable[[], float] = time.monotonic,
@@ -66,7 +68,7 @@ class Pace:
         self._before: set[str] = set(self._known)  # what earlier segments measured: from the cache in this one
         self.computed = 0
         self._measured: list[tuple[Cost, float]] = []  # each computed tensor's cost and seconds
-        self._active = 0.0  # seconds of the segments that ended
+        self.segments: list[float] = []  # seconds of each segment that ended
         self._segment: float | None = None  # start of the running segment
         self._last = 0.0  # the last report (or the segment's start)
         self._reported = (0, 0)  # the last (done, total) a pass reported
@@ -92,7 +94,7 @@ class Pace:
     def end(self) -> None:
         """The running segment ends (done, stopped or failed): its time counts, no time is left."""
         if self._segment is not None:
-            self._active += self.now() - self._segment
+            self.segments.append(self.now() - self._segment)
             self._segment = None
 
     # -- reading --------------------------------------------------------------
@@ -115,7 +117,7 @@ class Pace:
 
     def elapsed(self) -> float:
         """Seconds the run has been measuring, every segment (not the time between a Stop and a Resume)."""
-        return self._active + (self.now() - self._segment if self._segment is not None else 0.0)
+        return sum(self.segments) + (self.now() - self._segment if self._segment is not None else 0.0)
 
     def status(self) -> PassStatus:
         """The snapshot the clock reads: the computed tensors with their seconds, the tensors left, running."""
@@ -132,13 +134,19 @@ class Pace:
         return seconds_left(self.status())
 
     def line(self, name: str = "") -> str:
-        """The progress line: ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``."""
+        """The progress line: ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``; once the run has
+        stopped or ended, how many came from the cache instead of the time left."""
         eta = self.eta()
         left = f" · {time_left(eta)}" if eta is not None else ""
+        if not self.running and self.from_cache:
+            left = f" · {self.from_cache} from the cache"
         tail = f" · {name[-60:]}" if name else ""
         return f"{self.done} / {self.total} tensors · {clock(self.elapsed())}{left}{tail}"
 
     def summary(self) -> str:
-        """The whole run in words: ``28 tensors (8 from the cache) in 1:23``."""
+        """The whole run in words: ``28 tensors (8 from the cache) in 1:23``, and with several segments
+        ``in 1:23 over 2 segments (0:12 + 1:11)``."""
         cached = f" ({self.from_cache} from the cache)" if self.from_cache else ""
-        return f"{self.done} tensors{cached} in {clock(self.elapsed())}"
+        parts = [clock(t) for t in self.segments] + ([clock(self.now() - self._segment)] if self.running else [])
+        over = f" over {len(parts)} segments ({' + '.join(parts)})" if len(parts) > 1 else ""
+        return f"{self.done} tensors{cached} in {clock(self.elapsed())}{over}"

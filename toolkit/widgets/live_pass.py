@@ -12,6 +12,7 @@ Datasets, with fewer cells than the view shows, are never offered.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import warnings
@@ -53,6 +54,16 @@ def first_look(plan, stats_kws: dict, *, count: int = 2) -> list | None:
     first = min(p.layer for _, p in sizes)
     smallest = sorted((n, p.component) for n, p in sizes if p.layer == first)[:count]
     return sorted({c for _, c in smallest}, key=plan.model_components.index)
+
+
+def same_source(a, b) -> bool:
+    """Whether two sources name one checkpoint: a path and its text are one (the form's Resume gives the
+    text of the path the pass was started with; taken for another model, the run started again, its
+    cached cells counted as computed and its earlier segments lost)."""
+    def name(s):
+        return os.fspath(s) if isinstance(s, (str, os.PathLike)) else s
+
+    return name(a) == name(b)
 
 
 def needs_spectra(metrics, stats_kws: dict) -> bool:
@@ -161,7 +172,7 @@ class LivePass:
         failure resumes the run (its finished cells come from the cache). In a thread with ``background``."""
         self._join()
         previous = self.source
-        changed = source is not ... and source != self.source
+        changed = source is not ... and not same_source(source, self.source)
         if source is not ...:
             self.source = source
         for key, value in (("layers", layers), ("components", components), ("experts", experts)):
@@ -171,7 +182,7 @@ class LivePass:
                 if value is not None:
                     self.stats_kws[key] = value
         if changed or self.state in ("idle", "done"):
-            same = self.state != "idle" and self.source == previous
+            same = self.state != "idle" and same_source(self.source, previous)
             self._known = self._known | self.pace.finished if same else frozenset()  # in the cache
             self._new_run, self._best, self._best_units, self.plan = True, None, 0, None
         self._stop.clear()
