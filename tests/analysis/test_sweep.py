@@ -52,6 +52,16 @@ def test_the_reading_counts_only_what_clears_the_noise():
     assert "- wanda, ranked by `alpha_peak`: wins in 0, loses in 0, within the noise in 0 (of 0)" in text
     assert "Perplexities up to 900 mean the pruned model no longer writes usable text" in text
     assert "every" not in text
+    assert "lies wholly beyond 0.98x or 1.02x: a margin of 2% for the noise of one held-out text" in text
+
+
+def test_a_ratio_within_the_margin_is_no_win_however_tight_its_interval():
+    """Issue 45, item 6: 0.99x [0.985, 0.995] was a win; one held-out text's windows say nothing of another text."""
+    rows = [row("magnitude", "alpha", 0.1, 0.99, 0.985, 0.995), row("wanda", "alpha", 0.1, 0.97, 0.96, 0.979),
+            row("wanda", "alpha_peak", 0.1, 1.01, 1.005, 1.015)]
+    text = reading(result(rows))
+    assert "wins in 1, loses in 0, within the noise in 2; its wins: 0.97x" in text
+    assert "wins in 2, loses in 1" in reading(result(rows), margin=0.0)  # the old rule: the interval excludes 1
 
 
 def test_the_three_allocations_spend_one_budget():

@@ -138,7 +138,7 @@ def test_hover_click_metric_and_difference_in_the_explorer(tmp_path):
         # click: the drill-down appears beside the heatmap
         page.mouse.click(x, y)
         page.locator(".toolkit-explorer-side svg.toolkit-chart-panel").first.wait_for(state="visible", timeout=60_000)
-        assert "layer 3, mlp. down" in page.locator(".toolkit-cell").first.inner_text()
+        assert "layer 3, mlp.down" in page.locator(".toolkit-cell").first.inner_text()
         page.screenshot(path=str(B.ARTIFACTS / "explorer_click_drilldown.png"))
 
         # metric: one new figure in that explorer
@@ -197,5 +197,5 @@ def test_hover_and_click_in_jupyterlab(tmp_path):
         page.screenshot(path=str(B.ARTIFACTS / "jupyterlab_hover.png"))
         page.mouse.click(x, y)
         page.locator(".toolkit-explorer-side svg.toolkit-chart-panel").first.wait_for(state="visible", timeout=60_000)
-        assert "layer 3, mlp. down" in page.locator(".toolkit-cell").first.inner_text()
+        assert "layer 3, mlp.down" in page.locator(".toolkit-cell").first.inner_text()
         page.screenshot(path=str(B.ARTIFACTS / "jupyterlab_click_drilldown.png"))

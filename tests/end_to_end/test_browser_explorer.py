@@ -63,8 +63,10 @@ fitted = fitted.drop_vars(list(fitted.data_vars))
 alpha = np.full((12, 7), 3.0)
 upper, tail = alpha + 0.3, np.full((12, 7), 200.0)
 upper[[2, 5, 9], [0, 4, 6]] = 5.0  # intervals (5 - 2.7) / 3 = 0.77 of alpha wide: marked
-tail[7, 3] = 20  # a tail of 20 eigenvalues: marked
-for name, v in (("alpha", alpha), ("alpha_ci_lower", alpha - 0.3), ("alpha_ci_upper", upper), ("num_pl_spikes", tail)):
+lower = alpha - 0.3
+tail[7, 3] = 20  # a tail of 20 eigenvalues and no interval measured (where one is, it decides): marked
+lower[7, 3] = upper[7, 3] = np.nan
+for name, v in (("alpha", alpha), ("alpha_ci_lower", lower), ("alpha_ci_upper", upper), ("num_pl_spikes", tail)):
     fitted[name] = (("layer", "component"), v, {"long_name": name, "units": "1"})
 """
 CELLS = [SETUP, "explore(one)", "explore(pair)", "lab_explorer(load_result())", "explore(fitted)"]
@@ -198,7 +200,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.wait_for_function("() => document.querySelector('.toolkit-explorer-side svg.toolkit-chart-panel')",
                            timeout=60_000)
     assert _selected(page, 0) == (3, 5)
-    assert "layer 3, mlp. down" in _explorer(page, 0).locator(".toolkit-cell").inner_text()
+    assert "layer 3, mlp.down" in _explorer(page, 0).locator(".toolkit-cell").inner_text()
     assert _side_is_beside(page, 0), "the drill-down is not beside the heatmap at 1500 px"
     page.screenshot(path=str(ARTIFACTS / f"{front_end}_explorer_1500.png"))
 
@@ -214,14 +216,14 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     page.keyboard.press("ArrowRight")
     assert _selected(page, 0) == (4, 6)
     info = _explorer(page, 0).locator(".toolkit-heatmap-info").inner_text()
-    assert info.startswith("layer 4, mlp. gate")
+    assert info.startswith("layer 4, mlp.gate")
     page.keyboard.press("ArrowLeft")
     page.keyboard.press("Enter")
-    page.wait_for_function("sel => document.querySelector(sel).innerText.includes('layer 4, mlp. down')",
+    page.wait_for_function("sel => document.querySelector(sel).innerText.includes('layer 4, mlp.down')",
                            arg=f"{EXPLORER} .toolkit-cell", timeout=60_000)
     assert _selected(page, 0) == (4, 5)
 
-    # box zoom: drag from (layer 20, attn. k) to (layer 10, mlp. up): those cells fill the panel
+    # box zoom: drag from (layer 20, attn.k) to (layer 10, mlp.up): those cells fill the panel
     x1, y1 = centre(_cell(page, 0, 0, 20, 1))
     x2, y2 = centre(_cell(page, 0, 0, 10, 4))
     page.mouse.move(x1, y1)
@@ -270,7 +272,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     # nothing to draw: a message wrapped between words, and no drill-down of a cell no longer shown
     assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() > 0
     toggles = _explorer(page, 0).locator(".widget-toggle-button")
-    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+    for name in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"):
         toggles.get_by_text(name, exact=True).click()
     message = _explorer(page, 0).locator(".toolkit-explorer-message").first
     message.wait_for(state="visible", timeout=30_000)
@@ -278,7 +280,7 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
                             "getComputedStyle(e).overflowWrap === 'normal'")
     assert _explorer(page, 0).locator(".toolkit-explorer-side svg.toolkit-chart-panel").count() == 0
     n = int(_explorer(page, 0).locator(".toolkit-heatmap").get_attribute("data-renders"))
-    for name in ("attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"):
+    for name in ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"):
         toggles.get_by_text(name, exact=True).click()
     _wait_rendered(page, 0, after=n)
 
@@ -308,6 +310,19 @@ def _check_explorer(page, front_end: str, expected: dict) -> None:
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-shared-cbar").count() == 1
     assert _explorer(page, 1).locator("svg.toolkit-heatmap-panel g.toolkit-cbar").count() == 0  # one colour bar
     page.screenshot(path=str(ARTIFACTS / f"{front_end}_explorer_shared.png"))
+    # diverging on one shared scale: white is the median of both panels pooled, and the bar says so and of
+    # which (issue 45, item 1); each panel gives its own median under it
+    n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    _explorer(page, 1).get_by_role("button", name="diverging", exact=True).click()
+    _wait_rendered(page, 1, after=n)
+    label = " ".join(_explorer(page, 1).locator("svg.toolkit-heatmap-shared-cbar text.toolkit-cbar-label")
+                     .all_text_contents())
+    assert "(median of org/base, org/tuned pooled)" in label, label
+    notes = " ".join(_explorer(page, 1).locator("text.toolkit-xlabel").all_text_contents())
+    assert notes.count("median of this panel:") == 2, notes
+    n = int(_explorer(page, 1).locator(".toolkit-heatmap").get_attribute("data-renders"))
+    _explorer(page, 1).get_by_role("button", name="auto", exact=True).click()
+    _wait_rendered(page, 1, after=n)
 
     # alpha's uncertain cells carry the mark, and the figure says what it means
     _wait_rendered(page, 2)

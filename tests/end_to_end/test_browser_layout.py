@@ -14,6 +14,7 @@ from _stats_data import make_stats
 from toolkit.widgets import explore
 ds = make_stats(28, checkpoints=3)
 ds["stable_rank"] = ds["stable_rank"] * ds["step"].clip(min=500) / 2000
+ds["stable_rank"].attrs["long_name"] = "stable rank of the weights, relative to the first step"  # a long label
 rng = np.random.default_rng(0)
 ds["rms"] = (("checkpoint", "layer", "component"), 0.02 * (1 + rng.uniform(-5e-4, 5e-4, (3, 28, 7))),
              {"long_name": "RMS of the entries", "units": "1"})
@@ -34,6 +35,7 @@ GEOMETRY = """() => [...document.querySelectorAll('.toolkit-explorer-main')].map
   const cbars = [...m.querySelectorAll('g.toolkit-cbar')].map(g => ({
     ticks: [...g.querySelectorAll('.toolkit-cbar-tick')].map(box),
     labels: [...g.querySelectorAll('.toolkit-cbar-label')].map(box),
+    bar: box(g.querySelector('rect')),
     text: [...g.querySelectorAll('.toolkit-cbar-tick')].map(t => t.textContent)}));
   return {main: box(m), side: box(m.querySelector('.toolkit-explorer-side')),
           panels: [...m.querySelectorAll('svg.toolkit-heatmap-panel')].map(box),
@@ -52,6 +54,10 @@ def _check(geo, width):
         for bar in g["cbars"]:
             right = max(t[2] for t in bar["ticks"])
             assert all(lab[0] >= right - 1 for lab in bar["labels"]), f"{width} px: colour-bar label on its ticks"
+            # each rotated line of the label lies along its bar, none past its ends (was cut to "relative w")
+            top, bottom = bar["bar"][1], bar["bar"][3]
+            assert all(lab[1] >= top - 2 and lab[3] <= bottom + 2 for lab in bar["labels"]), \
+                f"{width} px: a colour-bar label longer than its bar"
     assert len(shared["cbars"]) == 1  # one scale for the steps by default: one colour bar
     assert shared["side"][0] > max(p[2] for p in shared["panels"])  # the side panel beside the heatmap
     text = rms["cbars"][0]["text"]

@@ -91,6 +91,46 @@ def test_a_page_without_spectra_has_the_live_labels_and_names_the_clicked_cell(t
         tab.locator('#toolkit-heatmap rect.cell[data-r="3"][data-c="5"]').click()
         tab.wait_for_function("document.querySelector('#toolkit-drilldown').innerText.includes('keep_spectra')")
         note = tab.locator("#toolkit-drilldown").inner_text()
-        assert "layer 3, mlp. down" in note and "no drill-down spectra" in note, note
+        assert "layer 3, mlp.down" in note and "no drill-down spectra" in note, note
         assert "panel" not in note and "row" not in note, note
     assert not errors, errors
+
+
+def test_the_page_shows_scales_inside_the_metrics_bounds(tmp_path):
+    """Issue 45, item 2, in the browser: a constant update sparsity (1 everywhere) is one colour with the one
+    tick "constant: 1", never a bar up to 1.1; an overlap drawn around its centre 0.8 (values 0.2 .. 0.9) stops
+    at 1, a fraction's maximum, instead of running to 1.4."""
+    import numpy as np
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    overlap = rng.uniform(0.2, 0.9, (4, 2))
+    overlap[0, 0], overlap[0, 1] = 0.2, 0.9
+    dims = ("layer", "component")
+    ds = xr.Dataset({"update_sparsity": (dims, np.ones((4, 2)), {"long_name": "update sparsity", "units": "1"}),
+                     "subspace_overlap": (dims, overlap, {"long_name": "subspace overlap", "units": "1",
+                                                          "natural_center": 0.8})},
+                    coords={"layer": range(4), "component": ["attn.q", "attn.k"]})
+    path = export_html(ds, tmp_path / "bounded.html")
+    spec = _embedded(path)["heatmaps"]
+    bar = spec["update_sparsity"]["panels"][0]["cbar"]
+    assert len(set(bar["colors"])) == 1 and bar["ticks"] == [[0.5, "constant: 1"]]
+    overlap_bar = spec["subspace_overlap"]["panels"][0]["cbar"]
+    ticks = [t for _, t in overlap_bar["ticks"]]  # the low end: the 2nd percentile, about 0.2
+    assert ticks[2:] == ["0.8", "0.9", "1"] and float(ticks[0]) < 0.21  # 0.8 + (0.8 - 0.2) would be 1.4
+    with chromium(tmp_path, 1200, 800) as tab:
+        tab.goto(path.as_uri())
+        tab.wait_for_selector("body[data-ready=true]", timeout=30_000)
+        tab.select_option("#toolkit-metric", "update_sparsity")
+        tab.wait_for_function("document.querySelector('#toolkit-heatmap').textContent.includes('update sparsity')")
+        constant = tab.locator("#toolkit-heatmap text.toolkit-cbar-tick").all_text_contents()
+        stops = tab.locator("#toolkit-heatmap .toolkit-cbar stop").evaluate_all(
+            "ss => ss.map(s => s.getAttribute('stop-color'))")
+        assert constant == ["constant: 1"] and len(set(stops)) == 1, (constant, set(stops))
+        tab.select_option("#toolkit-metric", "subspace_overlap")
+        tab.wait_for_function("document.querySelector('#toolkit-heatmap').textContent.includes('subspace overlap')")
+        shown = tab.locator("#toolkit-heatmap text.toolkit-cbar-tick").all_text_contents()
+        assert shown == ticks, shown
+        label = " ".join(tab.locator("#toolkit-heatmap text.toolkit-cbar-label").all_text_contents())
+        assert "white = 0.8" in label, label
+        tab.screenshot(path=str(tmp_path / "bounded.png"))

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -67,8 +68,10 @@ def test_builtins_registered_in_order_with_metadata():
     for name in BUILTINS:
         m = get_metric(name)
         attrs = m.attrs()
-        assert set(attrs) == {"long_name", "units", "description", "reference"}
-        assert all(isinstance(v, str) and v for v in attrs.values()), name
+        texts = {k: v for k, v in attrs.items() if k not in ("valid_min", "valid_max")}
+        assert set(texts) == {"long_name", "units", "description", "reference"}
+        assert all(isinstance(v, str) and v for v in texts.values()), name
+        assert (attrs.get("valid_min", -np.inf), attrs.get("valid_max", np.inf)) == m.domain, name
         assert attrs["units"] == "1"
         assert m.kind == "weight"
     spectral = {m.name for m in resolve_metrics(None) if m.needs_singular_values}
@@ -224,3 +227,26 @@ def test_degenerate_matrix_fields():
 
 def _raise(reason):
     raise DegenerateMatrix(reason)
+
+
+def test_a_metric_record_carries_its_natural_domain_into_its_attrs():
+    """Issue 45, item 2: the domain bounds every colour scale drawn for the metric; the record holds it and the
+    Dataset variable gets it as CF valid_min / valid_max."""
+    assert get_metric("condition_number").domain == (1.0, np.inf)
+    assert get_metric("condition_number").attrs()["valid_min"] == 1.0
+    assert "valid_max" not in get_metric("condition_number").attrs()
+    assert get_metric("update_sparsity").domain == (0.0, 1.0)
+    assert get_metric("stable_rank").attrs()["valid_min"] == 0.0
+
+    def share(w, s):
+        return 0.5
+
+    try:
+        m = register_metric("test_share_domain", share, long_name="a share", domain=(0.0, 1.0))
+        assert m.attrs()["valid_min"] == 0.0 and m.attrs()["valid_max"] == 1.0
+        assert register_metric("test_free_domain", share, long_name="free").domain == (-np.inf, np.inf)
+        with pytest.raises(ToolkitError, match="domain of metric 'test_bad_domain'.*low < high"):
+            register_metric("test_bad_domain", share, long_name="bad", domain=(1.0, 0.0))
+    finally:
+        for name in ("test_share_domain", "test_free_domain", "test_bad_domain"):
+            unregister_metric(name)

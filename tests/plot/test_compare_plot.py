@@ -34,7 +34,7 @@ def series(steps=(0, 10, 20), layers=4):
 def test_prepared_lines_are_layer_means_per_component():
     d = prepare_component_lines(series())
     assert d.components == COMPONENTS[:-1]  # mlp.gate has no value: no line
-    assert d.labels[0] == "attn. q" and d.colors[0] == COMPONENT_COLORS["attn.q"]
+    assert d.labels[0] == "attn.q" and d.colors[0] == COMPONENT_COLORS["attn.q"]
     np.testing.assert_array_equal(d.x, [0, 10, 20])
     np.testing.assert_allclose(d.values[0], [1.5, 11.5, 21.5])  # step * 1 + mean(0..3)
     np.testing.assert_allclose(d.values[COMPONENTS.index("attn.o")], [1.5, 41.5, 81.5])
@@ -70,7 +70,7 @@ def test_drawing_returns_the_axes_with_one_line_per_component():
     try:
         out = component_lines(series(), ax=ax, scale="log")
         assert out is ax and len(ax.lines) == 6 and ax.get_yscale() == "log"
-        assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["attn. q", "attn. k"]
+        assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["attn.q", "attn.k"]
         assert len(ax.lines[0].get_xdata()) == 3  # every layer mean is > 0: no point dropped on the log axis
     finally:
         plt.close(fig)
@@ -93,7 +93,7 @@ def test_moe_and_mla_components_get_lines_of_their_own():
                     coords={"checkpoint": [0, 1], "layer": [0, 1, 2], "component": comps,
                             "step": ("checkpoint", steps)})
     d = prepare_component_lines(ds)
-    assert d.components == tuple(comps) and d.labels[-1] == "mlp. shared. gate"
+    assert d.components == tuple(comps) and d.labels[-1] == "mlp.shared.gate"
     np.testing.assert_allclose(d.values[comps.index("mlp.router")], [1.5, 10 * 10 + 1.5])  # layers 1, 2 only
     np.testing.assert_allclose(d.values[comps.index("attn.q_a")], [1.0, 81.0])
     assert d.colors[comps.index("mlp.shared.up")] == COMPONENT_COLORS["mlp.up"]

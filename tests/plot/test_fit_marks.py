@@ -22,11 +22,12 @@ UPPER = [[4.5, 5.1], [3.1, NAN], [2.5, NAN]]
 TAIL = [[200, 200], [30, 10], [200, 49]]
 # (0, q): width 1.0 / 4 = 0.25, 200 eigenvalues: fine
 # (0, k): width 2.2 / 4 = 0.55 > 0.5: marked
-# (1, q): width 0.2 / 3, but 30 < 50 eigenvalues: marked
+# (1, q): width 0.2 / 3, with 30 < 50 eigenvalues: not marked, the measured interval decides (issue 45, item 3:
+#         the tail's size stands in only where no interval was measured)
 # (1, k): no alpha: nothing to mark (its tail of 10 does not matter)
 # (2, q): width 1.0 / 2 = 0.5, exactly the limit: not marked (the limit is "wider than")
 # (2, k): no interval, 49 < 50 eigenvalues: marked
-EXPECTED = np.array([[False, True], [True, False], [False, True]])
+EXPECTED = np.array([[False, True], [False, False], [False, True]])
 
 
 def _ds(**drop) -> xr.Dataset:
@@ -81,10 +82,10 @@ def test_the_figure_draws_the_corner_and_says_what_it_means():
     ax = draw_heatmap(p)
     try:
         corners = [patch for patch in ax.patches if patch.get_gid() == "alpha-uncertain"]
-        assert len(corners) == 3
+        assert len(corners) == 2
         # each corner touches its cell's top-right point: (col + 1, row + 1)
         tops = sorted(tuple(np.round(c.get_xy().max(axis=0), 6)) for c in corners)
-        assert tops == [(1.0, 2.0), (2.0, 1.0), (2.0, 3.0)]  # (1, q), (0, k), (2, k) as (col + 1, row + 1)
+        assert tops == [(2.0, 1.0), (2.0, 3.0)]  # (0, k), (2, k) as (col + 1, row + 1)
         assert mark_note() in ax.get_xlabel()
     finally:
         plt.close(ax.figure)
@@ -112,3 +113,29 @@ def test_the_width_is_relative_to_alpha(alpha, lo, hi, marked):
                      (("alpha", alpha), ("alpha_ci_lower", lo), ("alpha_ci_upper", hi))},
                     coords={"layer": [0], "component": ["attn.q"]})
     assert bool(uncertain_alpha(ds).values[0, 0]) is marked
+
+
+def test_the_relative_width_is_a_metric_that_ranks_the_cells():
+    """Issue 45, item 3: (hi - lo) / alpha by hand: 1/4, 2.2/4, 0.2/3, none, 1/2, none."""
+    from toolkit.plot.fit_marks import WIDTH_NAME, relative_width, with_relative_width
+    from toolkit.plot.scale_rules import domain
+
+    width = relative_width(_ds())
+    np.testing.assert_allclose(width.values, [[0.25, 0.55], [0.2 / 3, NAN], [0.5, NAN]])
+    assert width.name == WIDTH_NAME and domain(WIDTH_NAME, width.attrs) == (0.0, np.inf)
+    ds = with_relative_width(_ds())
+    assert with_relative_width(ds) is ds and relative_width(_ds(alpha_ci_upper=1)) is None
+    p = prepare_heatmap(ds, WIDTH_NAME)  # a heatmap of its own: from "trust" (0.067) to "do not" (0.55)
+    assert p.scale == "sequential" and p.long_name == "relative width of alpha's 95 % interval"
+
+
+def test_the_mark_limit_is_a_stated_parameter():
+    strict = prepare_heatmap(_ds(), "alpha", mark_width=0.2)  # (0, q) at 0.25 and (2, q) at 0.5 now too
+    np.testing.assert_array_equal(strict.marks, [[True, True], [False, False], [True, True]])
+    assert "95 % interval > 20 % of alpha" in "\n".join(strict.notes)
+    lax = prepare_heatmap(_ds(), "alpha", mark_width=0.6)
+    np.testing.assert_array_equal(lax.marks, [[False, False], [False, False], [False, True]])  # only the proxy
+    from toolkit.errors import InvalidOptionError
+
+    with pytest.raises(InvalidOptionError, match="mark_width"):
+        prepare_heatmap(_ds(), "alpha", mark_width=0)

@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 from _stats_data import make_stats, with_heads, with_kv_heads, with_massive_activation  # noqa: E402
 from toolkit.errors import EmptyInputError, UnknownMetricError  # noqa: E402
 from toolkit.plot import heatmap, heatmaps, metric_names, prepare_heatmap  # noqa: E402
-from toolkit.plot._style import cmap  # noqa: E402
+from toolkit.plot._style import SEQUENTIAL_COLORS, cmap  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,7 @@ def test_prepared_values_equal_the_dataset_selection():
     np.testing.assert_array_equal(p.values, expected)
     assert p.rows == tuple(range(3, 11))
     assert p.cols == ("attn.q", "attn.v", "mlp.down")  # canonical order
-    assert p.col_labels == ("attn. q", "attn. v", "mlp. down")
+    assert p.col_labels == ("attn.q", "attn.v", "mlp.down")  # as the Dataset names them (issue 45, item 6)
     assert p.selection == {"checkpoint": "ckpt-1"}
     assert "ckpt-1" in p.title and "Spectral norm" in p.title and "test-org/tiny-model" in p.title
 
@@ -59,7 +59,7 @@ def test_layer_zero_is_drawn_at_the_bottom():
     ys = [t.get_position()[1] for t in ax.get_yticklabels()]
     assert ys == sorted(ys) and ys[0] < ys[-1]
     assert [t.get_text() for t in ax.get_xticklabels()] == [
-        "attn. q", "attn. k", "attn. v", "attn. o", "mlp. up", "mlp. down", "mlp. gate"]
+        "attn.q", "attn.k", "attn.v", "attn.o", "mlp.up", "mlp.down", "mlp.gate"]
     assert p.yticks[0] == 0 and p.ytick_labels[-1] == "27"
 
 
@@ -333,18 +333,22 @@ def test_constant_panel_says_so_in_one_pale_colour():
     ds = _series_at_step_zero()
     change = prepare_heatmap(ds, "relative_change", checkpoint=0)
     assert change.constant == 0.0 and change.caption == "constant: 0"
-    assert 0.0 <= change.vmin < change.vmax and change.vmin == 0.0  # not -0.5 .. 0.5: a change is >= 0
+    assert (change.vmin, change.vmax) == (0.0, 0.0)  # one value, no made-up range
     assert change.cbar_ticks == (0.0,)
     sparsity = prepare_heatmap(ds, "update_sparsity", checkpoint=0)
-    assert sparsity.vmin == 1.0 < sparsity.vmax  # the value at the pale end: one value, no contrast
+    # issue 45, item 2: not [1.0, 1.1], above a fraction's maximum; one pale colour, its tick in the middle
+    assert (sparsity.vmin, sparsity.vmax, sparsity.span) == (1.0, 1.0, (0.0, 0.0))
+    assert np.allclose(sparsity.face_colors()[..., :3], matplotlib.colors.to_rgb(SEQUENTIAL_COLORS[0]), atol=1e-6)
+    bar = sparsity.colorbar(5)
+    assert bar["ticks"] == [(0.5, "constant: 1")] and len({tuple(c) for c in bar["colors"]}) == 1
     ax = heatmap(ds, "update_sparsity", checkpoint=0)
     assert [t.get_text() for t in ax.figure.axes[-1].get_yticklabels()] == ["constant: 1"]
     assert "constant: 1" in ax.get_xlabel()
     ds["update_sparsity"].attrs["valid_max"] = 0.5  # CF attrs win over the built-in table
-    from toolkit.plot._style import metric_bounds
+    from toolkit.plot.scale_rules import domain
 
-    assert metric_bounds("update_sparsity", ds["update_sparsity"].attrs) == (0.0, 0.5)
-    assert metric_bounds("some_new_metric") == (-np.inf, np.inf)
+    assert domain("update_sparsity", ds["update_sparsity"].attrs) == (0.0, 0.5)
+    assert domain("some_new_metric") == (-np.inf, np.inf)
 
 
 def test_steps_are_named_by_their_step_not_their_index():

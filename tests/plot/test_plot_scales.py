@@ -47,13 +47,21 @@ def test_diverging_is_one_scale_both_sides_of_its_centre_in_decades_for_a_log_me
     p = prepare_heatmap(ds, "condition_number", scale="diverging", robust=False)
     median = float(np.median(ds["condition_number"].values))
     assert p.log and p.center == pytest.approx(median)
-    assert p.vmin * p.vmax == pytest.approx(median ** 2)  # symmetric in decades about the median
-    assert p.vmax == pytest.approx(84_700.0) and p.vmin == pytest.approx(median ** 2 / 84_700)
+    # symmetric in decades about the median (84,700 / median decades each side), but the bar stops at 1
+    # (issue 45, item 2: it ran down to median ** 2 / 84,700, below any condition number): the colour map is
+    # cut there, at 0.5 - log10(median) / (2 * log10(84,700 / median)) of it
+    half = np.log10(84_700.0 / median)
+    assert p.vmax == pytest.approx(84_700.0) and p.vmin == 1.0
+    assert p.span == pytest.approx((0.5 - np.log10(median) / (2 * half), 1.0))
     norm = p.norm()
-    assert norm(median) == pytest.approx(0.5)
+
+    def position(x):  # where x sits on the whole blue-white-orange map
+        return p.span[0] + norm(x) * (p.span[1] - p.span[0])
+
+    assert position(median) == pytest.approx(0.5)
     for k in (2.0, 10.0, 100.0):  # k times the centre is as orange as the centre / k is blue
-        assert norm(median * k) - 0.5 == pytest.approx(0.5 - norm(median / k))
-    assert norm(500.0) > 0.6  # cells at 100-1000 are no longer drawn white
+        assert position(median * k) - 0.5 == pytest.approx(0.5 - position(median / k))
+    assert position(500.0) > 0.6  # cells at 100-1000 are no longer drawn white
     assert "log scale" in p.cbar_label and "white = median" in p.cbar_label
     rgba = p.face_colors()
     assert tuple(rgba[0, 0, :3]) == pytest.approx(matplotlib.colors.to_rgb("#b34d00"))  # 84,700: the darkest orange
@@ -68,10 +76,15 @@ def test_linear_diverging_spans_the_same_distance_below_and_above():
     ds["stable_rank"].values = values
     p = prepare_heatmap(ds, "stable_rank", center="median", robust=False)
     assert not p.log and p.center == pytest.approx(float(np.median(values)))
-    assert p.vmax - p.center == pytest.approx(p.center - p.vmin)
-    assert p.vmax == pytest.approx(0.5)
+    # 0.5 - median on both sides would reach below 0, which a stable rank never is: the bar stops at 0
+    assert p.vmax == pytest.approx(0.5) and p.vmin == 0.0
+    assert p.span == pytest.approx((0.5 - p.center / (2 * (0.5 - p.center)), 1.0))
     norm = p.norm()
-    assert norm(p.center + 0.01) - 0.5 == pytest.approx(0.5 - norm(p.center - 0.01))
+
+    def position(x):
+        return p.span[0] + norm(x) * (p.span[1] - p.span[0])
+
+    assert position(p.center + 0.01) - 0.5 == pytest.approx(0.5 - position(p.center - 0.01))
     assert p.cbar_ticks[2] == pytest.approx(p.center)
     # a typed limit keeps the centre white: the range is widened to the same distance on the other side
     q = prepare_heatmap(ds, "stable_rank", center=0.09, vmin=0.08, vmax=0.095)

@@ -63,7 +63,7 @@ def test_an_activation_cell_offers_no_spectrum_and_reads_no_weights(ds, monkeypa
     assert "no spectrum" in hint and "for its spectrum" not in hint and "compute" not in hint
     dd = ex.show_cell(1, "mlp.up")
     assert dd.kinds == [] and dd.panels == [] and "activation statistics" in dd.notes[0]
-    assert "layer 1, mlp. up" in ex.cell_text.value
+    assert "layer 1, mlp.up" in ex.cell_text.value
 
 
 def test_hovering_an_activation_statistic_names_the_module_not_the_weight(ds):

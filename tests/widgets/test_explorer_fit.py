@@ -32,10 +32,10 @@ def _fitted_stats():
 def test_the_drill_down_shows_alpha_with_its_interval_count_and_range():
     ds = _fitted_stats()
     dd = drill_down(ds, 1, "attn.k")
-    # hand-computed: width (3.5 - 2.0) / 2.5 = 0.6 > 0.5 and 30 < 50 eigenvalues: marked
+    # hand-computed: width (3.5 - 2.0) / 2.5 = 0.6 > 0.5: marked (the measured interval decides; the tail of
+    # 30 < 50 eigenvalues stands in only where there is none, issue 45, item 3)
     assert dd.fit == ["α = 2.5", "95 % interval: 2 to 3.5", "tail: 30 eigenvalues, range λmax / xmin = 10",
-                      "uncertain: 95 % interval 2 to 3.5 is 60 % of alpha (> 50 %); 30 tail eigenvalues < 50 "
-                      "(marked on the heatmap)"]
+                      "uncertain: 95 % interval 2 to 3.5 is 60 % of alpha (> 50 %) (marked on the heatmap)"]
     assert dd.spec()["title"] == " · ".join(dd.fit)
     # width 0.6 / 3 = 0.2, 120 eigenvalues: not marked; range 40 / 0.5 = 80
     assert drill_down(ds, 1, "mlp.up").fit == ["α = 3", "95 % interval: 2.7 to 3.3",
@@ -60,9 +60,9 @@ def test_a_marked_cell_is_uncertain_in_the_drill_down_title_and_hover_whatever_t
     ds = _fitted_stats()
     ds = ds.assign_coords(quality=(("layer", "component"), np.full(ds["alpha"].shape, "ok")))
     k = list(ds.component.values).index("mlp.up")
-    ds["num_pl_spikes"][2, k] = 48  # only the tail is short: interval 2.7 to 3.3 is fine
+    ds["num_pl_spikes"][2, k] = 48  # the tail is short and no interval was measured: the tail decides
     ds["alpha"][2, k] = 4.06
-    ds["alpha_ci_lower"][2, k], ds["alpha_ci_upper"][2, k] = 3.9, 4.2
+    ds["alpha_ci_lower"][2, k], ds["alpha_ci_upper"][2, k] = np.nan, np.nan
     assert bool(uncertain_alpha(ds).sel(layer=2, component="mlp.up"))
     dd = drill_down(ds, 2, "mlp.up")
     assert "α = 4.06 (uncertain: 48 tail eigenvalues < 50)" in dd.esd.title
@@ -145,3 +145,20 @@ def test_the_menu_waits_while_a_pass_measures(measured):
     assert not ex.controls["fit"].disabled
     ex.set_data(measured["default"])
     assert not ex.controls["fit"].disabled
+
+
+def test_the_mark_limit_is_set_in_the_explorer():
+    """Issue 45, item 3: the stated limit of the mark is a control (shown with alpha); the marks, the notes and the
+    hover follow it. By hand: widths (3.5 - 2.0) / 2.5 = 0.6 (layer 1 attn.k) and 0.6 / 3 = 0.2 (every other cell)."""
+    ex = explore(_fitted_stats(), "alpha")
+    c = ex.controls
+    assert c["mark_width"].value == 0.5 and c["mark_width"].layout.display == ""
+    assert ex.current.marks.sum() == 1
+    c["mark_width"].value = 0.7  # no interval is wider than 70 % of alpha: no mark
+    assert ex.current.marks.sum() == 0 and ex.current.mark_width == 0.7
+    c["mark_width"].value = 0.15  # every cell's interval (0.2, 0.6) is wider than 15 % of alpha
+    assert ex.current.marks.all()
+    assert "95 % interval > 15 % of alpha" in ex.view.spec["panels"][0]["xlabel"]
+    assert "(> 15 %)" in ex.hover_text(0, "attn.q")
+    c["metric"].value = "num_pl_spikes"
+    assert c["mark_width"].layout.display == "none"  # the mark is alpha's

@@ -127,6 +127,7 @@ def test_a_typo_in_the_model_box_keeps_the_heatmap_on_screen(ckpt, tmp_path):
     assert live.state == "failed"
     assert live.explorer is shown and live.body.children == children  # the old heatmap stays
     assert "Could not compute" in live.progress.label.value and "still" in live.progress.detail.value
+    assert live.progress.bar.description == "failed"
     live.form["source"].value = str(ckpt)  # the right name again: its cells replace the view
     live.form["compute"].click()
     assert live.state == "done" and live.explorer is not shown
@@ -273,12 +274,14 @@ def test_stop_says_stopping_at_once_and_the_final_line_is_the_whole_run(ckpt, mo
     first = panel.live.pace.elapsed()
     assert panel.state == "stopped" and "Stopped after" in panel.progress.label.value
     assert "left" not in panel.progress.detail.value and not panel.form["stop"].disabled
+    assert panel.progress.bar.description == "stopped"  # it said "measuring" (issue 45, item 4)
     panel.form["stop"].click()  # Resume
     panel.wait(TIMEOUT)
     total = panel.live.pace.elapsed()
     assert panel.state == "done" and total > first
     label = panel.progress.label.value
-    assert f"21 cells, 21 tensors in {clock(total)}" in label, label
+    assert f"21 cells, 21 tensors in {clock(total)} over 2 segments (" in label, label  # each segment's time
+    assert panel.progress.bar.description == "measured"
     assert panel.progress.detail.value.startswith("21 / 21 tensors") and "left" not in panel.progress.detail.value
 
 

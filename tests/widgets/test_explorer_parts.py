@@ -64,11 +64,11 @@ def test_the_model_set_takes_newer_data_under_the_same_label():
 def test_the_cell_panel_lists_the_top_cells_and_the_hover_text():
     panel = CellPanel(HeatmapView(), read_entries=False)
     panel.update(_shown(ModelSet(_ds(), labels=["m"])))
-    assert _top(panel) == [("2", "attn. k", "8.00"), ("2", "attn. q", "7.50"), ("1", "mlp. up", "6.00"),
-                           ("1", "attn. q", "4.00"), ("0", "mlp. up", "3.25")]  # one column, three digits each
+    assert _top(panel) == [("2", "attn.k", "8.00"), ("2", "attn.q", "7.50"), ("1", "mlp.up", "6.00"),
+                           ("1", "attn.q", "4.00"), ("0", "mlp.up", "3.25")]  # one column, three digits each
     panel.rank.value = "lowest"  # redrawn by the panel's own toggle
     assert [v for _, _, v in _top(panel)] == ["0.500", "1.50", "2.00", "2.50", "3.25"]
-    assert panel.hover_text(1, "attn.k") == "layer 1, attn. k\nStable rank: 0.5"
+    assert panel.hover_text(1, "attn.k") == "layer 1, attn.k\nStable rank: 0.5"
     with pytest.raises(ValueError, match="no cell at layer 5"):
         panel.hover_text(5, "attn.k")
 
@@ -80,7 +80,7 @@ def test_the_cell_panel_opens_follows_and_clears_a_cell():
     panel.update(_shown(models))
     dd = panel.show_cell(2, "mlp.up")
     assert view.selected == [0, 2, 2] and panel.opened == (2, "mlp.up") and panel.cell is dd
-    assert "layer 2, mlp. up" in panel.cell_text.value and "Stable rank: 2.5" in panel.cell_text.value
+    assert "layer 2, mlp.up" in panel.cell_text.value and "Stable rank: 2.5" in panel.cell_text.value
     assert any("read_entries=False" in n for n in dd.notes) and panel.spectrum_thread() is None
     panel.update(_shown(models, layers=(1, 2)))  # still shown: kept open, at its new row
     assert view.selected == [0, 1, 2] and panel.opened == (2, "mlp.up")
@@ -137,7 +137,8 @@ def test_the_control_panel_selects_and_names_what_is_drawn():
     models = ModelSet(_ds(), labels=["m"])
     panel = ControlPanel(models, ["stable_rank"])
     c = panel.controls
-    assert panel.selection() == SELECTION | dict(scale="auto", robust=True, components=COMPONENTS)
+    assert panel.selection() == SELECTION | dict(scale="auto", robust=True, components=COMPONENTS,
+                                                               mark_width=0.5)
     c["components"]["attn.k"].value = False
     c["vmin"].value, c["vmax"].value = "abc", "7"
     c["layers"].value = (1, 2)

@@ -50,14 +50,14 @@ def test_hover_text_has_value_tensor_shape_and_reason_and_is_what_the_browser_sh
     ex = explore(ds)
     value = float(ds["stable_rank"].sel(layer=3, component="mlp.down"))
     text = ex.hover_text(3, "mlp.down")
-    assert text.splitlines() == ["layer 3, mlp. down", f"Stable rank: {value:.3g}",
+    assert text.splitlines() == ["layer 3, mlp.down", f"Stable rank: {value:.3g}",
                                  "tensor: model.layers.3.mlp.down.weight", "shape: 64 × 32"]
     gate = ex.hover_text(3, "mlp.gate")
     assert "Stable rank: NaN" in gate and gate.endswith("undefined: architecture has no mlp.gate")
     (panel,) = ex.view.spec["panels"]
     assert (len(panel["rows"]), len(panel["cols"])) == (10, 7)
     assert panel["hover"][3][5] == text  # row 0 is layer 0, at the bottom
-    assert panel["hover"][0][0].startswith("layer 0, attn. q")
+    assert panel["hover"][0][0].startswith("layer 0, attn.q")
     with pytest.raises(ValueError, match="layers 0..9"):
         ex.hover_text(12, "attn.q")
 
@@ -95,7 +95,7 @@ def test_click_draws_the_cells_spectrum_beside_the_heatmap():
     np.testing.assert_array_equal(dd.eigenvalues, ds["eigenvalues"].sel(layer=2, component="mlp.down").values)
     assert ex.drill.spec["panels"] == dd.panels and [p["role"] for p in dd.panels] == dd.kinds
     assert ex.view.selected == [0, 2, 5]  # the opened cell is outlined
-    assert "layer 2, mlp. down" in ex.cell_text.value and "model.layers.2.mlp.down.weight" in ex.cell_text.value
+    assert "layer 2, mlp.down" in ex.cell_text.value and "model.layers.2.mlp.down.weight" in ex.cell_text.value
     assert any("entry histogram" in n and "not a local file" in n for n in dd.notes)  # says why not
     again = ex.show_cell(4, "attn.k")  # the scripted click
     assert (again.layer, again.column) == (4, "attn.k")
@@ -148,7 +148,7 @@ def test_models_side_by_side_keep_their_own_layer_axes_and_share_one_scale():
     assert [p.rows[-1] for p in ex.prepared] == [27, 35, 47]
     assert c["range"].value == "shared"  # panels of one metric share one scale by default (issue 36, item 3)
     assert [len(p["rows"]) for p in ex.view.spec["panels"]] == [28, 36, 48]
-    assert ex.hover_text(40, "attn.v", panel=2).startswith("layer 40, attn. v")
+    assert ex.hover_text(40, "attn.v", panel=2).startswith("layer 40, attn.v")
     c["range"].value = "separate"
     assert len({p.vmin for p in ex.prepared}) == 3  # separate colour ranges
     assert all(p["cbar"] for p in ex.view.spec["panels"]) and ex.view.spec["shared_cbar"] is None
@@ -160,6 +160,13 @@ def test_models_side_by_side_keep_their_own_layer_axes_and_share_one_scale():
     c["scale"].value = "diverging"  # one norm: the same centre too (the pooled median), not each panel's own
     assert len({(p.vmin, p.vmax, p.center) for p in ex.prepared}) == 1
     assert ex.prepared[0].center == pytest.approx(np.median(pooled))
+    # the colour bar (the page's shared one too) says white is the pooled median, and of which panels
+    # (issue 45, item 1); each panel gives its own median under it
+    said = "(median of small, medium, large pooled)"
+    assert all(p.cbar_label.endswith(said) for p in ex.prepared)
+    assert ex.view.spec["shared_cbar"]["label"].endswith(said)
+    own = float(np.median(models[2]["stable_rank"].values))
+    assert f"median of this panel: {ex.prepared[2].format(own)}" in ex.view.spec["panels"][2]["xlabel"]
     c["view"].value = "difference"  # 28 vs 48 layers: the grids do not line up
     assert ex.current is None and "do not line up" in ex.message
     c["base"].value, c["target"].value = 0, 0
@@ -402,7 +409,7 @@ def test_a_component_no_model_has_keeps_its_hatched_column_but_no_toggle():
     ex = explore(ds)
     assert "mlp.gate" not in ex.controls["components"] and ex.absent == ["mlp.gate"]
     assert "mlp.gate" in ex.current.cols  # the column stays (hatched), so datasets of any family line up
-    assert ex.hover_text(2, "mlp.gate").endswith("undefined: no mlp. gate matrix in this layer of the model")
+    assert ex.hover_text(2, "mlp.gate").endswith("undefined: no mlp.gate matrix in this layer of the model")
     notes = [w.value for row in ex.widget.children for w in getattr(row, "children", ()) if hasattr(w, "value")
              and isinstance(w.value, str)]
     assert any("no mlp.gate in this model" in n for n in notes)

@@ -11,7 +11,7 @@ from tests._node import needs_node, run_js
 
 def _panel(cbar_label="Stable rank (dimensionless)\nlinear scale", ticks=("0.02", "0.020005", "0.02001")):
     cbar = {"label": cbar_label, "ticks": [[i / 2, t] for i, t in enumerate(ticks)]}
-    return {"rows": [str(i) for i in range(28)], "cols": ["attn. q"] * 7, "cbar": cbar}
+    return {"rows": [str(i) for i in range(28)], "cols": ["attn.q"] * 7, "cbar": cbar}
 
 
 def _widths(panels, shared, avail):
@@ -40,6 +40,25 @@ def test_a_colour_bar_is_as_wide_as_its_labels():
     long = run_js(f"console.log(JSON.stringify(colorbarWidth({json.dumps(_panel()['cbar'])})));", module="heatmap.js")
     # the tick labels (8 characters of 0.020005) and the two label lines fit: they overlapped at a fixed 104 px
     assert long >= 12 + 26 + 8 * 6.3 + 2 * 13 and long > short
+
+
+@needs_node
+def test_a_long_colour_bar_label_is_wrapped_to_the_bar_and_the_bar_made_wide_enough():
+    """Issue 45, item 5: at 1050 px the rotated label ran past its bar and was cut to "relative w"; a pooled
+    centre's label is longer still. Each line is wrapped to the bar's height (6.3 px a character: 180 px hold
+    28), and the bar's width counts the wrapped lines."""
+    label = "relative change of the weights (1)\nwhite = 0.772 (median of step 0, step 2, step 4 pooled)"
+    lines = run_js(f"console.log(JSON.stringify(cbarLabelLines({json.dumps(label)}, 180)));", module="heatmap.js")
+    assert all(len(line) <= 28 for line in lines) and " ".join(lines).split() == label.split()
+    assert len(lines) == 5  # 34 and 55 characters: 2 + 3 lines of at most 28
+    tall = run_js(f"console.log(JSON.stringify(cbarLabelLines({json.dumps(label)}, 600)));", module="heatmap.js")
+    assert tall == label.split("\n")  # a tall bar keeps the two lines
+    cbar = {**_panel()["cbar"], "label": label}
+    wide = run_js(f"console.log(JSON.stringify(colorbarWidth({json.dumps(cbar)}, 180)));", module="heatmap.js")
+    assert wide >= 12 + 26 + 8 * 6.3 + 5 * 13
+    panel = {**_panel(cbar_label=label), "rows": [str(i) for i in range(8)]}  # 8 rows: a 200 px plot
+    got = _widths([panel], None, 1050)
+    assert got["chrome"][0] == 52 + wide
 
 
 # ---------------------------------------------------------------- window arithmetic and hit-testing

@@ -64,7 +64,7 @@ def test_plotted_array_follows_the_controls():
     np.testing.assert_array_equal(ex.current.values, expected.values)
     assert ex.current.rows == tuple(range(4, 12)) and "attn.k" not in ex.current.cols
     (panel,) = ex.view.spec["panels"]
-    assert panel["rows"] == [str(r) for r in range(4, 12)] and "attn. k" not in panel["cols"]
+    assert panel["rows"] == [str(r) for r in range(4, 12)] and "attn.k" not in panel["cols"]
     assert _shown_png(ex).startswith(PNG_MAGIC)
 
 

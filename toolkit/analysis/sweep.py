@@ -30,6 +30,9 @@ ALLOCATIONS = ("uniform", "alpha", "reverse alpha")
 EPSILONS = (0.1, 0.2, 0.3)
 #: Bootstrap replicates over the held-out windows, and the level of the intervals.
 REPLICATES, LEVEL = 2000, 0.95
+#: How far from 1 a perplexity ratio's whole interval must lie to count as a win or a loss: the bootstrap
+#: resamples the windows of one held-out text, not other texts, so a tight 0.99x says nothing of another text.
+MARGIN = 0.02
 
 
 def allocation_for(ds, name: str, sparsity: float, *, epsilon: float = DEFAULT_EPSILON):
@@ -150,20 +153,32 @@ def _pruned_losses(loaded, share, norms, text: str, max_tokens, window: int) -> 
     return losses, sum(zeroed.values()) / float(size.where(share.notnull()).sum())
 
 
-def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)") -> str:
+def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequantized to float32)", *,
+            margin: float = MARGIN) -> str:
     """A Markdown paragraph saying what ``result`` (of :func:`pruning_grid`) shows, from its numbers.
 
     A setting is a win for the alpha allocation only where the whole bootstrap interval of its perplexity ratio to
-    uniform is below 1, a loss only where it is above 1; otherwise it is within the noise. The paragraph counts
-    them, overall and per pruner and metric, gives the range of the ratios of the wins and losses, and its limits.
+    uniform lies below ``1 - margin``, a loss only where it lies above ``1 + margin``; otherwise it is within the
+    noise. The paragraph counts them, overall and per pruner and metric, gives the range of the ratios of the wins
+    and losses, states the margin, and its limits.
+
+    Parameters
+    ----------
+    result : dict
+        What :func:`pruning_grid` returns.
+    model : str
+        The model's name, for the limits.
+    margin : float, default :data:`MARGIN` (0.02)
+        The part of a ratio that is not counted either way however tight its interval is: the interval covers
+        the windows of one held-out text, not the spread between texts (0.99x is not a win).
     """
     rows = [r for r in result["rows"] if r["allocation"] == "alpha"]
     tried = [r for r in rows if "refused" not in r]
     level = result["settings"]["level"]
 
     def count(sel) -> str:
-        win = [r for r in sel if r["hi"] < 1]
-        lose = [r for r in sel if r["lo"] > 1]
+        win = [r for r in sel if r["hi"] < 1 - margin]
+        lose = [r for r in sel if r["lo"] > 1 + margin]
         text = f"wins in {len(win)}, loses in {len(lose)}, within the noise in {len(sel) - len(win) - len(lose)}"
         if win:
             text += f"; its wins: {_span(win)} of uniform's perplexity"
@@ -175,11 +190,12 @@ def reading(result: dict, model: str = "SmolLM2-135M-Instruct (GGUF Q4_1, dequan
              + f" (of {sum(r['pruner'] == p and r['metric'] == m for r in tried)})"
              for p in result["settings"]["pruners"] for m in result["settings"]["metrics"]]
     refused = len(rows) - len(tried)
+    rule = (f"a win or a loss only where the {level:.0%} paired bootstrap interval over the {result['windows']} "
+            f"held-out windows lies wholly beyond {1 - margin:g}x or {1 + margin:g}x: a margin of {margin:.0%} for "
+            "the noise of one held-out text, which the windows do not show")
     head = (f"Of the {len(tried)} settings of the grid (sparsity, ε, metric, pruner) the alpha allocation "
-            + count(tried) + f", each against uniform pruning at the same sparsity and pruner (a win or a loss only "
-            f"where the {level:.0%} paired bootstrap interval over the {result['windows']} held-out windows excludes "
-            "1)." + (f" {refused} setting(s) were refused: a matrix would get 100 % sparsity or more." if refused
-                     else ""))
+            + count(tried) + f", each against uniform pruning at the same sparsity and pruner ({rule})."
+            + (f" {refused} setting(s) were refused: a matrix would get 100 % sparsity or more." if refused else ""))
     dense = result["dense_perplexity"]
     worst = max((r["perplexity"] for r in result["rows"] if "perplexity" in r), default=dense)
     caveat = (f"Read it with its limits: one {model}, dense perplexity {dense:.1f} on {result['tokens']} tokens of "

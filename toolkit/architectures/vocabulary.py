@@ -30,5 +30,3 @@ EXTRA_COMPONENTS: tuple[str, ...] = (
 #: Every component an adapter may hand out, canonical ones first.
 ALL_COMPONENTS: tuple[str, ...] = COMPONENTS + EXTRA_COMPONENTS
 
-#: Axis labels as the figures print them (``attn. q`` ...).
-COMPONENT_LABELS: dict[str, str] = {c: c.replace(".", ". ") for c in ALL_COMPONENTS}

@@ -39,8 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from toolkit.constraint_types import Keywords
+from toolkit.constraint_types import Exempt, Keywords
 from toolkit.constraints import Flag, Function, OneOf, Optional, Text, checks_options
+from toolkit.domains import UNBOUNDED, natural_domain
 from toolkit.errors import (
     DegenerateMatrix,
     DuplicateMetricError,  # noqa: F401  (re-exported: the former name of DuplicateRegistrationError)
@@ -92,6 +93,11 @@ class Metric:
     opt_in : bool
         Computed only when asked for by name (it costs more than the others):
         ``metrics=None`` leaves it out; :func:`list_metrics` lists it.
+    domain : (float, float)
+        The values the metric can take (``(0.0, 1.0)`` for a fraction, ``(1.0, inf)``
+        for a condition number; :mod:`toolkit.domains`), written to the variable's
+        attrs as CF ``valid_min`` / ``valid_max``; every colour scale drawn for it
+        stays inside (:func:`toolkit.plot.scale_rules.domain`).
     """
 
     name: str
@@ -106,14 +112,18 @@ class Metric:
     needs_matrices: bool = True
     any_dtype: bool = False
     opt_in: bool = False
+    domain: tuple = UNBOUNDED
 
-    def attrs(self) -> dict[str, str]:
-        """NetCDF-safe attrs for the Dataset variable holding this metric."""
+    def attrs(self) -> dict:
+        """NetCDF-safe attrs for the Dataset variable holding this metric (``valid_min`` / ``valid_max``: the
+        finite ends of its ``domain``)."""
+        ends = {k: float(v) for k, v in zip(("valid_min", "valid_max"), self.domain, strict=True) if math.isfinite(v)}
         return {
             "long_name": self.long_name,
             "units": self.units,
             "description": self.description,
             "reference": self.reference,
+            **ends,
         }
 
     def evaluate(self, w, s=None, **options) -> MetricValue:
@@ -177,7 +187,9 @@ def _singular_values(w):
                 long_name=Text("the figure label"), units=Text("'1' when dimensionless"),
                 description=Text(empty=True), reference=Text(empty=True),
                 options=Optional(Keywords("the metric's function")), kind=OneOf(KINDS), needs_singular_values=Flag(),
-                overwrite=Flag(), needs_matrices=Flag(), any_dtype=Flag(), opt_in=Flag())
+                overwrite=Flag(), needs_matrices=Flag(), any_dtype=Flag(), opt_in=Flag(),
+                domain=Exempt("(low, high), the values the metric can take: a ToolkitError naming the metric "
+                              "refuses anything else"))
 def register_metric(
     name: str,
     func: Callable | None = None,
@@ -193,6 +205,7 @@ def register_metric(
     needs_matrices: bool = True,
     any_dtype: bool = False,
     opt_in: bool = False,
+    domain: tuple | None = None,
 ):
     """Register a statistic so ``weight_stats`` (or ``compare``) computes it.
 
@@ -226,6 +239,10 @@ def register_metric(
     opt_in : bool, default False
         Compute it only when asked for by name (``metrics=None`` leaves it
         out): for costly metrics such as a Marchenko-Pastur fit.
+    domain : (float, float), optional
+        The values the metric can take (``(0.0, 1.0)`` for a fraction; ``-inf`` / ``inf``
+        for an open end); colour scales drawn for it stay inside. Default: the built-in
+        table :data:`toolkit.domains.NATURAL_DOMAINS`, else unbounded.
     overwrite : bool
         Replace an existing metric of that name. Re-registering the same
         module-level function (same module and qualified name, e.g. after
@@ -247,6 +264,7 @@ def register_metric(
         raise ToolkitError(f"metric kind must be one of {KINDS}, got {kind!r}")
     if not isinstance(name, str) or not name.isidentifier():
         raise ToolkitError(f"metric name must be a snake_case identifier, got {name!r}")
+    bounds = natural_domain(name) if domain is None else _checked_domain(name, domain)
 
     def _add(f: Callable):
         old = _REGISTRY.get(name)
@@ -266,6 +284,7 @@ def register_metric(
             needs_matrices=bool(needs_matrices),
             any_dtype=bool(any_dtype),
             opt_in=bool(opt_in),
+            domain=bounds,
         )
         _REGISTRY[name] = m
         return m
@@ -278,6 +297,18 @@ def register_metric(
 
         return deco
     return _add(func)
+
+
+def _checked_domain(name: str, domain) -> tuple[float, float]:
+    """``domain`` as ``(low, high)`` floats, or a ToolkitError saying what a domain is."""
+    try:
+        lo, hi = (float(x) for x in domain)
+    except (TypeError, ValueError):
+        lo = hi = math.nan
+    if not lo < hi:
+        raise ToolkitError(f"the domain of metric {name!r} must be (low, high) with low < high, e.g. (0.0, 1.0) "
+                           f"or (0.0, math.inf); got {domain!r}")
+    return lo, hi
 
 
 def _qualname(f) -> tuple:

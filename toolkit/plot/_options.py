@@ -54,7 +54,7 @@ PREPARED = Exempt("the figure data a prepare_* function returns (its own datacla
 HEATMAP = dict(data=DATA, metric=Optional(Text("a variable of the Dataset")), center=CENTER,
                scale=OneOf(SCALE_CHOICES), robust=Flag(), layers=LABELS["layers"], components=LABELS["components"],
                title=TITLE, vmin=Optional(Real()), vmax=Optional(Real()), log=Optional(Flag()),
-               selection=LABELS["selection"])
+               mark_width=Real(above=0.0, meaning="a fraction of alpha, e.g. 0.5"), selection=LABELS["selection"])
 #: the options of a lab layer grid (prepare_layer_grid, layer_grid) but its scale
 LAYER_GRID = dict(ds=DS, metric=Text("a variable of the lab result, e.g. 'attention_norm'"),
                   activations=LABELS["activations"], layers=LABELS["layers"], head=LABELS["head"],

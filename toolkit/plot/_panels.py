@@ -99,7 +99,7 @@ def heatmaps(data, metric=None, *, over: str | None = None, share_scale: bool | 
     prepared = [prepare_heatmap(d, m, **opts, **sel) for d, m, sel in specs]
     if share_scale:
         one = shared_scale([p.values for p in prepared], scale=scale, center=center, robust=robust,
-                           attrs=_attrs(specs[0]))
+                           attrs=_attrs(specs[0]), names=_names(specs, titles))
         prepared = [prepare_heatmap(d, m, **{**opts, **one.keywords()}, **sel) for d, m, sel in specs]
     if titles is not None:
         from dataclasses import replace
@@ -132,6 +132,21 @@ def _attrs(spec) -> dict:
     data, metric, _ = spec
     var = data[metric] if metric is not None and hasattr(data, "data_vars") else data
     return dict(getattr(var, "attrs", {}) or {})
+
+
+def _names(specs, titles) -> list | None:
+    """What each panel is, for a pooled centre's label (``step 0, step 2, step 4``): the titles given, else
+    the selections (``step 4``); None when a panel has neither (the label then counts the panels)."""
+    from toolkit.plot._select import describe
+
+    names = list(titles) if titles is not None else [describe(spec[2], _var(spec)) for spec in specs]
+    return names if all(names) else None
+
+
+def _var(spec):
+    """The variable a panel's selection is made on (the data itself when it is one)."""
+    data, metric, _ = spec
+    return data[metric] if metric is not None and hasattr(data, "data_vars") else None
 
 
 def _merge_extend(prepared) -> str:

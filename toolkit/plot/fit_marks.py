@@ -9,7 +9,9 @@ corner (top right, white-edged, so it shows on every colour) drawn by
 
 The limits
 ----------
-:data:`MAX_RELATIVE_WIDTH` = 0.5: the interval is wider than half of alpha,
+:data:`MAX_RELATIVE_WIDTH` = 0.5 (the default of every ``mark_width`` option; the interval decides
+wherever it was measured, and its relative width is a metric of its own, :func:`relative_width`, whose
+heatmap ranks the cells): the interval is wider than half of alpha,
 :math:`(\alpha_{hi} - \alpha_{lo}) / \alpha > 0.5`. At alpha = 4 such an interval
 (about 3 to 5) covers half of the 2-6 band the ``quality`` labels call well trained (WeightWatcher's
 thresholds, Martin & Mahoney 2021; :func:`toolkit.collect.assemble.quality.with_quality`), and
@@ -18,8 +20,9 @@ For a tail of :math:`n` eigenvalues and a known xmin the 95 % interval is about
 :math:`2 \cdot 1.96 (\alpha - 1)/\sqrt n` wide (Clauset et al. 2009, §3.1); the bootstrap's
 (xmin held, the MLE's small-tail bias corrected) is as wide (``tests/metrics/test_alpha_interval.py``).
 
-:data:`MIN_TAIL` = 50 eigenvalues: the same limit read from the tail's size, for a Dataset without
-the interval. With xmin known, alpha's standard error is :math:`(\alpha - 1)/\sqrt n`
+:data:`MIN_TAIL` = 50 eigenvalues: the same limit read from the tail's size, for a cell without
+the interval (a measured interval already holds what the tail's size says).
+With xmin known, alpha's standard error is :math:`(\alpha - 1)/\sqrt n`
 (WeightWatcher's ``sigma``); at :math:`n = 50` the 95 % interval is already
 :math:`0.55(\alpha - 1)` wide, 0.42 of alpha at alpha = 4, close to :data:`MAX_RELATIVE_WIDTH`
 before xmin's own uncertainty is added; and the MLE's bias, :math:`(\alpha - 1)/n` (the
@@ -37,19 +40,67 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "cell_verdict", "draw_marks", "mark_note", "panel_marks",
-           "uncertain_alpha", "uncertain_reason"]
+__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "WIDTH_NAME", "cell_verdict", "draw_marks", "mark_note", "panel_marks",
+           "relative_width", "uncertain_alpha", "uncertain_reason", "with_relative_width"]
 
-#: A cell whose 95 % interval of alpha is wider than this fraction of alpha is marked.
+#: A cell whose 95 % interval of alpha is wider than this fraction of alpha is marked (the default of
+#: every ``mark_width`` option).
 MAX_RELATIVE_WIDTH = 0.5
+#: The variable that ranks the cells from "trust alpha" (0) to "do not" (:func:`relative_width`).
+WIDTH_NAME = "alpha_ci_relative_width"
 #: A cell whose power-law tail holds fewer eigenvalues than this is marked.
 MIN_TAIL = 50
 #: Side of the corner mark, as a fraction of the cell (matplotlib; the page draws the same).
 CORNER = 0.32
 
 
+def relative_width(ds):
+    r"""The width of alpha's 95 % interval over alpha, per cell: a metric of its own, whose heatmap ranks the
+    cells from "trust alpha" (near 0) to "do not" (above :data:`MAX_RELATIVE_WIDTH`).
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        With ``alpha``, ``alpha_ci_lower`` and ``alpha_ci_upper`` on one set of dims.
+
+    Returns
+    -------
+    xarray.DataArray or None
+        :math:`(\alpha_{hi} - \alpha_{lo}) / \alpha`, named :data:`WIDTH_NAME`, dims of ``alpha``, NaN where
+        alpha or its interval is; attrs ``long_name``, ``units`` ("1"), ``description``, ``valid_min`` 0.
+        None without the three variables.
+
+    Examples
+    --------
+    An interval 3 to 5 around alpha = 4 is half of alpha wide: 0.5.
+    """
+    names = getattr(ds, "data_vars", {})
+    if not {"alpha", "alpha_ci_lower", "alpha_ci_upper"} <= set(names):
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        width = (ds["alpha_ci_upper"] - ds["alpha_ci_lower"]) / ds["alpha"]
+    return width.where(np.isfinite(width)).rename(WIDTH_NAME).assign_attrs(
+        long_name="relative width of alpha's 95 % interval", units="1", valid_min=0.0,
+        description="(alpha_ci_upper - alpha_ci_lower) / alpha: 0 = alpha is known, above "
+                    f"{MAX_RELATIVE_WIDTH:g} = the cell gets the mark of an uncertain alpha",
+        reference="toolkit.plot.fit_marks")
+
+
+def with_relative_width(ds):
+    """``ds`` with :func:`relative_width` as the variable :data:`WIDTH_NAME` where it can be computed and is not
+    there yet (the explorer offers it in its metric menu); ``ds`` itself otherwise."""
+    if WIDTH_NAME in getattr(ds, "data_vars", {}):
+        return ds
+    width = relative_width(ds)
+    return ds if width is None else ds.assign({WIDTH_NAME: width})
+
+
 def uncertain_alpha(ds, *, max_relative_width: float = MAX_RELATIVE_WIDTH, min_tail: int = MIN_TAIL):
-    r"""Where alpha is too uncertain to read: True beyond either limit (module docstring).
+    r"""Where alpha is too uncertain to read: True above the stated limit (module docstring).
+
+    The interval decides where it was measured: a cell is marked when its relative width
+    (:func:`relative_width`) is above ``max_relative_width``. The tail's size stands in only where no
+    interval was measured: fewer than ``min_tail`` eigenvalues.
 
     Parameters
     ----------
@@ -63,24 +114,23 @@ def uncertain_alpha(ds, *, max_relative_width: float = MAX_RELATIVE_WIDTH, min_t
     -------
     xarray.DataArray of bool or None
         Dims of ``alpha``: True where alpha is finite and
-        :math:`(\alpha_{hi} - \alpha_{lo})/\alpha >` ``max_relative_width`` or
-        ``num_pl_spikes < min_tail``; False elsewhere (a NaN interval or count marks nothing).
-        None when ``ds`` holds no alpha or neither quality column.
+        :math:`(\alpha_{hi} - \alpha_{lo})/\alpha >` ``max_relative_width``, or, where the interval is
+        NaN or absent, ``num_pl_spikes < min_tail``; False elsewhere. None when ``ds`` holds no alpha or
+        neither quality column.
     """
     names = getattr(ds, "data_vars", {})
     if "alpha" not in names:
         return None
     alpha = ds["alpha"]
-    has_interval = "alpha_ci_lower" in names and "alpha_ci_upper" in names
-    if not has_interval and "num_pl_spikes" not in names:
+    width = relative_width(ds)
+    if width is None and "num_pl_spikes" not in names:
         return None
     marked = alpha.notnull() & False
-    with np.errstate(invalid="ignore", divide="ignore"):
-        if has_interval:
-            width = (ds["alpha_ci_upper"] - ds["alpha_ci_lower"]) / alpha
-            marked = marked | (width > max_relative_width).fillna(False)
-        if "num_pl_spikes" in names:
-            marked = marked | (ds["num_pl_spikes"] < min_tail).fillna(False)
+    measured = marked if width is None else width.notnull()
+    if width is not None:
+        marked = marked | (width > max_relative_width).fillna(False)
+    if "num_pl_spikes" in names:
+        marked = marked | ((ds["num_pl_spikes"] < min_tail).fillna(False) & ~measured)
     return (marked & np.isfinite(alpha)).rename("alpha_uncertain")
 
 
@@ -112,7 +162,7 @@ def uncertain_reason(alpha: float, facts: dict, *, max_relative_width: float = M
         why.append(f"95 % interval {format_value(lo, 3)} to {format_value(hi, 3)} is "
                    f"{width * 100:.0f} % of alpha (> {max_relative_width * 100:g} %)")
     tail = facts.get("num_pl_spikes", np.nan)
-    if np.isfinite(tail) and tail < min_tail:
+    if np.isfinite(tail) and tail < min_tail and not np.isfinite(width):  # the interval decides where measured
         why.append(f"{tail:g} tail eigenvalues < {min_tail}")
     return ("uncertain: " + "; ".join(why)) if why else ""
 
@@ -133,7 +183,8 @@ def cell_verdict(ds, layer, component) -> str:
     return uncertain_reason(alpha, facts)
 
 
-def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
+def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str, *,
+                max_relative_width: float = MAX_RELATIVE_WIDTH):
     """:func:`uncertain_alpha` on one prepared panel's grid, or None (not alpha, no quality columns).
 
     Parameters
@@ -146,6 +197,8 @@ def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
     rows, cols : sequence
         The panel's layers and column labels, in its order.
     col_dim : str
+    max_relative_width : float, default :data:`MAX_RELATIVE_WIDTH`
+        The stated limit (:func:`uncertain_alpha`).
 
     Returns
     -------
@@ -155,7 +208,7 @@ def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
 
     if metric != "alpha" or not hasattr(ds, "data_vars"):
         return None
-    marked = uncertain_alpha(ds)
+    marked = uncertain_alpha(ds, max_relative_width=max_relative_width)
     if marked is None or any(is_reduction(marked, k, v) for k, v in selection.items()):
         return None
     try:
@@ -171,7 +224,7 @@ def panel_marks(ds, metric: str, selection: dict, rows, cols, col_dim: str):
 def mark_note(*, max_relative_width: float = MAX_RELATIVE_WIDTH, min_tail: int = MIN_TAIL) -> str:
     """The legend of the mark, as the figure's notes print it (three short lines: it fits under a narrow panel)."""
     return (f"black corner: alpha uncertain\n(95 % interval > {max_relative_width * 100:g} % of alpha,\n"
-            f"or a tail of < {min_tail} eigenvalues)")
+            f"or, with none, a tail of < {min_tail} eigenvalues)")
 
 
 def corner(j: float, i: float, size: float = CORNER) -> list[tuple[float, float]]:

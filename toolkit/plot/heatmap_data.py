@@ -33,7 +33,7 @@ class HeatmapData:
     col_dim : {"component", "head", "kv_head"}
         The dimension along the columns (see :attr:`col_axis_label`).
     col_labels : tuple of str
-        Column labels as printed (``attn. q`` ...).
+        Column labels as printed (``attn.q`` ...).
     yticks, ytick_labels : tuple
         Row positions that carry a label (every 4th layer and the last) and
         those labels.
@@ -73,10 +73,18 @@ class HeatmapData:
         Significant digits of every label of the panel (ticks, hover, cells,
         top cells): :func:`toolkit.plot.numbers.digits_for`, so they tell
         the values apart.
+    span : (float, float)
+        The part of the colour map drawn between ``vmin`` and ``vmax``: all of
+        it, unless a diverging bar is cut at its metric's bound
+        (:func:`toolkit.plot.scale_rules.bounded_diverging`) or the panel is
+        one value (:func:`~toolkit.plot.scale_rules.constant_limits`: one colour).
     marks : numpy.ndarray of bool or None
         Like ``values``: the cells drawn with the mark of an uncertain alpha
         (:func:`toolkit.plot.fit_marks.uncertain_alpha`); None where the panel
         has no such facts.
+    mark_width : float
+        The stated limit of the marks: alpha's 95 % interval wider than this
+        fraction of alpha (:data:`toolkit.plot.fit_marks.MAX_RELATIVE_WIDTH` by default).
     """
 
     values: np.ndarray
@@ -104,6 +112,8 @@ class HeatmapData:
     log: bool = False
     digits: int = 3
     marks: np.ndarray | None = None
+    span: tuple = (0.0, 1.0)
+    mark_width: float = 0.5
 
     @property
     def nan_mask(self) -> np.ndarray:
@@ -118,7 +128,7 @@ class HeatmapData:
     def col_axis_label(self) -> str:
         """The x axis label: the column dimension's name (``head``, ``kv_head``).
 
-        Empty for components, whose tick labels (``attn. q`` ...) say it all.
+        Empty for components, whose tick labels (``attn.q`` ...) say it all.
         """
         return "" if self.col_dim == "component" else str(self.col_dim)
 
@@ -134,7 +144,7 @@ class HeatmapData:
         if mask.any() and not mask.all():
             notes.append("hatched: no value (NaN)")
         if self.marks is not None and self.marks.any():
-            notes.append(mark_note())
+            notes.append(mark_note(max_relative_width=self.mark_width))
         if self.caption:
             notes.append(self.caption)
         return notes
@@ -148,6 +158,10 @@ class HeatmapData:
         """The matplotlib norm of this panel (see :func:`toolkit.plot._style.make_norm`)."""
         return _style.make_norm(self.scale, self.vmin, self.vmax, self.center, log=self.log)
 
+    def colormap(self):
+        """The matplotlib colour map of this panel: its scale's, over :attr:`span`."""
+        return _style.cmap(self.scale, self.span)
+
     def drawn_values(self) -> np.ndarray:
         """``values`` as the colour map receives them: masked where NaN; +-inf as huge finite
         numbers (the colours beyond the limits); on the log scale values <= 0 below ``vmin``."""
@@ -160,7 +174,7 @@ class HeatmapData:
     def face_colors(self) -> np.ndarray:
         """RGBA of every cell, shape (n_rows, n_cols, 4), in [0, 1]: the colours
         :func:`draw_heatmap` paints (alpha 0 where there is no value: drawn hatched)."""
-        return np.asarray(_style.cmap(self.scale)(self.norm()(self.drawn_values())), dtype=float)
+        return np.asarray(self.colormap()(self.norm()(self.drawn_values())), dtype=float)
 
     def format(self, value: float) -> str:
         """``value`` as every label of this panel prints it (:attr:`digits` significant digits)."""
@@ -174,11 +188,11 @@ class HeatmapData:
         """The colorbar as plain numbers: ``colors`` (``n`` RGBA samples from its bottom to its top,
         evenly spaced along the bar), ``ticks`` (``(position in [0, 1], label)``: where
         matplotlib's colorbar puts each tick, the norm of its value), ``label``, ``extend``."""
-        cm, norm = _style.cmap(self.scale), self.norm()
+        cm, norm = self.colormap(), self.norm()
         labels = self.tick_labels()
-        if self.constant is not None:
-            labels = [f"constant: {label}" for label in labels]
         positions = [float(np.clip(norm(t), 0.0, 1.0)) for t in self.cbar_ticks]
+        if self.constant is not None:  # one colour: its one tick in the middle
+            labels, positions = [f"constant: {label}" for label in labels], [0.5] * len(labels)
         return {"colors": [list(map(float, cm(x))) for x in np.linspace(0.0, 1.0, n)],
                 "ticks": list(zip(positions, labels, strict=True)), "label": self.cbar_label,
                 "extend": self.extend}

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from toolkit.architectures.vocabulary import COMPONENT_LABELS
-from toolkit.constraints import Optional, Whole, checks_options
+from toolkit.constraints import Optional, Text, Whole, checks_options
 from toolkit.errors import EmptyInputError, ExtraDimensionError, UnknownMetricError
 from toolkit.plot import _options as O
 from toolkit.plot import _style
@@ -35,17 +34,18 @@ from toolkit.plot._select import (
     select,
     tick_rows,
 )
-from toolkit.plot.fit_marks import draw_marks, panel_marks
+from toolkit.plot.fit_marks import MAX_RELATIVE_WIDTH, draw_marks, panel_marks
 from toolkit.plot.heatmap_data import HeatmapData
-from toolkit.plot.numbers import digits_for, format_value, near_constant_note
-from toolkit.plot.scales import describe_scale, diverging_log, panel_limits, resolve_scale
+from toolkit.plot.panel_scale import panel_scale
 
 
-@checks_options(**O.HEATMAP, digits=Optional(Whole(minimum=1, maximum=17)))
+@checks_options(**O.HEATMAP, digits=Optional(Whole(minimum=1, maximum=17)),
+                center_of=Optional(Text("what a given centre is the median of, e.g. 'median of 3 panels pooled'")))
 def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str = "auto",
                     robust: bool = True, layers=None, components=None, title: str | None = None,
                     vmin: float | None = None, vmax: float | None = None, log: bool | None = None,
-                    digits: int | None = None, **selection) -> HeatmapData:
+                    digits: int | None = None, center_of: str | None = None,
+                    mark_width: float = MAX_RELATIVE_WIDTH, **selection) -> HeatmapData:
     """Select one 2-D ``(layer, component)`` panel and work out its colours and labels.
 
     Parameters
@@ -59,7 +59,9 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         Variable name (``"stable_rank"``). Default: the first metric of the
         Dataset (ignored for a DataArray).
     center : "median", float or None, default None
-        Value drawn white on the diverging scale. None: the variable's natural
+        Value drawn white on the diverging scale; the limits stop at the
+        metric's natural domain (:func:`toolkit.plot.scale_rules.domain`: a
+        condition number's bar never runs below 1). None: the variable's natural
         centre (its attr ``natural_center``: 0 for a difference, 1 for a
         ratio) if it has one. ``"median"`` gives the published figures'
         blue-white-orange look around the panel's median (with
@@ -93,6 +95,17 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         Significant digits of the panel's labels; default
         :func:`toolkit.plot.numbers.digits_for` of its values and limits
         (panels on one scale get their pooled one).
+    center_of : str, optional
+        What a given ``center`` is the median of, said on the colour bar
+        (``white = 0.772 (median of 3 panels pooled)``), with the panel's own
+        median under it; :func:`toolkit.plot.scales.shared_scale` sets it for
+        panels that share one scale.
+    mark_width : float, default 0.5
+        The stated limit of the mark of an uncertain alpha: a cell of
+        ``alpha`` whose 95 % interval is wider than this fraction of alpha
+        gets a black corner (:data:`toolkit.plot.fit_marks.MAX_RELATIVE_WIDTH`;
+        the ranking itself is the metric ``alpha_ci_relative_width``,
+        :func:`toolkit.plot.fit_marks.with_relative_width`).
     **selection
         One label per extra dimension, e.g. ``checkpoint="step-1000"``,
         ``head=3``, or a 1-D coordinate such as ``step=1000``. A dimension
@@ -169,49 +182,28 @@ def prepare_heatmap(data, metric: str | None = None, *, center=None, scale: str 
         raise EmptyInputError(f"the selection leaves no cell of {metric!r} to draw")
     reasons = cell_reasons(da, metric)
     long_name = str(da.attrs.get("long_name") or metric.replace("_", " "))
-    finite = values[np.isfinite(values)]
-    scale, center = resolve_scale(values, scale=scale, center=center, attrs=da.attrs)
-    log = bool(scale == "diverging" and (diverging_log(values, center) if log is None else log))
-    caption, constant, undefined = "", None, bool(np.isnan(values).all())
-    if undefined:  # nothing defined (delta ranks at step 0): hatched, with the reason
-        (lo, hi), c = (1.0, 10.0) if scale == "log" else (0.0, 1.0), None  # a LogNorm takes no 0
+    colours = panel_scale(values, metric=str(metric), attrs=da.attrs, scale=scale, center=center,
+                          center_of=center_of, robust=robust, vmin=vmin, vmax=vmax, log=log, digits=digits)
+    caption = colours.caption
+    if np.isnan(values).all():  # nothing defined (delta ranks at step 0): hatched, with the reason
         why = most_common(reasons[reasons != ""]) if reasons.size else ""
         caption = f"{long_name} is undefined in every cell" + (f": {why}" if why else "")
-    elif finite.size and finite.min() == finite.max() and vmin is None and vmax is None:
-        constant = float(finite[0])
-        lo, hi = _style.constant_limits(constant, _style.metric_bounds(metric, da.attrs), scale) \
-            if scale != "log" or constant > 0 else _style.color_limits(values, scale=scale)[:2]
-        c = constant if scale == "diverging" and center is not None and lo < constant < hi else None
-        caption = f"constant: {format_value(constant)}"
-    else:
-        lo, hi, c = panel_limits(values, scale=scale, center=center, robust=robust, vmin=vmin, vmax=vmax, log=log)
-        caption = near_constant_note(finite)
-    at_median = bool(center == "median" and c is not None and finite.size and c == float(np.median(finite)))
-    known = values[~np.isnan(values)]
-    below, above = bool((known < lo).any()), bool((known > hi).any())
-    extend = {(False, False): "neither", (True, False): "min", (False, True): "max"}.get((below, above), "both")
-    units = str(da.attrs.get("units", ""))
-    units_label = unit_text(units)
     rows = tuple(int(x) for x in da[ROW_DIM].values)
     cols = tuple(x.item() if hasattr(x, "item") else x for x in da[col_dim].values)
-    labels = tuple(COMPONENT_LABELS.get(str(c), str(c)) for c in cols)
     yticks, ytick_labels = tick_rows(rows)
     if title is None:
         name, sel = model_name(attrs), describe(selection, source)
         title = (f"{name}: " if name else "") + long_name + (f" ({sel})" if sel else "")
-    ticks = (constant,) if constant is not None else () if undefined else \
-        _style.colorbar_ticks(scale, lo, hi, c, log=log)
-    if digits is None:
-        digits = digits_for(finite, None if constant is not None else lo, None if constant is not None else hi)
+    units = str(da.attrs.get("units", ""))
     return HeatmapData(
-        values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=labels,
+        values=values, rows=rows, cols=cols, col_dim=col_dim, col_labels=tuple(str(c) for c in cols),
         yticks=yticks, ytick_labels=ytick_labels, metric=str(metric), long_name=long_name,
-        units=units, scale=scale, vmin=lo, vmax=hi, center=c, cbar_ticks=ticks,
-        cbar_label=_cbar_label(long_name, units_label, "" if undefined else
-                               describe_scale(scale, c, median=at_median, log=log, digits=digits)),
-        title=title, extend=extend, selection=dict(selection), reasons=reasons, caption=caption,
-        constant=constant, log=log, digits=digits,
-        marks=panel_marks(data, str(metric), selection, rows, cols, col_dim))
+        units=units, scale=colours.scale, vmin=colours.vmin, vmax=colours.vmax, center=colours.center,
+        cbar_ticks=colours.ticks, cbar_label=_cbar_label(long_name, unit_text(units), colours.text),
+        title=title, extend=colours.extend, selection=dict(selection), reasons=reasons, caption=caption,
+        constant=colours.constant, log=colours.log, digits=colours.digits, span=colours.span,
+        mark_width=float(mark_width),
+        marks=panel_marks(data, str(metric), selection, rows, cols, col_dim, max_relative_width=mark_width))
 
 
 def _cbar_label(long_name: str, units: str, scale_text: str = "") -> str:
@@ -253,7 +245,7 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 
         _, ax = plt.subplots(figsize=auto_figsize(*p.values.shape, annotate=annotate), layout="constrained")
     n_rows, n_cols = p.values.shape
-    norm, cm = p.norm(), _style.cmap(p.scale)
+    norm, cm = p.norm(), p.colormap()
     mesh = ax.pcolormesh(np.arange(n_cols + 1), np.arange(n_rows + 1), p.drawn_values(),
                          cmap=cm, norm=norm, shading="flat")
     mask = p.nan_mask
@@ -295,7 +287,8 @@ def draw_heatmap(prepared: HeatmapData, *, ax=None, annotate: bool = False, cbar
 def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str = "auto",
             robust: bool = True, layers=None, components=None, annotate: bool = False, cbar: bool = True,
             cbar_kws: dict | None = None, title: str | None = None, vmin: float | None = None,
-            vmax: float | None = None, log: bool | None = None, **selection):
+            vmax: float | None = None, log: bool | None = None, mark_width: float = MAX_RELATIVE_WIDTH,
+            **selection):
     """Layer x component (or layer x head / kv_head) heatmap of one metric.
 
     Parameters are those of :func:`prepare_heatmap` plus:
@@ -322,5 +315,6 @@ def heatmap(data, metric: str | None = None, *, ax=None, center=None, scale: str
     >>> toolkit.plot.heatmap(act, "key_head_rms")       # columns: kv_head  # doctest: +SKIP
     """
     p = prepare_heatmap(data, metric, center=center, scale=scale, robust=robust, layers=layers,
-                        components=components, title=title, vmin=vmin, vmax=vmax, log=log, **selection)
+                        components=components, title=title, vmin=vmin, vmax=vmax, log=log, mark_width=mark_width,
+                        **selection)
     return draw_heatmap(p, ax=ax, annotate=annotate, cbar=cbar, cbar_kws=cbar_kws)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENT_LABELS, COMPONENTS
+from toolkit.architectures.vocabulary import ALL_COMPONENTS, COMPONENTS
 from toolkit.constraints import Flag, OneOf, Text, checks_options
 from toolkit.errors import EmptyInputError, UnknownMetricError
 from toolkit.plot import _options as O
@@ -137,7 +137,7 @@ def prepare_component_lines(ds, metric: str = "relative_change", *, reduce: str 
     span = f"layers {rows[0]}-{rows[-1]}" if len(rows) > 1 else f"layer {rows[0]}"
     return ComponentLinesData(
         x=np.asarray(x)[order], values=values, components=tuple(keep),
-        labels=tuple(COMPONENT_LABELS.get(c, c) for c in keep),
+        labels=tuple(str(c) for c in keep),
         colors=tuple(COMPONENT_COLORS.get(c, "#949494") for c in keep),
         linestyles=tuple(COMPONENT_LINESTYLES.get(c, "--") for c in keep),
         layers=rows, metric=metric, long_name=long_name, units=units, reduce=reduce,

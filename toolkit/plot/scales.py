@@ -26,6 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from toolkit.plot.numbers import digits_for
+from toolkit.plot.scale_rules import centre_text, color_limits, finite_values, pooled_centre_of, symmetric_limits
+
 #: Every scale ``prepare_heatmap`` takes; "auto" is resolved by :func:`resolve_scale`.
 SCALE_CHOICES = ("auto", "diverging", "sequential", "log")
 #: Positive values spanning more decades than this default to a log scale.
@@ -105,19 +108,16 @@ def diverging_log(values, center=None) -> bool:
     return decades(v) > LOG_DECADES
 
 
-def describe_scale(scale: str, center: float | None, *, median: bool = False, log: bool = False,
+def describe_scale(scale: str, center: float | None, *, of: str = "", log: bool = False,
                    digits: int = 3) -> str:
-    """What the colorbar says about its scale: ``log scale``, ``linear scale``, ``white = 0`` or,
-    when the centre is the panel's median, ``white = median 0.0912`` (``, log scale`` added for a
-    diverging scale in decades)."""
-    from toolkit.plot.numbers import format_value
-
+    """What the colorbar says about its scale: ``log scale``, ``linear scale``, or what white is and what it
+    is the centre of (:func:`toolkit.plot.scale_rules.centre_text`: ``white = 0``, ``white = median
+    0.0912``, ``white = 0.772 (median of 3 panels pooled)``; ``, log scale`` added for a diverging scale in
+    decades)."""
     if scale == "log":
         return "log scale"
     if scale == "diverging" and center is not None:
-        text = f"white = median {format_value(center, digits)}" if median else \
-            f"white = {format_value(center, digits)}"
-        return text + (", log scale" if log else "")
+        return centre_text(center, of=of, digits=digits, log=log)
     return "linear scale"
 
 
@@ -139,6 +139,9 @@ class SharedScale:
     digits : int
         Significant digits of every panel's labels (:func:`toolkit.plot.numbers.digits_for` of the
         pooled values and limits), so one value reads alike in every panel.
+    center_of : str
+        What the centre is the median of, for the colour bar (``median of 3 panels pooled``); ``""``
+        for a natural or given centre.
     """
 
     scale: str
@@ -148,33 +151,43 @@ class SharedScale:
     natural: bool = False
     log: bool = False
     digits: int = 3
+    center_of: str = ""
 
     def keywords(self) -> dict:
-        """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale."""
-        return {"scale": self.scale, "vmin": self.vmin, "vmax": self.vmax,
-                "center": self.center if self.center is not None else None, "log": self.log, "digits": self.digits}
+        """Keywords of :func:`toolkit.plot.prepare_heatmap` that draw a panel on this scale (no limits when
+        every panel holds one and the same value: each is then drawn as the constant panel it is, in one
+        colour with no made-up range, :func:`toolkit.plot.scale_rules.constant_limits`)."""
+        limits = {} if self.vmin == self.vmax else {"vmin": self.vmin, "vmax": self.vmax}
+        return {"scale": self.scale, **limits, "center": self.center, "log": self.log, "digits": self.digits,
+                "center_of": self.center_of or None}
 
 
-def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None) -> SharedScale:
+def shared_scale(values_list, *, scale: str = "auto", center=None, robust: bool = True, attrs=None,
+                 names=None) -> SharedScale:
     """The one norm of panels shown on a shared scale, from all their values pooled.
+
+    A centre that is a median is the median of every panel's values together, and the scale says so
+    (``center_of``: ``median of 3 panels pooled``, or with the panels' ``names``, ``median of step 0,
+    step 2, step 4 pooled``), so no one reads it as one panel's own median.
 
     Raises
     ------
     toolkit.errors.EmptyInputError
         No finite value in any panel (none positive for a log scale).
     """
-    from toolkit.plot._style import color_limits
-
     pooled = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values_list])
     scale, centre = resolve_scale(pooled, scale=scale, center=center, attrs=attrs)
+    finite = finite_values(pooled)
+    if finite.size and finite.min() == finite.max():  # one value everywhere: no range to share
+        v = float(finite[0])
+        return SharedScale(scale, v, v, v if scale == "diverging" else None, centre not in (None, "median"))
     natural = centre is not None and centre != "median"
     log = scale == "diverging" and diverging_log(pooled, centre)
     lo, hi, c = color_limits(pooled, scale=scale, robust=robust, center=centre if scale == "diverging" else None,
                              log=log)
-    from toolkit.plot.numbers import digits_for
-
+    of = pooled_centre_of(len(values_list), names) if c is not None and not natural else ""
     return SharedScale(scale, float(lo), float(hi), None if c is None else float(c), natural, log,
-                       digits_for(pooled, lo, hi))
+                       digits_for(pooled, lo, hi), of)
 
 
 def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=None, vmax=None,
@@ -192,8 +205,6 @@ def panel_limits(values, *, scale: str, center=None, robust: bool = True, vmin=N
     toolkit.errors.EmptyInputError
         No finite value to colour.
     """
-    from toolkit.plot._style import color_limits, symmetric_limits
-
     centre = center if scale == "diverging" else None
     if vmin is None or vmax is None or scale == "diverging":
         lo, hi, c = color_limits(values, scale=scale, robust=robust, center=centre, log=log)

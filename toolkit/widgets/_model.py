@@ -30,7 +30,7 @@ from toolkit.constraint_types import SOURCE
 from toolkit.constraints import Flag, Forwarded, Optional, PathName, Real, Text, Whole, checks_options
 from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_form import form_row, make_form, read_form, set_button, show_selection
-from toolkit.widgets.live_pass import LivePass, measured
+from toolkit.widgets.live_pass import LivePass, measured, same_source
 from toolkit.widgets.live_progress import WidgetProgress
 from toolkit.widgets.main_thread import in_main_thread
 
@@ -113,7 +113,7 @@ class ModelExplorer:
     def start(self, *, source=..., layers=..., components=..., experts=..., background: bool | None = None):
         """(Re)start the pass: another ``source`` or selection, or the same one (Resume: the finished cells
         come from the cache). Runs in a thread inside a Jupyter kernel (``background``), else here."""
-        if source is not ... and source != self.live.source:  # the heatmap shown stays until the new
+        if source is not ... and not same_source(source, self.live.source):  # the heatmap shown stays until the new
             self._fresh = True  # model's first cells replace it: a typo in the model box must not wipe it
         background = _shell() is not None if background is None else background
         self.live.start(source=source, layers=layers, components=components, experts=experts,

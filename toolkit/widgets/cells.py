@@ -134,7 +134,7 @@ class PanelFacts:
         from toolkit.plot.fit_marks import uncertain_reason
 
         facts = {name: float(v[i, j]) for name, v in self.fit.items()}
-        verdict = uncertain_reason(float(self.p.values[i, j]), facts)  # the mark's test, on this cell
+        verdict = uncertain_reason(float(self.p.values[i, j]), facts, max_relative_width=self.p.mark_width)
         return fit_quality_lines(facts, self.p.digits) + ([verdict] if verdict else [])
 
     def _values(self, ds, selection):

@@ -9,9 +9,10 @@ import math
 import ipywidgets as W
 
 from toolkit.plot._select import ROW_DIM, column_dim, describe
+from toolkit.plot.fit_marks import MAX_RELATIVE_WIDTH
 from toolkit.widgets import _controls as C
 from toolkit.widgets.cells import COMBINATIONS
-from toolkit.widgets.model_set import absent_components
+from toolkit.widgets.model_set import DRAWING_OPTIONS, absent_components
 
 
 class ControlPanel:
@@ -33,8 +34,8 @@ class ControlPanel:
     controls : dict of str -> ipywidgets.Widget
         ``metric``, ``fit``, one selector per extra dimension, ``columns`` and ``component`` (with
         (layer, component, X) metrics), ``view``, ``base``, ``target``, ``range`` (with two or more models or
-        checkpoints), ``scale``, ``robust``, ``vmin``, ``vmax``, ``layers``, ``components`` (dict component ->
-        ToggleButton).
+        checkpoints), ``scale``, ``robust``, ``vmin``, ``vmax``, ``mark_width`` (the stated limit of alpha's
+        mark, shown with alpha), ``layers``, ``components`` (dict component -> ToggleButton).
     limits_note : ipywidgets.HTML
         Why a typed colour limit is not used.
     absent : list of str
@@ -88,8 +89,13 @@ class ControlPanel:
         hi = max(int(m[ROW_DIM].max()) for _, m in models)
         c["layers"] = W.IntRangeSlider(value=(lo, hi), min=lo, max=hi, description="layers",
                                        continuous_update=False, style=C.WIDE)
-        c["components"] = {k: W.ToggleButton(value=True, description=k.replace(".", ". "),
+        c["components"] = {k: W.ToggleButton(value=True, description=k,
                                              layout=W.Layout(width="auto")) for k in comps if k not in self.absent}
+        c["mark_width"] = W.BoundedFloatText(
+            value=MAX_RELATIVE_WIDTH, min=0.01, max=100.0, step=0.05, description="mark alpha when its interval >",
+            style=C.WIDE, layout=W.Layout(width="max-content"), continuous_update=False,
+            tooltip="the black corner marks alpha cells whose 95 % interval is wider than this fraction of alpha "
+                    "(the metric alpha_ci_relative_width ranks them all)")
         self.limits_note = W.HTML()
 
     def observe(self, on_metric, on_change) -> None:
@@ -116,7 +122,7 @@ class ControlPanel:
             toggles.append(W.HTML(f"<small>no {', '.join(map(html.escape, self.absent))} in "
                                   f"{'these models' if len(self.model_set.models) > 1 else 'this model'} "
                                   "(hatched)</small>"))
-        return rows + [W.HBox([C.labelled("colour", c["scale"], C.SCALE_TOOLTIP), c["robust"]],
+        return rows + [W.HBox([C.labelled("colour", c["scale"], C.SCALE_TOOLTIP), c["robust"], c["mark_width"]],
                               layout=W.Layout(flex_flow="row wrap", align_items="center")),
                        W.HBox([W.Label("colour limits"), c["vmin"], c["vmax"], self.limits_note],
                               layout=W.Layout(align_items="center", flex_flow="row wrap")),
@@ -191,7 +197,8 @@ class ControlPanel:
                      if k in self.absent or (k in c["components"] and c["components"][k].value)]
         vmin, vmax = self.limits()
         return dict(metric=self.metric, scale=c["scale"].value, robust=c["robust"].value,
-                    layers=tuple(c["layers"].value), components=comps, vmin=vmin, vmax=vmax, **kws)
+                    layers=tuple(c["layers"].value), components=comps, vmin=vmin, vmax=vmax,
+                    mark_width=float(c["mark_width"].value), **kws)
 
     def sync_enabled(self) -> None:
         """Enable only the controls that apply to the metric, columns and view chosen."""
@@ -207,6 +214,7 @@ class ControlPanel:
             c["component"].disabled = col_dim == "component"
         for t in c["components"].values():
             t.disabled = col_dim != "component"
+        c["mark_width"].layout.display = "" if self.metric == "alpha" else "none"  # the mark is alpha's
         if "view" in c:
             c["base"].disabled = c["target"].disabled = self.view() not in COMBINATIONS
             c["range"].disabled = self.view() != "side"
@@ -214,8 +222,7 @@ class ControlPanel:
     def describe(self) -> list[str]:
         """What the figure shows, as file-name parts: metric, selection (one view), view, layers (zoomed)."""
         c = self.controls
-        sel = {k: v for k, v in self.selection().items()
-               if k not in ("metric", "scale", "robust", "layers", "components", "vmin", "vmax")}
+        sel = {k: v for k, v in self.selection().items() if k != "metric" and k not in DRAWING_OPTIONS}
         view, metric = self.view(), self.metric
         parts = [metric, describe(sel, self.model_set.ds[metric]) if sel and view == "one" else "",
                  "" if view == "one" else view]

@@ -70,7 +70,8 @@ def _heatmap(models, metric: str) -> dict | None:
     try:
         prepared = [prepare_heatmap(ds, metric) for _, ds in models]
         if len(prepared) > 1:
-            one = shared_scale([p.values for p in prepared], attrs=models[0][1][metric].attrs)
+            one = shared_scale([p.values for p in prepared], attrs=models[0][1][metric].attrs,
+                               names=[label for label, _ in models])
             prepared = [prepare_heatmap(ds, metric, **one.keywords()) for _, ds in models]
     except (ToolkitError, ValueError, KeyError):
         return None

@@ -6,15 +6,19 @@ segments long (a first look, then the pass; a Stop, then a Resume).
 
 The time left comes only from tensors this run **computed**: a tensor measured by an earlier segment of
 the run comes back from the result cache in a burst when the next segment starts, and counting it as
-pace made the estimate 2x too low after a Resume and "about 0 s left" at 2 of 28. The pace is seconds
-per unit of work (each tensor's from the plan's shapes: :func:`toolkit.widgets.live_pass.work_of`), so
-two small matrices measured first do not promise the large ones at their speed.
+pace made the estimate 2x too low after a Resume and "about 0 s left" at 2 of 28. The time left is
+:func:`toolkit.widgets.live_clock.seconds_left` of a :class:`~toolkit.widgets.live_clock.PassStatus`
+snapshot: each tensor's cost from the plan's shapes (entries, and entries times the smaller side), its two
+rates fitted to the tensors computed so far, so two small matrices measured first do not promise the large
+ones at their speed.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
+from toolkit.widgets.live_clock import Cost, PassStatus, seconds_left
 
 
 def clock(seconds: float) -> str:
@@ -33,10 +37,11 @@ class Pace:
 
     Parameters
     ----------
-    sizes : dict of str to int, optional
-        The work of each tensor the run measures (its plan, selection applied: entries, or entries times
-        the smaller side); the count and the time left are then the run's, whatever segment reports.
-        Without it: the reported ``done / total`` and a pace per tensor.
+    sizes : dict of str to Cost or int, optional
+        The cost of each tensor the run measures (its plan, selection applied:
+        :func:`toolkit.widgets.live_clock.cost_of`; a number is one unit of work of either kind); the count
+        and the time left are then the run's, whatever segment reports. Without it: the reported
+        ``done / total`` and a pace per tensor.
     now : callable, default time.monotonic
         The clock.
     known : iterable of str, optional
@@ -50,19 +55,20 @@ class Pace:
         Tensors measured by the run (computed or from the cache).
     computed : int
         How many of them this run computed (the others came from the cache).
+    segments : list of float
+        Seconds of each segment that ended (a first look and the pass, a Stop and a Resume ...).
     """
 
     def __init__(self, sizes: dict[str, int] | None = None, *, now: Callable[[], float] = time.monotonic,
                  known=()):
-        self.sizes = dict(sizes or {})
+        self.sizes = {k: v if isinstance(v, Cost) else Cost(v, v) for k, v in (sizes or {}).items()}
         self.now = now
         self.finished: set[str] = set()
         self._known = frozenset(known)
         self._before: set[str] = set(self._known)  # what earlier segments measured: from the cache in this one
         self.computed = 0
-        self._seconds = 0.0  # spent computing the tensors whose work is in _work
-        self._work = 0
-        self._active = 0.0  # seconds of the segments that ended
+        self._measured: list[tuple[Cost, float]] = []  # each computed tensor's cost and seconds
+        self.segments: list[float] = []  # seconds of each segment that ended
         self._segment: float | None = None  # start of the running segment
         self._last = 0.0  # the last report (or the segment's start)
         self._reported = (0, 0)  # the last (done, total) a pass reported
@@ -81,15 +87,14 @@ class Pace:
             self.begin()
         if name not in self._before and name not in self.finished:
             self.computed += 1
-            self._seconds += t - self._last
-            self._work += self.sizes.get(name, 1) if self.sizes else 1
+            self._measured.append((self.sizes.get(name, Cost(1, 1)), t - self._last))
         self.finished.add(name)
         self._last = t
 
     def end(self) -> None:
         """The running segment ends (done, stopped or failed): its time counts, no time is left."""
         if self._segment is not None:
-            self._active += self.now() - self._segment
+            self.segments.append(self.now() - self._segment)
             self._segment = None
 
     # -- reading --------------------------------------------------------------
@@ -112,27 +117,36 @@ class Pace:
 
     def elapsed(self) -> float:
         """Seconds the run has been measuring, every segment (not the time between a Stop and a Resume)."""
-        return self._active + (self.now() - self._segment if self._segment is not None else 0.0)
+        return sum(self.segments) + (self.now() - self._segment if self._segment is not None else 0.0)
+
+    def status(self) -> PassStatus:
+        """The snapshot the clock reads: the computed tensors with their seconds, the tensors left, running."""
+        if self.sizes:
+            left = tuple(c for name, c in self.sizes.items() if name not in self.finished)
+        else:
+            left = (Cost(1, 1),) * max(self.total - self.done, 0)
+        return PassStatus(tuple(self._measured), left, self.running)
 
     def eta(self) -> float | None:
-        """Seconds left at the pace of the computed tensors; None before the first one is computed, when
-        nothing runs (after a Stop) or when all is done."""
-        if not self.running or not self._work or self.done >= self.total:
-            return None
-        if self.sizes:
-            left = sum(n for name, n in self.sizes.items() if name not in self.finished)
-        else:
-            left = self.total - self.done
-        return self._seconds / self._work * left
+        """Seconds left at the rates fitted to the computed tensors (:func:`~toolkit.widgets.live_clock.
+        seconds_left`); None before the first one is computed, when nothing runs (after a Stop) or when all
+        is done."""
+        return seconds_left(self.status())
 
     def line(self, name: str = "") -> str:
-        """The progress line: ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``."""
+        """The progress line: ``12 / 28 tensors · 0:41 · about 1:05 left · <tensor>``; once the run has
+        stopped or ended, how many came from the cache instead of the time left."""
         eta = self.eta()
         left = f" · {time_left(eta)}" if eta is not None else ""
+        if not self.running and self.from_cache:
+            left = f" · {self.from_cache} from the cache"
         tail = f" · {name[-60:]}" if name else ""
         return f"{self.done} / {self.total} tensors · {clock(self.elapsed())}{left}{tail}"
 
     def summary(self) -> str:
-        """The whole run in words: ``28 tensors (8 from the cache) in 1:23``."""
+        """The whole run in words: ``28 tensors (8 from the cache) in 1:23``, and with several segments
+        ``in 1:23 over 2 segments (0:12 + 1:11)``."""
         cached = f" ({self.from_cache} from the cache)" if self.from_cache else ""
-        return f"{self.done} tensors{cached} in {clock(self.elapsed())}"
+        parts = [clock(t) for t in self.segments] + ([clock(self.now() - self._segment)] if self.running else [])
+        over = f" over {len(parts)} segments ({' + '.join(parts)})" if len(parts) > 1 else ""
+        return f"{self.done} tensors{cached} in {clock(self.elapsed())}{over}"

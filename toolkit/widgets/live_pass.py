@@ -12,6 +12,7 @@ Datasets, with fewer cells than the view shows, are never offered.
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 import warnings
@@ -20,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from toolkit.errors import PassStopped
+from toolkit.widgets.live_clock import cost_of
 from toolkit.widgets.live_pace import Pace
 
 #: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
@@ -54,18 +56,31 @@ def first_look(plan, stats_kws: dict, *, count: int = 2) -> list | None:
     return sorted({c for _, c in smallest}, key=plan.model_components.index)
 
 
-def work_of(shape) -> int:
-    """The relative cost of measuring a tensor of ``shape``: its entries times its smaller matrix side (the
-    singular values dominate a pass: a 7B model's ``mlp.down`` takes about 200x its ``attn.k``, where its
-    entries are 37x and this is 260x). Entry-only metrics cost less on large matrices: their time left
-    starts high and comes down as the large ones are measured."""
-    dims = [int(d) for d in shape]
-    return math.prod(dims) * (min(dims[-2:]) if len(dims) >= 2 else 1)
+def same_source(a, b) -> bool:
+    """Whether two sources name one checkpoint: a path and its text are one (the form's Resume gives the
+    text of the path the pass was started with; taken for another model, the run started again, its
+    cached cells counted as computed and its earlier segments lost)."""
+    def name(s):
+        return os.fspath(s) if isinstance(s, (str, os.PathLike)) else s
+
+    return name(a) == name(b)
 
 
-def tensor_sizes(plan, stats_kws: dict) -> dict | None:
-    """:func:`work_of` each tensor the pass will measure (``plan`` with the selection applied); None when
-    unknown."""
+def needs_spectra(metrics, stats_kws: dict) -> bool:
+    """Whether a pass of ``metrics`` computes singular values (a spectral metric, or ``keep_spectra``); True
+    when the metrics cannot be resolved (the pass itself says why)."""
+    from toolkit.metrics import resolve_metrics
+
+    try:
+        chosen = resolve_metrics(metrics)
+    except Exception:  # noqa: BLE001 - the pass itself says what is wrong with the metrics
+        return True
+    return bool(stats_kws.get("keep_spectra")) or any(m.needs_singular_values for m in chosen)
+
+
+def tensor_sizes(plan, stats_kws: dict, *, spectra: bool = True) -> dict | None:
+    """The :class:`~toolkit.widgets.live_clock.Cost` of each tensor the pass will measure (``plan`` with the
+    selection applied; no spectral part without ``spectra``); None when unknown."""
     if plan is None:
         return None
     from toolkit.collect.plan.selection import Selection
@@ -74,7 +89,7 @@ def tensor_sizes(plan, stats_kws: dict) -> dict | None:
         selected = plan.select(Selection.of(*(stats_kws.get(k) for k in SELECTION_KEYS)))
     except Exception:  # noqa: BLE001 - the pass itself says what is wrong with the selection
         return None
-    return {t.record.name: work_of(t.record.shape) for t in selected.tensors} or None
+    return {t.record.name: cost_of(t.record.shape, spectra=spectra) for t in selected.tensors} or None
 
 
 def measured(ds) -> np.ndarray | None:
@@ -157,7 +172,7 @@ class LivePass:
         failure resumes the run (its finished cells come from the cache). In a thread with ``background``."""
         self._join()
         previous = self.source
-        changed = source is not ... and source != self.source
+        changed = source is not ... and not same_source(source, self.source)
         if source is not ...:
             self.source = source
         for key, value in (("layers", layers), ("components", components), ("experts", experts)):
@@ -167,7 +182,7 @@ class LivePass:
                 if value is not None:
                     self.stats_kws[key] = value
         if changed or self.state in ("idle", "done"):
-            same = self.state != "idle" and self.source == previous
+            same = self.state != "idle" and same_source(self.source, previous)
             self._known = self._known | self.pace.finished if same else frozenset()  # in the cache
             self._new_run, self._best, self._best_units, self.plan = True, None, 0, None
         self._stop.clear()
@@ -271,8 +286,8 @@ class LivePass:
         try:
             if self._new_run:
                 self.plan = self._open_plan()
-                self.pace, self._new_run = Pace(tensor_sizes(self.plan, self.stats_kws), now=self.now,
-                                                  known=self._known), False
+                sizes = tensor_sizes(self.plan, self.stats_kws, spectra=needs_spectra(self.metrics, self.stats_kws))
+                self.pace, self._new_run = Pace(sizes, now=self.now, known=self._known), False
             self.pace.begin()
             self._emit("started")
             self._first_look()

@@ -13,6 +13,9 @@ from toolkit.widgets.live_pace import Pace, clock
 
 __all__ = ["WidgetProgress", "clock"]
 
+#: What the bar says once a segment has ended, by its style (it said "measuring" after a Stop or the end).
+ENDED = {"success": "measured", "warning": "stopped"}
+
 
 class WidgetProgress:
     """The progress line of a pass: a label (what is measured, or how it ended), a bar and a detail line.
@@ -36,7 +39,7 @@ class WidgetProgress:
 
     def restart(self, what: str, pace: Pace | None = None) -> None:
         """A segment starts: ``Measuring <what> …``; the count of a resumed run stays."""
-        self.bar.bar_style = "info"
+        self.bar.bar_style, self.bar.description = "info", "measuring"
         self.label.value = f"Measuring <b>{html.escape(what)}</b> …"
         if pace is not None and pace.done:
             self.show(pace)
@@ -55,18 +58,19 @@ class WidgetProgress:
 
     def stopping(self, pace: Pace) -> None:
         """Stop was pressed: said at once (a large tensor can take 20 s to finish), no time left."""
-        self.bar.bar_style = "warning"
+        self.bar.bar_style, self.bar.description = "warning", "stopping"
         self.label.value = "Stopping after the current tensor \u2026"
         self.detail.value = f"{pace.done} / {pace.total} tensors · {clock(pace.elapsed())} · stopping"
 
     def finish(self, text: str, style: str = "success", pace: Pace | None = None) -> None:
-        """The segment ended: ``text`` as the label; the detail line without a time left."""
-        self.bar.bar_style = style
+        """The segment ended: ``text`` as the label; the bar says how (``measured``, ``stopped``); the detail
+        line without a time left, with how many tensors came from the cache."""
+        self.bar.bar_style, self.bar.description = style, ENDED.get(style, "ended")
         self.label.value = text
         if pace is not None:
             self.show(pace)
 
     def fail(self, err: BaseException, elapsed: float) -> None:
-        self.bar.bar_style = "danger"
+        self.bar.bar_style, self.bar.description = "danger", "failed"
         self.label.value = f"Could not compute the statistics: {html.escape(str(err))}"
         self.detail.value = f"failed after {clock(elapsed)} ({type(err).__name__})"

@@ -13,6 +13,10 @@ from toolkit.widgets import _controls as C
 from toolkit.widgets.cells import COMBINATIONS, Panel, combined, unique_labels
 from toolkit.widgets.fit_choice import FitChoice
 
+#: The controls' keywords of :func:`toolkit.plot.prepare_heatmap` that say how to draw, not which cells (the
+#: others select along the Dataset's dims).
+DRAWING_OPTIONS = ("scale", "robust", "layers", "components", "vmin", "vmax", "mark_width")
+
 
 def models_of(data, labels=None) -> list[tuple[str, object]]:
     """``[(label, ds)]`` of the Datasets given; labels from the model names, made unique."""
@@ -148,8 +152,7 @@ class ModelSet:
         """
         kws = dict(selection)
         metric = kws.pop("metric")
-        extra = {k: kws.pop(k) for k in list(kws) if k not in ("scale", "robust", "layers", "components",
-                                                              "vmin", "vmax")}
+        extra = {k: kws.pop(k) for k in list(kws) if k not in DRAWING_OPTIONS}
         panels = []
         for p in self.panel_list(view, base, target):
             b = None
@@ -162,7 +165,7 @@ class ModelSet:
         if shared:
             limits = {k: kws[k] for k in ("vmin", "vmax") if kws[k] is not None}
             one = shared_scale([q.values for q in prepared], scale=kws["scale"], robust=kws["robust"],
-                               attrs=self.ds[metric].attrs)
+                               attrs=self.ds[metric].attrs, names=[p.label for p in panels])
             keywords = {**one.keywords(), **limits}
             if limits:  # a typed limit replaces the pooled one; the centre stays the pooled one
                 keywords["center"] = one.center if one.scale == "diverging" else None

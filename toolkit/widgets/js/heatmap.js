@@ -22,12 +22,26 @@ function rowStep(rowPx) {
   return 128;
 }
 
-// Pixels a colour bar takes right of its panel's plot (or in its own svg): the 12 px gap, the bar,
-// its ticks and their labels (about 6.3 px a character) and one 13 px line per line of its label.
-function colorbarWidth(cbar) {
+// The colour bar's label as the lines it is drawn in: it runs along the bar (rotated), so each of its
+// lines is wrapped to the bar's height `barH` (about 6.3 px a character): at 1050 px a long label
+// ("relative change", "white = 0.772 (median of 3 panels pooled)") was cut to "relative w".
+function cbarLabelLines(label, barH) {
+  return String(label || "") ? wrapText(String(label), barH, 6.3) : [];
+}
+
+// The height of a panel's own colour bar (its plot's height less 20 px), and the least height of the
+// shared one beside panels that tall (drawn 110 px shorter than the tallest panel's svg, which is at least
+// 44 px taller than its plot).
+function panelBarHeight(p) { return clamp(p.rows.length * ROW_PX, 200, 600) - 20; }
+function sharedBarHeight(ps) { return Math.max(60, Math.max(...ps.map(panelBarHeight)) - 50); }
+
+// Pixels a colour bar of height `barH` takes right of its panel's plot (or in its own svg): the 12 px gap,
+// the bar, its ticks and their labels (about 6.3 px a character) and one 13 px line per line of its
+// label (cbarLabelLines).
+function colorbarWidth(cbar, barH = 180) {
   if (!cbar) return 0;
   const widest = Math.max(1, ...(cbar.ticks || []).map(([, label]) => String(label).replace(/[${}^]/g, "").length));
-  const lines = String(cbar.label || "").split("\n").length;
+  const lines = Math.max(1, cbarLabelLines(cbar.label, barH).length);
   return Math.ceil(12 + 26 + widest * 6.3 + 13 * lines + 4);
 }
 
@@ -36,10 +50,10 @@ function colorbarWidth(cbar) {
 // total that keeps every plot at its minimum (MIN_PLOT_W, or fewer pixels for a few columns). Plots
 // shrink together when the natural total does not fit; they never go below their minimum.
 function panelWidths(ps, shared, avail) {
-  const chrome = ps.map((p) => 52 + (p.cbar ? colorbarWidth(p.cbar) : 14));
+  const chrome = ps.map((p) => 52 + (p.cbar ? colorbarWidth(p.cbar, panelBarHeight(p)) : 14));
   const natural = ps.map((p) => clamp(p.cols.length * 46, MIN_PLOT_W, p.cols.length * MAX_CELL_W));
   const least = natural.map((n, k) => Math.min(MIN_PLOT_W, n, Math.max(14 * ps[k].cols.length, 60)));
-  const sharedW = shared ? colorbarWidth(shared) : 0;
+  const sharedW = shared && ps.length ? colorbarWidth(shared, sharedBarHeight(ps)) : 0;
   const extra = sharedW + 10 * ps.length;
   const sum = (a) => a.reduce((x, y) => x + y, 0);
   const total = sum(natural) + sum(chrome) + extra;
@@ -220,7 +234,7 @@ function render({ model, el }) {
       s += tickLabel(x0 + 21, y + 4, label, { class: "toolkit-cbar-tick", "font-size": "11" });
       widest = Math.max(widest, String(label).replace(/[${}^]/g, "").length);
     }
-    const lines = String(cbar.label || "").split("\n");
+    const lines = cbarLabelLines(cbar.label, h);
     const lx = x0 + 26 + widest * 6.3;
     lines.forEach((line, i) => {
       const x = lx + 13 * i;
@@ -301,7 +315,7 @@ function render({ model, el }) {
   }
 
   function sharedColorbar(cbar, height) {
-    const w = colorbarWidth(cbar) - 4, h = height;
+    const w = colorbarWidth(cbar, sharedBarHeight(panels())) - 4, h = height;
     return `<svg class="toolkit-heatmap-shared-cbar" width="${w}" height="${h}">${colorbarSvg(cbar, 8, 34, Math.max(60, h - 110))}</svg>`;
   }
 
