@@ -99,7 +99,7 @@ def test_killed_run_resumes_computing_only_the_missing(tmp_path, cache, reads):
     resumed = toolkit.weight_stats(path, metrics=METRICS, progress=False)
     assert len(reads) == 6 * 7 - 17
     fresh = toolkit.weight_stats(path, metrics=METRICS, progress=False, cache=False)
-    xr.testing.assert_identical(_strip(resumed), _strip(fresh))
+    same_but_last_bits(resumed, fresh)
 
 
 def test_two_processes_at_once_leave_a_valid_cache(tmp_path, cache, reads):
@@ -117,4 +117,13 @@ def test_two_processes_at_once_leave_a_valid_cache(tmp_path, cache, reads):
     cached = toolkit.weight_stats(path, metrics=METRICS, progress=False)
     assert reads == []  # every cell was readable from the cache
     fresh = toolkit.weight_stats(path, metrics=METRICS, progress=False, cache=False)
-    xr.testing.assert_identical(_strip(cached), _strip(fresh))
+    same_but_last_bits(cached, fresh)
+
+
+def same_but_last_bits(cached, fresh):
+    """Cells another process computed against this one's: equal attrs and coordinates, values within 1e-12
+    relative. BLAS splits a Gram matrix's sums by the threads it is given, which depends on how many passes run
+    at once, so two processes may differ in the last bits (seen once in ~10 suite runs: stable_rank and alpha)."""
+    a, b = _strip(cached), _strip(fresh)
+    xr.testing.assert_allclose(a, b, rtol=1e-12, atol=0.0)
+    assert a.attrs == b.attrs and all(a[v].attrs == b[v].attrs for v in a.data_vars)
