@@ -27,7 +27,7 @@ NATURAL_DOMAINS: dict[str, tuple[float, float]] = {
     **dict.fromkeys(("frobenius_norm", "spectral_norm", "rms", "relative_change", "matrix_rank",
                      "stable_rank", "effective_rank",
                      "rank_loss", "alpha_xmin", "alpha_xmax", "alpha_ks_distance", "alpha_sigma",
-                     "num_pl_spikes"), NON_NEGATIVE),
+                     "num_pl_spikes", "subspace_overlap_sensitivity"), NON_NEGATIVE),
     # sigma_max / sigma_min. (A stable or effective rank is >= 1 too, but synthetic grids of them often are
     # not: a domain the data break is set aside, panel by panel, which panels on one scale must not differ in.)
     "condition_number": AT_LEAST_ONE,

@@ -14,7 +14,8 @@ from toolkit.collect.compare import compare, compare_series, infer_steps
 from toolkit.metrics import list_metrics
 
 DIFF_METRICS = ["relative_change", "update_sparsity", "update_density", "delta_stable_rank",
-                "delta_effective_rank", "delta_alpha", "delta_matrix_rank", "cosine_similarity", "subspace_overlap"]
+                "delta_effective_rank", "delta_alpha", "delta_matrix_rank", "cosine_similarity", "subspace_overlap",
+                "subspace_overlap_sensitivity"]
 
 
 @pytest.fixture(autouse=True)
@@ -44,6 +45,7 @@ def test_identical_checkpoints(base, tmp_path):
     np.testing.assert_array_equal(ds.update_density, 0.0)
     np.testing.assert_array_equal(ds.cosine_similarity, 1.0)
     np.testing.assert_array_equal(ds.subspace_overlap, 1.0)
+    np.testing.assert_array_equal(ds.subspace_overlap_sensitivity, 0.0)
     assert ds.delta_stable_rank.isnull().all()
     assert all("unchanged matrix" in r for r in ds.nan_reason.values.ravel())
     assert float(ds.model_relative_change) == 0.0 and float(ds.model_update_sparsity) == 1.0

@@ -91,9 +91,9 @@ def test_context_shares_work_and_reuses_bases():
     torch.manual_seed(2)
     w = torch.randn(16, 8)
     ctx = DiffContext(w, w * 3)
-    first = ctx.left_basis("base", 4)
-    assert ctx.left_basis("base", 4) is first
+    first = ctx.top_subspace("base", 4)
+    assert ctx.top_subspace("base", 4) is first and ctx.left_basis("base", 4) is first.vectors
     reused = DiffContext(w, w + 1, bases={("base", 4): first})
-    assert reused.left_basis("base", 4) is first
+    assert reused.left_basis("base", 4) is first.vectors
     with pytest.raises(ValueError, match="shapes differ"):
         DiffContext(w, w.T)

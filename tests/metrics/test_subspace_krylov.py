@@ -46,8 +46,8 @@ def krylov_everywhere(monkeypatch):
     """Small test matrices take the Krylov route too; count the exact fallbacks."""
     monkeypatch.setattr(subspace, "MIN_KRYLOV_SIDE", 1)
     calls = []
-    exact = subspace.exact_top_left
-    monkeypatch.setattr(subspace, "exact_top_left", lambda *a, **kw: calls.append(1) or exact(*a, **kw))
+    exact = subspace.exact_top_subspace
+    monkeypatch.setattr(subspace, "exact_top_subspace", lambda *a, **kw: calls.append(1) or exact(*a, **kw))
     return calls
 
 

@@ -39,9 +39,10 @@ from functools import cached_property
 
 import torch
 
+from toolkit.metrics.gram import gram_scale
 from toolkit.metrics.pair_sums import PairSums, pair_sums
 from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics
-from toolkit.metrics.subspace import exact_top_left, top_left
+from toolkit.metrics.subspace import TopSubspace, exact_top_left, top_subspace
 
 
 def count_unchanged(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0) -> int:
@@ -93,8 +94,8 @@ class DiffContext:
     device : str
         Where the factorisations run (``"cpu"``, ``"cuda"``).
     bases : dict, optional
-        Precomputed subspaces ``{("base" | "target", k): U}``, e.g. the base's
-        from the previous pair of a series; filled as they are computed.
+        Precomputed subspaces ``{("base" | "target", k): TopSubspace}``, e.g. the
+        base's from the previous pair of a series; filled as they are computed.
     tolerance : float, default 0.0
         The tolerance the shared pass counts unchanged entries with (other
         tolerances are counted on demand, see :meth:`unchanged`).
@@ -127,6 +128,14 @@ class DiffContext:
         return pair_sums(*self.stored, self.tolerance)
 
     @cached_property
+    def ratio_sums(self) -> PairSums:
+        """:attr:`sums` of the pair times one power of two (exact) where float64 entries would make them
+        subnormal (digits lost from ~1e-150 down) or overflow (from ~1e150 up): ratios of them (relative change,
+        cosine) are the pair's own; their absolute values are not."""
+        c = gram_scale(*self.stored)
+        return self.sums if c == 1.0 else pair_sums(*(w * c for w in self.stored), self.tolerance)
+
+    @cached_property
     def base(self) -> torch.Tensor:
         """The base matrix as float32."""
         return self.stored[0].to(torch.float32)
@@ -139,7 +148,7 @@ class DiffContext:
     @property
     def identical(self) -> bool:
         """Both sides hold the same values as read (then every diff is known without work)."""
-        return self.sums.identical
+        return self.ratio_sums.identical
 
     @cached_property
     def delta(self) -> torch.Tensor:
@@ -172,22 +181,28 @@ class DiffContext:
 
     def left_basis(self, side: str, k: int) -> torch.Tensor:
         """Top-``k`` left singular vectors of ``side`` (``"base"`` or ``"target"``), (out, k) float64."""
+        return self.top_subspace(side, k).vectors
+
+    def top_subspace(self, side: str, k: int) -> TopSubspace:
+        r"""Top-``k`` left singular subspace of ``side`` with its bounds on :math:`\sigma_k`, :math:`\sigma_{k+1}`
+        (:func:`toolkit.metrics.subspace.top_subspace`)."""
         key = (side, k)
         if key not in self.bases:
             if side == "target" and self.identical:
-                self.bases[key] = self.left_basis("base", k)
+                self.bases[key] = self.top_subspace("base", k)
             else:
                 w = self.stored[0 if side == "base" else 1]
-                self.bases[key] = top_left(w, k, device=self.device)  # each side cold: no warm start (issue 42)
+                self.bases[key] = top_subspace(w, k, device=self.device)  # each side cold: no warm start (42)
         return self.bases[key]
 
 
 def relative_change(base, target, ctx: DiffContext) -> float:
-    r"""Relative change :math:`\|W_t - W_b\|_F / \|W_b\|_F`, from the pair's float64 sums.
+    r"""Relative change :math:`\|W_t - W_b\|_F / \|W_b\|_F`, from the pair's float64 sums
+    (:attr:`DiffContext.ratio_sums`).
 
     References: Mukherjee et al. (2025), arXiv:2505.11711, sec. 4.
     """
-    s = ctx.sums
+    s = ctx.ratio_sums
     if s.sumsq_base == 0.0:
         raise DegenerateMatrix("base matrix is all zeros")
     return math.sqrt(s.sumsq_delta / s.sumsq_base)
@@ -257,13 +272,14 @@ def delta_matrix_rank(base, target, ctx: DiffContext) -> float:
 
 def cosine_similarity(base, target, ctx: DiffContext) -> float:
     r"""Cosine of the flattened matrices, :math:`\langle W_b, W_t\rangle_F / (\|W_b\|_F \|W_t\|_F)`,
-    from the pair's float64 sums."""
-    s = ctx.sums
+    from the pair's float64 sums (:attr:`DiffContext.ratio_sums`)."""
+    s = ctx.ratio_sums
     if s.sumsq_base == 0.0 or s.sumsq_target == 0.0:
         raise DegenerateMatrix("a matrix is all zeros")
     if s.identical:
         return 1.0
-    return max(-1.0, min(1.0, s.dot / math.sqrt(s.sumsq_base * s.sumsq_target)))
+    # each norm on its own: the product of two sums of squares leaves float64 from entries of 1e+-77 on
+    return max(-1.0, min(1.0, s.dot / (math.sqrt(s.sumsq_base) * math.sqrt(s.sumsq_target))))
 
 
 def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
@@ -285,7 +301,9 @@ def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
     :math:`\sigma_k - \sigma_{k+1}` within the rounding of its stored values or
     of the float64 solver (:func:`toolkit.metrics.subspace.check_separated`), or
     rank below ``k``. A gap smaller than the update itself is not NaN: a
-    reordering across ``k`` that the update made is what the overlap reports.
+    reordering across ``k`` that the update made is what the overlap reports,
+    and :func:`subspace_overlap_sensitivity` beside it says whether the gap at
+    ``k`` is above what an update of this size could move.
 
     References: Björck & Golub (1973), Math. Comp. 27(123), 579-594 (principal angles);
     Musco & Musco (2015), NeurIPS (randomized block Krylov).
@@ -294,6 +312,49 @@ def subspace_overlap(base, target, ctx: DiffContext, *, k: int = 16) -> float:
         return 1.0
     ub, ut = ctx.left_basis("base", k), ctx.left_basis("target", k)
     return min(1.0, float((ub.T @ ut).pow(2).sum()) / ub.shape[1])
+
+
+def subspace_overlap_sensitivity(base, target, ctx: DiffContext, *, k: int = 16) -> float:
+    r"""Sensitivity of the top-``k`` left singular subspace to the update, :math:`s = \|\Delta W\|_2 / \delta`.
+
+    :math:`\delta = \max(\sigma_k(W_t) - \sigma_{k+1}(W_b),\ \sigma_k(W_b) - \sigma_{k+1}(W_t))`, the gap at
+    ``k`` across the pair (its two terms sum to the two sides' own gaps at ``k``, so it is at least their mean
+    and positive wherever ``subspace_overlap`` is a number). By Wedin's theorem (Wedin 1972, BIT 12:99-111;
+    Stewart & Sun 1990, *Matrix Perturbation Theory*, thm. V.4.4, with the residuals
+    :math:`-\Delta W\tilde V_k`, :math:`-\Delta W^\top \tilde U_k` of norm at most
+    :math:`\|\Delta W\|_2`) every principal angle between the two top-``k`` subspaces has :math:`\sin\theta_i \le s`, so
+
+    - :math:`s < 1`: ``subspace_overlap`` :math:`\ge 1 - s^2` for any update of this spectral norm; an overlap
+      near that floor is a rotation the update's size alone allows, one well above it is a subspace the
+      update left in place;
+    - :math:`s \ge 1`: the gap at ``k`` is within what the update could move: directions near
+      :math:`\sigma_k` may have swapped places across ``k`` (a degenerate cluster of a random or lightly
+      trained matrix, or an SVD-style fine-tune's reordering), and the overlap counts them as change.
+
+    The value is an upper bound on :math:`s`: :math:`\sigma_k` from below (a Ritz value, or the exact route's
+    eigenvalue less its solver error), :math:`\sigma_{k+1}` from above (the exact route's plus its error, or
+    the Krylov route's :math:`\lambda^+`: a proof where its trace bound holds, else its residual estimate, a
+    probability statement over the seed, :mod:`toolkit.metrics.krylov`), :math:`\|\Delta W\|_2` the
+    update's largest singular value (the spectral diff metrics' shared spectrum). 0 for an unchanged matrix.
+    ``k`` as ``subspace_overlap``'s (clipped to ``min(out, in)``).
+
+    Raises
+    ------
+    DegenerateMatrix
+        Either side's top-``k`` subspace not determined (as ``subspace_overlap``), or a gap across the pair
+        whose bounds do not show it positive (:math:`\delta \le 0`: no bound).
+    """
+    if ctx.identical:
+        return 0.0
+    b, t = ctx.top_subspace("base", k), ctx.top_subspace("target", k)
+    kk = b.vectors.shape[1]
+    gap = max(t.sigma_k - b.sigma_next, b.sigma_k - t.sigma_next)
+    if not gap > 0:
+        raise DegenerateMatrix(
+            f"sigma_{kk} of each side is not above the other's sigma_{kk + 1} (gap {gap:.3g}): the update reaches "
+            f"across k={kk}, no bound on the subspace's rotation")
+    norm = float(ctx.delta_singular_values[0])
+    return norm / gap
 
 
 #: Reference of relative change and update sparsity.
@@ -328,6 +389,11 @@ _METRICS = (  # name, function, long_name, description, reference, options, read
     ("subspace_overlap", subspace_overlap, "top-k left singular subspace overlap",
      "||U_b,k^T U_t,k||_F^2 / k = mean cos^2 of the k principal angles between the top-k left singular "
      "subspaces of W_b and W_t", "Bjorck & Golub (1973), Math. Comp. 27(123):579-594", _K, True),
+    ("subspace_overlap_sensitivity", subspace_overlap_sensitivity, "sensitivity of the top-k subspace to the update",
+     "||dW||_2 / max(sigma_k(W_t) - sigma_k+1(W_b), sigma_k(W_b) - sigma_k+1(W_t)), an upper bound on the sine of "
+     "every principal angle (s < 1: subspace_overlap >= 1 - s^2 for any update this size; s >= 1: the gap at k is "
+     "within the update's reach)", "Wedin (1972), BIT 12:99-111; Stewart & Sun (1990), Matrix Perturbation Theory, "
+     "thm. V.4.4", _K, True),
 )
 #: This module's metric functions: they read only the context, never the float32 matrices.
 _CTX_ONLY = frozenset(m[1] for m in _METRICS)

@@ -70,6 +70,8 @@ report.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.linalg
 import torch
@@ -79,8 +81,8 @@ from toolkit.metrics.gram import _syrk_into, float64_blocks, gram_scale, gram_si
 from toolkit.metrics.krylov import MAX_APPLICATIONS, OVERSAMPLING, TOLERANCE, gram_apply, krylov_top
 from toolkit.metrics.registry import DegenerateMatrix
 
-__all__ = ["MAX_APPLICATIONS", "MIN_KRYLOV_SIDE", "OVERSAMPLING", "TOLERANCE", "check_separated",
-           "exact_top_left", "gram_apply", "krylov_top", "top_left"]
+__all__ = ["MAX_APPLICATIONS", "MIN_KRYLOV_SIDE", "OVERSAMPLING", "TOLERANCE", "TopSubspace", "check_separated",
+           "exact_top_left", "exact_top_subspace", "gram_apply", "krylov_top", "top_left", "top_subspace"]
 
 #: Below this many rows in the smaller Gram matrix the exact route is cheaper (and is taken; the ``min_side``
 #: argument of :func:`top_left`). Measured, one thread: SmolLM2's 1536 x 576, exact 0.23 s, Krylov 0.72 s;
@@ -90,6 +92,35 @@ MIN_KRYLOV_SIDE = 1024
 #: Unit roundoff of each storage dtype (the stored values' rounding, :func:`check_separated`).
 UNIT_ROUNDOFF = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -24,
                  torch.float64: 2.0 ** -53}
+
+
+class TopSubspace(NamedTuple):
+    r"""A top-``k`` left singular subspace and the bounds on the singular values at its edge.
+
+    Attributes
+    ----------
+    vectors : torch.Tensor, shape (out, k), float64, on the CPU
+        Orthonormal basis.
+    sigma_k : float
+        A lower bound on :math:`\sigma_k` of the matrix as given (the ``k``-th Ritz value of the Krylov route,
+        by Cauchy interlacing; the ``k``-th eigenvalue of the exact route less its solver error).
+    sigma_next : float
+        An upper bound on :math:`\sigma_{k+1}` (0 when ``k`` is the whole side): the exact route's plus its
+        solver error, proven; the Krylov route's :math:`\sqrt{\lambda^+}`, proven where ``proven``, else the
+        residual estimate of :mod:`toolkit.metrics.krylov` (a probability statement over its seed).
+    proven : bool
+        Both bounds are proofs (up to float64 rounding).
+    """
+
+    vectors: torch.Tensor
+    sigma_k: float
+    sigma_next: float
+    proven: bool
+
+
+def _edge(lam_k: float, lam_next: float, pad: float, scale: float) -> tuple[float, float]:
+    """(lower bound on sigma_k, upper bound on sigma_k+1) from Gram eigenvalues of ``w * scale``, padded."""
+    return (float(np.sqrt(max(lam_k - pad, 0.0))) / scale, float(np.sqrt(max(lam_next + pad, 0.0))) / scale)
 
 
 def in_gram_range(w: torch.Tensor) -> torch.Tensor:
@@ -144,6 +175,11 @@ def check_separated(values, trace: float, shape, dtype, k: int) -> None:
 
 
 def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
+    """The basis of :func:`exact_top_subspace` (``.vectors``): shape (out, k), float64, on the CPU."""
+    return exact_top_subspace(w, k, device=device).vectors
+
+
+def exact_top_subspace(w: torch.Tensor, k: int, *, device="cpu") -> TopSubspace:
     r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``, from the float64 Gram matrix.
 
     The eigenvectors of :math:`WW^\top` when ``out <= in``; else :math:`U_k = W V_k \Sigma_k^{-1}` from the
@@ -161,7 +197,9 @@ def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
 
     Returns
     -------
-    torch.Tensor, shape (out, k), float64, on the CPU
+    TopSubspace
+        The basis, shape (out, k), float64, on the CPU, and :math:`\sigma_k`, :math:`\sigma_{k+1}` padded by
+        the solver's error :math:`(m + n)\,u_{64}\,\sigma_1^2` on the Gram eigenvalues (proven bounds).
 
     Raises
     ------
@@ -176,6 +214,7 @@ def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
     """
     m, n = w.shape
     k = max(1, min(int(k), m, n))
+    scale = gram_scale(w)
     w = in_gram_range(w)
     wide, d = gram_side(w)
     on_cpu = torch.device(device).type == "cpu" and w.device.type == "cpu"
@@ -198,17 +237,19 @@ def exact_top_left(w: torch.Tensor, k: int, *, device="cpu") -> torch.Tensor:
         trace = float(torch.trace(gram))
         lam_t, vec_t = torch.linalg.eigh(gram)
         lam, vec = lam_t.flip(0)[:top].cpu().numpy(), vec_t.flip(1)[:, :k]
-    check_separated((lam[0], lam[k - 1], lam[k] if top > k else 0.0), trace, (m, n), w.dtype, k)
+    nxt = lam[k] if top > k else 0.0
+    check_separated((lam[0], lam[k - 1], nxt), trace, (m, n), w.dtype, k)
+    edge = _edge(float(lam[k - 1]), float(nxt), (m + n) * 2.0 ** -53 * float(lam[0]), scale)
     if on_cpu:
         if not wide:
             vec = _left_from_right(w, vec, lam[:k])
-        return torch.from_numpy(vec)
+        return TopSubspace(torch.from_numpy(vec), *edge, True)
     if not wide:  # U_k = W V_k / sigma_k, row block by row block
         x = w.to(device=device)
         step = max(1, (1 << 22) // max(m, n))
-        scale = torch.as_tensor(np.sqrt(lam[:k]), device=vec.device)
-        vec = torch.cat([blk.to(torch.float64) @ vec for blk in x.split(step, dim=0)]) / scale
-    return vec.cpu()
+        sig = torch.as_tensor(np.sqrt(lam[:k]), device=vec.device)
+        vec = torch.cat([blk.to(torch.float64) @ vec for blk in x.split(step, dim=0)]) / sig
+    return TopSubspace(vec.cpu(), *edge, True)
 
 
 def _left_from_right(w: torch.Tensor, vec: np.ndarray, lam: np.ndarray) -> np.ndarray:
@@ -224,6 +265,12 @@ def _left_from_right(w: torch.Tensor, vec: np.ndarray, lam: np.ndarray) -> np.nd
 
 def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE,
              min_side: int | None = None) -> torch.Tensor:
+    """The basis of :func:`top_subspace` (``.vectors``): shape (out, k), float64, on the CPU."""
+    return top_subspace(w, k, device=device, tolerance=tolerance, min_side=min_side).vectors
+
+
+def top_subspace(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE,
+                 min_side: int | None = None) -> TopSubspace:
     r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``: block Krylov, exact fallback.
 
     Same subspace as :func:`exact_top_left` within the stated accuracy (module docstring): a bound
@@ -246,7 +293,9 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
 
     Returns
     -------
-    torch.Tensor, shape (out, k), float64, on the CPU
+    TopSubspace
+        The basis, shape (out, k), float64, on the CPU, and the bounds on :math:`\sigma_k` and
+        :math:`\sigma_{k+1}` (:class:`TopSubspace`).
 
     Raises
     ------
@@ -255,19 +304,27 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
     """
     m, n = w.shape
     k = max(1, min(int(k), m, n))
+    scale = gram_scale(w)
     w = in_gram_range(w)
     wide, d = gram_side(w)
     side = MIN_KRYLOV_SIDE if min_side is None else min_side
     if torch.device(device).type != "cpu" or w.device.type != "cpu" or d < side:
-        return exact_top_left(w, k, device=device)
+        return _unscaled(exact_top_subspace(w, k, device=device), scale)
     found = krylov_top(w, k, tolerance=tolerance)
     if found is None:
-        return exact_top_left(w, k, device=device)
+        return _unscaled(exact_top_subspace(w, k, device=device), scale)
     try:
         check_separated((found.values[0], found.values[-1], found.upper), found.trace, (m, n), w.dtype, k)
-    except DegenerateMatrix:
-        return exact_top_left(w, k, device=device)  # lambda+ bounds lambda_k+1 from above: the exact one decides
+    except DegenerateMatrix:  # lambda+ bounds lambda_k+1 from above: the exact one decides
+        return _unscaled(exact_top_subspace(w, k, device=device), scale)
     vec = found.vectors
     if not wide:
         vec = _left_from_right(w, vec, found.values)
-    return torch.from_numpy(np.ascontiguousarray(vec))
+    edge = _edge(float(found.values[-1]), float(found.upper), (m + n) * 2.0 ** -53 * float(found.values[0]), scale)
+    return TopSubspace(torch.from_numpy(np.ascontiguousarray(vec)), *edge, bool(found.proven))
+
+
+def _unscaled(found: TopSubspace, scale: float) -> TopSubspace:
+    """``found`` of ``w * scale`` (already in range: the exact route's own scale is 1) as ``w``'s."""
+    return found if scale == 1.0 else found._replace(sigma_k=found.sigma_k / scale,
+                                                      sigma_next=found.sigma_next / scale)

@@ -193,9 +193,9 @@ class PairMeasurement:
                     bases[(side, k)] = memo[(i, cut, k)]
         ctx = _diff.DiffContext(wb, wt, device=self.device, bases=bases, tolerance=self.tolerance)
         shape = (int(wb.shape[0]), int(wb.shape[1]))
-        if not ctx.sums.finite:
-            bad = count_nonfinite(wb, wt)
-            return shape, {self.keys[m.name]: (math.nan, f"{bad} NaN/Inf entries") for m in todo}, ctx.sums, None
+        if not ctx.sums.finite and (bad := count_nonfinite(wb, wt)):  # else float64 entries past ~1e150: the
+            nan = (math.nan, f"{bad} NaN/Inf entries")                    # metrics scale them (ratio_sums, gram)
+            return shape, {self.keys[m.name]: nan for m in todo}, ctx.sums, None
         new = {self.keys[m.name]: tuple(_diff.evaluate_diff(m, ctx, self.options[m.name])) for m in todo}
         for (side, k), u in ctx.bases.items():
             memo[(self.bi if side == "base" else self.ti, cut, k)] = u
