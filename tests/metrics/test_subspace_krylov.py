@@ -172,3 +172,21 @@ def test_bundled_smollm2_matrices(smollm2_path, krylov_everywhere):
         got = compute_diff_metrics(base, target.float(), ["subspace_overlap"])["subspace_overlap"].value
         assert abs(got - overlap(ub, exact_left(target.float().double().numpy()))) <= STATED, name
     assert any(routes)  # the fast route is taken on real weights
+
+
+def test_the_other_side_of_a_pair_skips_an_attempt_the_first_side_gave_up(monkeypatch):
+    """A Gaussian base (top values clustered at the Marchenko-Pastur edge: no gap the Krylov route can
+    certify): the base gives the attempt up; the fine-tuned side goes straight to the exact route, and both
+    sides' subspaces are the exact route's."""
+    monkeypatch.setattr(subspace, "MIN_KRYLOV_SIDE", 1)
+    attempts = []
+    krylov = subspace.krylov_top
+    monkeypatch.setattr(subspace, "krylov_top", lambda *a, **kw: attempts.append(1) or krylov(*a, **kw))
+    rng = np.random.default_rng(7)
+    base = torch.from_numpy(rng.standard_normal((640, 900)))
+    target = base + torch.from_numpy((rng.random((640, 900)) < 0.1) * rng.standard_normal((640, 900)) * 0.05)
+    ctx = DiffContext(base, target)
+    b, t = ctx.top_subspace("base", K), ctx.top_subspace("target", K)
+    assert attempts == [1] and b.krylov_gave_up and not t.krylov_gave_up
+    for got, w in ((b, base), (t, target)):
+        torch.testing.assert_close(got.vectors, subspace.exact_top_left(w, K), rtol=0, atol=0)

@@ -190,9 +190,12 @@ class DiffContext:
         if key not in self.bases:
             if side == "target" and self.identical:
                 self.bases[key] = self.top_subspace("base", k)
-            else:
+            else:  # each side cold: no warm start (issue 42). Where the Krylov route gave the other side up
+                # (no gap it can certify: a Gaussian-like top spectrum), this side of the pair skips the attempt
+                other = self.bases.get(("target" if side == "base" else "base", k))
                 w = self.stored[0 if side == "base" else 1]
-                self.bases[key] = top_subspace(w, k, device=self.device)  # each side cold: no warm start (42)
+                self.bases[key] = top_subspace(w, k, device=self.device,
+                                               krylov=not (other is not None and other.krylov_gave_up))
         return self.bases[key]
 
 

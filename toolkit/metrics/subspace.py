@@ -110,12 +110,16 @@ class TopSubspace(NamedTuple):
         residual estimate of :mod:`toolkit.metrics.krylov` (a probability statement over its seed).
     proven : bool
         Both bounds are proofs (up to float64 rounding).
+    krylov_gave_up : bool
+        The Krylov route was tried and could not certify the subspace (the exact route's answer is here): a
+        hint for the cost of a matrix like this one (:func:`top_subspace`'s ``krylov``), never for a value.
     """
 
     vectors: torch.Tensor
     sigma_k: float
     sigma_next: float
     proven: bool
+    krylov_gave_up: bool = False
 
 
 def _edge(lam_k: float, lam_next: float, pad: float, scale: float) -> tuple[float, float]:
@@ -270,7 +274,7 @@ def top_left(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERA
 
 
 def top_subspace(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TOLERANCE,
-                 min_side: int | None = None) -> TopSubspace:
+                 min_side: int | None = None, krylov: bool = True) -> TopSubspace:
     r"""Orthonormal basis of the top-``k`` left singular subspace of ``w``: block Krylov, exact fallback.
 
     Same subspace as :func:`exact_top_left` within the stated accuracy (module docstring): a bound
@@ -290,6 +294,9 @@ def top_subspace(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TO
     tolerance : float
     min_side : int, optional
         The smallest Gram side that takes the Krylov route (default :data:`MIN_KRYLOV_SIDE`; tests lower it).
+    krylov : bool, default True
+        False: the exact route without a Krylov attempt (a caller that knows the attempt would be given up,
+        e.g. the fine-tuned side of a pair whose base gave it up: it costs time, never changes a value).
 
     Returns
     -------
@@ -308,15 +315,15 @@ def top_subspace(w: torch.Tensor, k: int, *, device="cpu", tolerance: float = TO
     w = in_gram_range(w)
     wide, d = gram_side(w)
     side = MIN_KRYLOV_SIDE if min_side is None else min_side
-    if torch.device(device).type != "cpu" or w.device.type != "cpu" or d < side:
+    if not krylov or torch.device(device).type != "cpu" or w.device.type != "cpu" or d < side:
         return _unscaled(exact_top_subspace(w, k, device=device), scale)
     found = krylov_top(w, k, tolerance=tolerance)
     if found is None:
-        return _unscaled(exact_top_subspace(w, k, device=device), scale)
+        return _unscaled(exact_top_subspace(w, k, device=device), scale)._replace(krylov_gave_up=True)
     try:
         check_separated((found.values[0], found.values[-1], found.upper), found.trace, (m, n), w.dtype, k)
     except DegenerateMatrix:  # lambda+ bounds lambda_k+1 from above: the exact one decides
-        return _unscaled(exact_top_subspace(w, k, device=device), scale)
+        return _unscaled(exact_top_subspace(w, k, device=device), scale)._replace(krylov_gave_up=True)
     vec = found.vectors
     if not wide:
         vec = _left_from_right(w, vec, found.values)
