@@ -8,7 +8,7 @@
 // The selected cell (`selected`) and the zoom (`windows`) are synced back to Python; opening a
 // cell sends {event: "open", panel, row, col}.
 
-const MIN_PLOT_W = 120, MAX_CELL_W = 64, ROW_PX = 16;
+const MIN_PLOT_W = 120, MAX_CELL_W = 64, MIN_CELL_W = 12, ROW_PX = 16;
 
 function fullWindow(p) { return [0, p.rows.length, 0, p.cols.length]; }
 
@@ -47,12 +47,14 @@ function colorbarWidth(cbar, barH = 180) {
 
 // The widths of a row of panels in `avail` pixels: per panel the plot width W and the chrome around it
 // (the layer axis, its own colour bar), the shared colour bar's width, the natural total and the least
-// total that keeps every plot at its minimum (MIN_PLOT_W, or fewer pixels for a few columns). Plots
-// shrink together when the natural total does not fit; they never go below their minimum.
+// total that keeps every plot at its minimum (MIN_PLOT_W, or fewer pixels for a few columns, never under
+// MIN_CELL_W a column). Plots shrink together when the natural total does not fit; they never go below
+// their minimum (a row too narrow for that wraps its panels, the shared bar staying on their right).
 function panelWidths(ps, shared, avail) {
   const chrome = ps.map((p) => 52 + (p.cbar ? colorbarWidth(p.cbar, panelBarHeight(p)) : 14));
   const natural = ps.map((p) => clamp(p.cols.length * 46, MIN_PLOT_W, p.cols.length * MAX_CELL_W));
-  const least = natural.map((n, k) => Math.min(MIN_PLOT_W, n, Math.max(14 * ps[k].cols.length, 60)));
+  const least = natural.map((n, k) => Math.max(MIN_CELL_W * ps[k].cols.length,
+                                               Math.min(MIN_PLOT_W, n, Math.max(14 * ps[k].cols.length, 60))));
   const sharedW = shared && ps.length ? colorbarWidth(shared, sharedBarHeight(ps)) : 0;
   const extra = sharedW + 10 * ps.length;
   const sum = (a) => a.reduce((x, y) => x + y, 0);
@@ -200,11 +202,11 @@ function render({ model, el }) {
     if (el.style.width !== wanted) el.style.width = wanted;
     // In a flex row (the explorer): from one row of panels at their least width up to what they want,
     // never less than that least width (or the whole row), so the explorer's side panel goes below the
-    // heatmap instead of a panel wrapping under the others (widgets.css).
-    const least = Math.ceil(minTotal + 8) + "px";
-    el.style.setProperty("flex", `100 1 ${least}`, "important"); // grows before the side panel
-    el.style.setProperty("max-width", `min(${wanted}, 100%)`, "important");
-    el.style.setProperty("min-width", `min(${least}, 100%)`, "important");
+    // heatmap instead of a panel wrapping under the others. Given as CSS variables (widgets.css), so the
+    // stacked layout of a narrow output (a column, where a flex basis is a height) can drop them.
+    el.classList.add("toolkit-heatmap-host");
+    el.style.setProperty("--toolkit-heatmap-wanted", wanted);
+    el.style.setProperty("--toolkit-heatmap-least", Math.ceil(minTotal + 8) + "px");
     return ps.map((p, k) => {
       const W = widths[k];
       const H = clamp(p.rows.length * ROW_PX, 200, 600);
@@ -217,11 +219,19 @@ function render({ model, el }) {
     });
   }
 
-  function colorbarSvg(cbar, x0, y0, h) {
-    const gid = `${uid}-g${Math.round(x0)}`;
-    const stops = cbar.colors.map((c, i) => `<stop offset="${(i / (cbar.colors.length - 1)).toFixed(4)}" stop-color="${c}"/>`).join("");
-    let s = `<g class="toolkit-cbar"><defs><linearGradient id="${gid}" x1="0" y1="1" x2="0" y2="0">${stops}</linearGradient></defs>`;
-    s += `<rect x="${x0}" y="${y0}" width="14" height="${h}" fill="url(#${gid})" stroke="#555" stroke-width="0.6"/>`;
+  // `key` names the bar (its panel, or "shared"): gradient ids are document-wide, and panels of one width
+  // gave their bars one id, so a constant panel's bar showed another panel's gradient.
+  function colorbarSvg(cbar, x0, y0, h, key) {
+    let s = `<g class="toolkit-cbar">`;
+    if (cbar.constant) { // one value: one swatch of its colour at its one tick, no range
+      const sh = Math.min(h, 28);
+      s += `<rect class="toolkit-cbar-swatch" x="${x0}" y="${(y0 + (h - sh) / 2).toFixed(1)}" width="14" height="${sh}" fill="${cbar.colors[0]}" stroke="#555" stroke-width="0.6"/>`;
+    } else {
+      const gid = `${uid}-grad-${key}`;
+      const stops = cbar.colors.map((c, i) => `<stop offset="${(i / (cbar.colors.length - 1)).toFixed(4)}" stop-color="${c}"/>`).join("");
+      s += `<defs><linearGradient id="${gid}" x1="0" y1="1" x2="0" y2="0">${stops}</linearGradient></defs>`;
+      s += `<rect class="toolkit-cbar-bar" x="${x0}" y="${y0}" width="14" height="${h}" fill="url(#${gid})" stroke="#555" stroke-width="0.6"/>`;
+    }
     const lo = cbar.colors[0], hi = cbar.colors[cbar.colors.length - 1];
     if (cbar.extend === "max" || cbar.extend === "both")
       s += `<path class="toolkit-cbar-extend" d="M${x0} ${y0} L${x0 + 7} ${y0 - 9} L${x0 + 14} ${y0} Z" fill="${hi}" stroke="#555" stroke-width="0.6"/>`;
@@ -265,7 +275,7 @@ function render({ model, el }) {
     Object.assign(g, { r0, r1, c0, c1, rh, cw });
     const svgW = g.width, svgH = g.height;
     let s = `<svg class="toolkit-heatmap-panel" data-panel="${k}" width="${svgW}" height="${svgH}" viewBox="0 0 ${svgW} ${svgH}">`;
-    s += `<defs><pattern id="${uid}-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+    s += `<defs><pattern id="${uid}-hatch${k}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
       `<rect width="6" height="6" fill="#ececec"/><line x1="0" y1="0" x2="0" y2="6" stroke="#9a9a9a" stroke-width="1"/></pattern>` +
       `<clipPath id="${uid}-clip${k}"><rect x="${g.ml}" y="${g.mt}" width="${g.W}" height="${g.H}"/></clipPath></defs>`;
     g.title.forEach((line, i) => { s += svgText(g.ml + g.W / 2, 14 + 16 * i, line, { "text-anchor": "middle", class: "toolkit-heatmap-title", "font-size": "12.5" }); });
@@ -274,7 +284,7 @@ function render({ model, el }) {
       const y = g.mt + g.H - (r - r0 + 1) * rh;
       const row = p.colors[r];
       for (let c = c0; c < c1; c++) {
-        const fill = row[c] || `url(#${uid}-hatch)`;
+        const fill = row[c] || `url(#${uid}-hatch${k})`;
         s += `<rect class="cell${row[c] ? "" : " nan"}" data-r="${r}" data-c="${c}" x="${(g.ml + (c - c0) * cw).toFixed(2)}" y="${y.toFixed(2)}" width="${(cw + 0.3).toFixed(2)}" height="${(rh + 0.3).toFixed(2)}" fill="${fill}"/>`;
       }
     }
@@ -309,14 +319,15 @@ function render({ model, el }) {
     g.xlabel.forEach((line, i) => {
       s += svgText(g.ml + g.W / 2, g.mt + g.H + 16 + maxLabel * 5.2 + 13 * i, line, { "text-anchor": "middle", "font-size": "10.5", class: "toolkit-xlabel" });
     });
-    if (p.cbar) s += colorbarSvg(p.cbar, g.ml + g.W + 12, g.mt + 10, g.H - 20);
+    if (p.cbar) s += colorbarSvg(p.cbar, g.ml + g.W + 12, g.mt + 10, g.H - 20, k);
     s += `<rect class="toolkit-box" x="0" y="0" width="0" height="0" display="none" fill="rgba(31,94,168,0.12)" stroke="#1f5fa8" stroke-dasharray="3,2"/>`;
     return s + "</svg>";
   }
 
   function sharedColorbar(cbar, height) {
     const w = colorbarWidth(cbar, sharedBarHeight(panels())) - 4, h = height;
-    return `<svg class="toolkit-heatmap-shared-cbar" width="${w}" height="${h}">${colorbarSvg(cbar, 8, 34, Math.max(60, h - 110))}</svg>`;
+    return `<div class="toolkit-heatmap-cbar-column"><svg class="toolkit-heatmap-shared-cbar" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}">` +
+      `${colorbarSvg(cbar, 8, 34, Math.max(60, h - 110), "shared")}</svg></div>`;
   }
 
   function draw() {
@@ -324,15 +335,38 @@ function render({ model, el }) {
     const ps = panels();
     if (windows.length !== ps.length) loadWindows();
     geoms = layout();
-    let html = ps.map((p, k) => panelSvg(p, k, geoms[k])).join("");
+    let html = `<div class="toolkit-heatmap-grid">${ps.map((p, k) => panelSvg(p, k, geoms[k])).join("")}</div>`;
     const shared = spec().shared_cbar;
     if (shared && ps.length) html += sharedColorbar(shared, Math.max(...geoms.map((g) => g.height)));
     stage.innerHTML = html;
+    fitText();
     drawnSelection = JSON.stringify(model.get("selected") || []);
     showInfo();
     root.dataset.renders = String(model.get("renders"));
     root.dataset.drawMs = (performance.now() - t0).toFixed(1);
     root.dataset.windows = JSON.stringify(windows);
+  }
+
+  // Each svg widened (and heightened) to its colour bar's text, as the browser measured it: the widths
+  // above are estimates (6.3 px a character), and a font wider than that cut the bar's label at its edge.
+  function fitText() {
+    let extra = 0;
+    for (const svg of stage.querySelectorAll("svg")) {
+      const box = svg.getBoundingClientRect();
+      if (!box.width) continue; // not on screen (a hidden tab): nothing measured
+      let right = box.width, bottom = box.height;
+      for (const t of svg.querySelectorAll("g.toolkit-cbar text")) {
+        const r = t.getBoundingClientRect();
+        right = Math.max(right, Math.ceil(r.right - box.left + 2));
+        bottom = Math.max(bottom, Math.ceil(r.bottom - box.top + 2));
+      }
+      if (right <= box.width && bottom <= box.height) continue;
+      extra += right - box.width;
+      svg.setAttribute("width", right);
+      svg.setAttribute("height", bottom);
+      svg.setAttribute("viewBox", `0 0 ${right} ${bottom}`);
+    }
+    if (extra > 0) el.style.width = `${parseFloat(el.style.width) + extra}px`;
   }
 
   function showInfo() {
