@@ -26,7 +26,7 @@ from toolkit.plot import metric_names, prepare_heatmap
 from toolkit.plot._select import model_name
 from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
-from toolkit.widgets._assets import FOLDER, style
+from toolkit.widgets._assets import FOLDER, module, style
 from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
 from toolkit.widgets.embed import json_for_html, text_for_html
 
@@ -202,9 +202,7 @@ def _default_title(data, labels) -> str:
 
 
 def _page(page: dict, title: str) -> str:
-    common = (FOLDER / "common.js").read_text(encoding="utf-8")
-    modules = {name: common + "\n" + (FOLDER / f"{name}.js").read_text(encoding="utf-8") for name in ("heatmap",
-                                                                                                       "chart")}
+    modules = {name: module(f"{name}.js") for name in ("heatmap", "chart")}
     glue = (FOLDER / "export_page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{text_for_html(title)}</title>
