@@ -24,6 +24,7 @@ from toolkit.constraints import Names, Optional, PathName, Text, checks_options
 from toolkit.errors import InvalidOptionError, ToolkitError
 from toolkit.plot import metric_names, prepare_heatmap
 from toolkit.plot._select import model_name
+from toolkit.plot.fit_marks import with_relative_width
 from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
 from toolkit.widgets._assets import FOLDER, module, style
@@ -124,7 +125,7 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     InvalidOptionError
         ``data`` of another type, or no metric of the data can be drawn.
     """
-    models = _models(data, labels)
+    models = [(label, with_relative_width(ds)) for label, ds in _models(data, labels)]  # as the explorer offers
     names = ([metrics] if isinstance(metrics, str) else list(metrics)) if metrics is not None \
         else metric_names(models[0][1])  # a str is one metric, not its letters
     heatmaps = {m: got for m in names if (got := _heatmap(models, m)) is not None}
