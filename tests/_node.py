@@ -8,19 +8,17 @@ import subprocess
 
 import pytest
 
-from toolkit.widgets._assets import FOLDER
+from toolkit.widgets._assets import module as bundled
 
 NODE = shutil.which("node")
 needs_node = pytest.mark.skipif(NODE is None, reason="node is not installed")
 
 
 def run_js(body: str, *, module: str = "common.js", timeout: float = 30):
-    """Evaluate ``body`` after ``module`` (its top-level functions in scope) and return what it prints
-    as JSON (``console.log(JSON.stringify(...))``)."""
-    source = (FOLDER / module).read_text(encoding="utf-8")
-    if module != "common.js":
-        source = (FOLDER / "common.js").read_text(encoding="utf-8") + "\n" + source
-    source = source.replace("export default", "const __default =")
+    """Evaluate ``body`` after ``module`` (its top-level functions in scope: a front end's whole bundle,
+    :data:`toolkit.widgets._assets.BUNDLES`, or a part after ``common.js``) and return what it prints as JSON
+    (``console.log(JSON.stringify(...))``)."""
+    source = bundled(module).replace("export default", "const __default =")
     out = subprocess.run([NODE, "--input-type=module", "-e", source + "\n" + body], capture_output=True,
                          text=True, timeout=timeout, check=True)
     return json.loads(out.stdout)

@@ -114,7 +114,7 @@ def test_the_page_shows_scales_inside_the_metrics_bounds(tmp_path):
     path = export_html(ds, tmp_path / "bounded.html")
     spec = _embedded(path)["heatmaps"]
     bar = spec["update_sparsity"]["panels"][0]["cbar"]
-    assert len(set(bar["colors"])) == 1 and bar["ticks"] == [[0.5, "constant: 1"]]
+    assert bar["constant"] and len(bar["colors"]) == 1 and bar["ticks"] == [[0.5, "constant: 1"]]
     overlap_bar = spec["subspace_overlap"]["panels"][0]["cbar"]
     ticks = [t for _, t in overlap_bar["ticks"]]  # the low end: the 2nd percentile, about 0.2
     assert ticks[2:] == ["0.8", "0.9", "1"] and float(ticks[0]) < 0.21  # 0.8 + (0.8 - 0.2) would be 1.4
@@ -124,9 +124,9 @@ def test_the_page_shows_scales_inside_the_metrics_bounds(tmp_path):
         tab.select_option("#toolkit-metric", "update_sparsity")
         tab.wait_for_function("document.querySelector('#toolkit-heatmap').textContent.includes('update sparsity')")
         constant = tab.locator("#toolkit-heatmap text.toolkit-cbar-tick").all_text_contents()
-        stops = tab.locator("#toolkit-heatmap .toolkit-cbar stop").evaluate_all(
-            "ss => ss.map(s => s.getAttribute('stop-color'))")
-        assert constant == ["constant: 1"] and len(set(stops)) == 1, (constant, set(stops))
+        stops = tab.locator("#toolkit-heatmap .toolkit-cbar stop").count()
+        swatch = tab.locator("#toolkit-heatmap rect.toolkit-cbar-swatch").get_attribute("fill")
+        assert constant == ["constant: 1"] and stops == 0 and swatch == bar["colors"][0], (constant, stops, swatch)
         tab.select_option("#toolkit-metric", "subspace_overlap")
         tab.wait_for_function("document.querySelector('#toolkit-heatmap').textContent.includes('subspace overlap')")
         shown = tab.locator("#toolkit-heatmap text.toolkit-cbar-tick").all_text_contents()

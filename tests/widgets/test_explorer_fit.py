@@ -29,6 +29,14 @@ def _fitted_stats():
     return ds
 
 
+def _same(shown, given) -> bool:
+    """``shown`` is ``given`` itself, or ``given`` with the ranking variable added: every variable of ``given``
+    in the very same array (not a refit's copy)."""
+    extra = set(shown.data_vars) - set(given.data_vars)
+    return shown is given or (extra == {"alpha_ci_relative_width"}
+                              and all(np.shares_memory(shown[v].values, given[v].values) for v in given.data_vars))
+
+
 def test_the_drill_down_shows_alpha_with_its_interval_count_and_range():
     ds = _fitted_stats()
     dd = drill_down(ds, 1, "attn.k")
@@ -106,7 +114,8 @@ def test_the_fit_menu_refits_from_the_stored_spectra(measured):
     np.testing.assert_array_equal(ex.ds.alpha.values, measured["xmax"].alpha.values)
     assert ex.cell is not None and ex.cell.esd.alpha == float(measured["xmax"].alpha.sel(layer=1, component="mlp.down"))
     menu.value = "default"
-    assert ex.ds is measured["default"]  # the measured Dataset itself, not a refit of it
+    # the measured Dataset itself, not a refit of it (with alpha's interval ranked beside it: the same arrays)
+    assert _same(ex.ds, measured["default"])
 
 
 def test_explore_starts_from_a_fit_given(measured):
@@ -129,7 +138,7 @@ def test_without_spectra_the_menu_is_disabled_and_a_fit_cannot_be_given(measured
     assert ex.controls["fit"].disabled and ex.controls["fit"].tooltip == NO_SPECTRA
     with pytest.raises(ToolkitError, match="keep_spectra=True"):
         explore(plain, "alpha", fit={"xmax": 1})
-    assert explore(plain, "alpha", fit={}).ds is plain  # the options it was measured with: nothing to refit
+    assert _same(explore(plain, "alpha", fit={}).ds, plain)  # the options it was measured with: nothing to refit
     no_fit = explore(make_stats(4))
     assert no_fit.controls["fit"].layout.display == "none"  # no fit column: no menu
 
@@ -162,3 +171,29 @@ def test_the_mark_limit_is_set_in_the_explorer():
     assert "(> 15 %)" in ex.hover_text(0, "attn.q")
     c["metric"].value = "num_pl_spikes"
     assert c["mark_width"].layout.display == "none"  # the mark is alpha's
+
+
+def test_the_metric_menu_ranks_alphas_interval_from_trust_to_do_not():
+    """Issue 45, item 3: the interval's relative width is a metric the explorer offers (a heatmap ranking the
+    cells), computed anew from the shown fit's interval. By hand: (3.5 - 2.0) / 2.5 = 0.6 at layer 1 attn.k,
+    (3.3 - 2.7) / 3 = 0.2 everywhere else; the stated limit (0.5) lies between them."""
+    ex = explore(_fitted_stats(), "alpha")
+    options = [value for _, value in ex.controls["metric"].options]
+    assert "alpha_ci_relative_width" in options
+    ex.controls["metric"].value = "alpha_ci_relative_width"
+    values = ex.current.values
+    k = list(ex.current.cols).index("attn.k")
+    assert values[1, k] == pytest.approx(0.6)
+    others = np.delete(values.ravel(), 1 * values.shape[1] + k)
+    np.testing.assert_allclose(others, 0.2)
+    assert ex.current.long_name == "relative width of alpha's 95 % interval"
+    assert "alpha_ci_relative_width" not in _fitted_stats()  # the Dataset given is left as it was
+
+
+def test_the_exported_page_offers_the_ranking_too():
+    from toolkit.widgets.export import page_data
+
+    page = page_data(_fitted_stats(), metrics=["alpha", "alpha_ci_relative_width"])
+    assert page["metrics"] == ["alpha", "alpha_ci_relative_width"]
+    cbar = page["heatmaps"]["alpha_ci_relative_width"]["panels"][0]["cbar"]
+    assert "relative width of alpha's 95 % interval" in cbar["label"]

@@ -81,3 +81,15 @@ def test_zooming_out_step_by_step_reaches_the_whole_panel():
                  "  w = zoomWindow(w, 11, 3, 1.25, 28, 7); n++; }"
                  "console.log(JSON.stringify([w, n]));", module="heatmap.js")
     assert got[0] == [0, 28, 0, 7] and got[1] < 20
+
+
+@needs_node
+def test_a_plot_keeps_at_least_12_px_a_column_however_narrow_the_row():
+    """Issue 45, item 5: plots shrink together to fit their row, but never below MIN_CELL_W (12 px) a column:
+    a row too narrow for that wraps its panels (the shared bar stays in its column on the right)."""
+    heads = {**_panel(), "cols": [str(h) for h in range(32)]}  # 32 heads: 120 px were 3.75 px a column
+    got = _widths([heads, heads], None, 600)
+    assert got["W"] == [12 * 32, 12 * 32] and got["minTotal"] > 600
+    seven = _widths([_panel() for _ in range(3)], None, 400)
+    assert seven["W"] == [98, 98, 98]  # 14 px a column for the seven components, as before
+    assert run_js("console.log(JSON.stringify(MIN_CELL_W));", module="heatmap.js") == 12

@@ -32,6 +32,7 @@ from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_form import form_row, make_form, read_form, set_button, show_selection
 from toolkit.widgets.live_pass import LivePass, measured, same_source
 from toolkit.widgets.live_progress import WidgetProgress
+from toolkit.widgets.live_status import PassState
 from toolkit.widgets.main_thread import in_main_thread
 
 
@@ -89,8 +90,8 @@ class ModelExplorer:
 
     # -- the pass -------------------------------------------------------------
     @property
-    def state(self) -> str:
-        """``"idle"``, ``"running"``, ``"done"``, ``"stopped"`` or ``"failed"``."""
+    def state(self) -> PassState:
+        """``"idle"``, ``"running"``, ``"done"``, ``"stopped"`` or ``"failed"`` (a :class:`PassState`)."""
         return self.live.state
 
     @property
@@ -153,10 +154,11 @@ class ModelExplorer:
         self.progress.first_look(live.look)
 
     def _on_progress(self, live: LivePass) -> None:
-        if live.stopping:  # "stopping" stays until the pass has stopped
+        status = live.snapshot()
+        if status.stopping:  # "stopping" stays until the pass has stopped
             return
-        self.progress.show(live.pace, live.name)
-        if live.stopping:  # Stop came while this line was written: say it again, over it
+        self.progress.show(live.pace, status.name)
+        if live.snapshot().stopping:  # Stop came while this line was written: say it again, over it
             self.progress.stopping(live.pace)
 
     def _on_cells(self, live: LivePass) -> None:
@@ -167,16 +169,16 @@ class ModelExplorer:
         self.form["stop"].disabled = True  # Resume once the pass has stopped
 
     def _on_ended(self, live: LivePass) -> None:
-        what, pace = html.escape(live.what), live.pace
-        if live.state == "stopped":
+        what, pace, status = html.escape(live.what), live.pace, live.snapshot()  # one moment's state and error
+        if status.state == PassState.STOPPED:
             if live.partial is not None:
                 self._show(live.partial)
             self.progress.finish(f"Stopped after {pace.done} of {pace.total} tensors of <b>{what}</b> "
                                  f"({pace.summary()}); the finished cells are kept (and cached): Resume continues "
                                  "from them.", "warning", pace)
             set_button(self.form, "resume")
-        elif live.state == "failed":
-            self.progress.fail(live.error, pace.elapsed())
+        elif status.state == PassState.FAILED:
+            self.progress.fail(status.error, status.elapsed)
             if self._fresh and self.explorer is not None:
                 self.progress.detail.value += f"; the heatmap below is still {html.escape(self._shown)}"
             set_button(self.form, "off")

@@ -26,6 +26,7 @@ import ipywidgets as W
 
 from toolkit.errors import EmptyInputError, ToolkitError, UnknownMetricError
 from toolkit.plot._select import COL_DIMS, metric_names
+from toolkit.plot.fit_marks import with_relative_width
 from toolkit.widgets import heatmap_spec
 from toolkit.widgets.cell_panel import CellPanel
 from toolkit.widgets.cells import PanelFacts, Shown
@@ -239,7 +240,7 @@ class Explorer:
         if not isinstance(ds, xr.Dataset):
             raise EmptyInputError(f"set_data takes an xarray.Dataset; got {type(ds).__name__}")
         offered = [name for _, name in self.controls["metric"].options]
-        missing = [name for name in offered if name not in ds.data_vars]
+        missing = [name for name in offered if name not in with_relative_width(ds).data_vars]  # as ModelSet.use
         if missing:
             raise EmptyInputError(f"set_data: the Dataset lacks {', '.join(map(repr, missing))} (offered in the "
                                   f"metric menu); it holds {list(ds.data_vars)}")

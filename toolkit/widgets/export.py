@@ -24,9 +24,10 @@ from toolkit.constraints import Names, Optional, PathName, Text, checks_options
 from toolkit.errors import InvalidOptionError, ToolkitError
 from toolkit.plot import metric_names, prepare_heatmap
 from toolkit.plot._select import model_name
+from toolkit.plot.fit_marks import with_relative_width
 from toolkit.plot.scales import shared_scale
 from toolkit.widgets import heatmap_spec
-from toolkit.widgets._assets import FOLDER, style
+from toolkit.widgets._assets import FOLDER, module, style
 from toolkit.widgets.cells import Panel, PanelFacts, unique_labels
 from toolkit.widgets.embed import json_for_html, text_for_html
 
@@ -124,7 +125,7 @@ def page_data(data, *, metrics=None, labels=None) -> dict:
     InvalidOptionError
         ``data`` of another type, or no metric of the data can be drawn.
     """
-    models = _models(data, labels)
+    models = [(label, with_relative_width(ds)) for label, ds in _models(data, labels)]  # as the explorer offers
     names = ([metrics] if isinstance(metrics, str) else list(metrics)) if metrics is not None \
         else metric_names(models[0][1])  # a str is one metric, not its letters
     heatmaps = {m: got for m in names if (got := _heatmap(models, m)) is not None}
@@ -202,9 +203,7 @@ def _default_title(data, labels) -> str:
 
 
 def _page(page: dict, title: str) -> str:
-    common = (FOLDER / "common.js").read_text(encoding="utf-8")
-    modules = {name: common + "\n" + (FOLDER / f"{name}.js").read_text(encoding="utf-8") for name in ("heatmap",
-                                                                                                       "chart")}
+    modules = {name: module(f"{name}.js") for name in ("heatmap", "chart")}
     glue = (FOLDER / "export_page.js").read_text(encoding="utf-8")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{text_for_html(title)}</title>

@@ -21,9 +21,16 @@ def hex_colors(rgba) -> list:
 
 
 def colorbar(prepared) -> dict:
-    """The colour bar of a prepared panel with its colours as hex."""
+    """The colour bar of a prepared panel with its colours as hex.
+
+    A panel of one value (:attr:`~toolkit.plot.heatmap_data.PreparedHeatmap.constant`, painted in one colour)
+    gets ``constant`` True and that one colour in ``colors``: the browser draws one swatch at its one tick,
+    not a bar that looks like a range.
+    """
     bar = prepared.colorbar()
-    return {**bar, "colors": hex_colors(np.asarray(bar["colors"])),
+    colors = hex_colors(np.asarray(bar["colors"]))
+    constant = prepared.constant is not None and len(set(colors)) == 1
+    return {**bar, "colors": colors[:1] if constant else colors, "constant": constant,
             "ticks": [[float(pos), str(label)] for pos, label in bar["ticks"]]}
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from toolkit.errors import PassStopped
 from toolkit.widgets.live_clock import cost_of
 from toolkit.widgets.live_pace import Pace
+from toolkit.widgets.live_status import LiveStatus, PassState, StatusSnapshot
 
 #: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
 #: measured before the rest (SmolLM2's largest has 0.9 M; a 7B model's 68 M).
@@ -133,13 +134,16 @@ class LivePass:
 
     Attributes
     ----------
-    state : str
-        ``"idle"``, ``"running"``, ``"done"``, ``"stopped"`` or ``"failed"``.
+    status : LiveStatus
+        The one locked status the pass's thread writes; the view reads :meth:`snapshot`. ``state``, ``pace``,
+        ``look``, ``error``, ``first_cells_s`` and ``name`` read its fields.
+    state : PassState
+        ``"idle"``, ``"running"``, ``"done"``, ``"stopped"`` or ``"failed"`` (a str enum: equal to these).
     pace : Pace
         The run's count, time spent and time left.
     plan
         The checkpoint's plan (None before the first segment or when it cannot be made).
-    look : list of str or None
+    look : tuple of str or None
         The components of the first look, while it runs.
     error : Exception or None
     first_cells_s : float or None
@@ -153,8 +157,8 @@ class LivePass:
         self.source, self.metrics, self.refresh, self.now = source, metrics, refresh, now
         self.stats_kws = {k: v for k, v in (stats_kws or {}).items() if not (k in SELECTION_KEYS and v is None)}
         self.on_event = on_event
-        self.state, self.error, self.plan, self.look, self.first_cells_s, self.name = "idle", None, None, None, None, ""
-        self.pace = Pace(now=now)
+        self.plan = None
+        self.status = LiveStatus(Pace(now=now))
         self._new_run = True
         self._result = self._best = self._latest = None
         self._best_units = self._units = 0  # tensors stored when _best was taken, and so far in this call
@@ -165,6 +169,18 @@ class LivePass:
         self._lock = threading.Lock()
         self._callbacks: list = []
         self._known: frozenset = frozenset()  # tensors measured by earlier runs of this source
+
+    # -- the status -------------------------------------------------------------
+    def snapshot(self) -> StatusSnapshot:
+        """The pass's state, count and clock taken at one moment (:meth:`LiveStatus.snapshot`)."""
+        return self.status.snapshot()
+
+    state = property(lambda self: self.status.read("state"), doc="The :class:`PassState` (LiveStatus).")
+    error = property(lambda self: self.status.read("error"), doc="What the segment failed with, or None.")
+    look = property(lambda self: self.status.read("look"), doc="The first look's components, while it runs.")
+    first_cells_s = property(lambda self: self.status.read("first_cells_s"), doc="Seconds to the first cells.")
+    name = property(lambda self: self.status.read("name"), doc="The last tensor stored.")
+    pace = property(lambda self: self.status.pace, doc="The run's :class:`Pace`.")
 
     # -- control --------------------------------------------------------------
     def start(self, *, source=..., layers=..., components=..., experts=..., background: bool = False) -> LivePass:
@@ -181,13 +197,14 @@ class LivePass:
                 self.stats_kws.pop(key, None)
                 if value is not None:
                     self.stats_kws[key] = value
-        if changed or self.state in ("idle", "done"):
-            same = self.state != "idle" and same_source(self.source, previous)
+        if changed or self.state in (PassState.IDLE, PassState.DONE):
+            same = self.state != PassState.IDLE and same_source(self.source, previous)
             self._known = self._known | self.pace.finished if same else frozenset()  # in the cache
             self._new_run, self._best, self._best_units, self.plan = True, None, 0, None
         self._stop.clear()
         self._done.clear()
-        self.state, self.error, self._result, self.first_cells_s = "running", None, None, None
+        self._result = None
+        self.status.update(state=PassState.RUNNING, error=None, first_cells_s=None, stopping=False)
         if background:
             self._thread = threading.Thread(target=self._run, name="toolkit-live-pass", daemon=True)
             self._thread.start()
@@ -197,8 +214,9 @@ class LivePass:
 
     def stop(self) -> None:
         """Stop after the tensor being measured (the finished cells stay, and are cached); says so at once."""
-        if self.state == "running" and not self._stop.is_set():
+        if self.state == PassState.RUNNING and not self._stop.is_set():
             self._stop.set()
+            self.status.update(stopping=True)
             self._emit("stopping")
 
     def fail(self, err: BaseException) -> None:
@@ -206,13 +224,14 @@ class LivePass:
         ``.ds`` / :meth:`wait` raise ``err``."""
         self._join()
         self._done.clear()
-        self.state, self.error, self._result = "failed", err, None
+        self._result = None
+        self.status.update(state=PassState.FAILED, error=err)
         self._end()
 
     @property
     def stopping(self) -> bool:
         """Stop was asked and the tensor being measured is not finished yet."""
-        return self.state == "running" and self._stop.is_set()
+        return self.state == PassState.RUNNING and self._stop.is_set()
 
     def _join(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -245,7 +264,7 @@ class LivePass:
         """
         if self.error is not None:
             raise self.error
-        return None if self.state == "running" else self._result
+        return None if self.state == PassState.RUNNING else self._result
 
     @property
     def ds(self):
@@ -287,7 +306,8 @@ class LivePass:
             if self._new_run:
                 self.plan = self._open_plan()
                 sizes = tensor_sizes(self.plan, self.stats_kws, spectra=needs_spectra(self.metrics, self.stats_kws))
-                self.pace, self._new_run = Pace(sizes, now=self.now, known=self._known), False
+                self.status.use(Pace(sizes, now=self.now, known=self._known))
+                self._new_run = False
             self.pace.begin()
             self._emit("started")
             self._first_look()
@@ -297,12 +317,12 @@ class LivePass:
         except PassStopped:
             self._stopped()
         except Exception as err:  # noqa: BLE001 - shown by the panel, raised again by .ds / wait()
-            self.state, self.error = "failed", err
+            self.status.update(state=PassState.FAILED, error=err)
         else:
             self._best = self._result = ds
-            self.state = "done"
+            self.status.update(state=PassState.DONE)
         finally:
-            self.look = None
+            self.status.update(look=None)
             self.pace.end()
             self._end()
 
@@ -329,7 +349,8 @@ class LivePass:
         if ds is not None:
             ds = ds.copy()
             ds.attrs["stopped"] = f"after {self.pace.done} of {self.pace.total} tensors"
-        self.state, self._result = "stopped", ds
+        self._result = ds
+        self.status.update(state=PassState.STOPPED)
 
     def _open_plan(self):
         """The checkpoint's plan (cached: the pass reads it again for free): which matrices the model
@@ -352,15 +373,15 @@ class LivePass:
         look = first_look(self.plan, self.stats_kws) if self._best is None else None
         if look is None:
             return
-        self.look, self._units = look, 0
+        self._units = 0
+        self.status.update(look=look)
         self._emit("first_look")
         toolkit.weight_stats(self.source, self.metrics, progress=self._progress, fill=True, components=look,
                              on_cells=lambda p: self._cells(lambda: _look_fixed(p())), **self.stats_kws)
-        self.look = None
+        self.status.update(look=None)
 
     def _progress(self, done: int, total: int, name: str = "") -> None:
-        self.pace.report(done, total, name)
-        self.name = name
+        self.status.report(done, total, name)
         self._emit("progress")
 
     def _cells(self, partial) -> None:
@@ -381,5 +402,5 @@ class LivePass:
             return
         self._best, self._best_units, self._last_offer = ds, max(self._units, 1), self.now()
         if self.first_cells_s is None:
-            self.first_cells_s = self._last_offer - self._started
+            self.status.update(first_cells_s=self._last_offer - self._started)
         self._emit("cells")

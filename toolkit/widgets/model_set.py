@@ -7,6 +7,7 @@ import numpy as np
 
 from toolkit.errors import EmptyInputError
 from toolkit.plot._select import column_dim, model_name, select
+from toolkit.plot.fit_marks import with_relative_width
 from toolkit.plot.heatmap_figure import prepare_heatmap
 from toolkit.plot.scales import CENTER_ATTR, shared_scale
 from toolkit.widgets import _controls as C
@@ -99,8 +100,11 @@ class ModelSet:
         self.fit_choice.enable(not self._pending)
 
     def use(self, models) -> None:
-        """Show ``models`` (another fit's, newer cells): ``[(label, ds)]``, the same grid."""
-        self.models, self.ds = list(models), models[0][1]
+        """Show ``models`` (another fit's, newer cells): ``[(label, ds)]``, the same grid; each with alpha's
+        interval ranked as a metric of its own where it has one
+        (:func:`~toolkit.plot.fit_marks.with_relative_width`, computed anew from each fit's interval)."""
+        models = [(label, with_relative_width(ds)) for label, ds in models]
+        self.models, self.ds = models, models[0][1]
         self.entries = self._entries()
 
     def set_data(self, ds) -> None:
