@@ -32,9 +32,10 @@ import torch
 from toolkit.metrics.alpha_interval import CI_OPTIONS, CI_REFERENCE, LEVEL, cell_interval, pivot_interval, spectrum_rng
 from toolkit.metrics.power_law_tail import EVALS_THRESHOLD, PowerLawFit
 from toolkit.metrics.powerlaw import fit_power_law
+from toolkit.metrics.powerlaw_batch import fit_alphas
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-__all__ = ["XMIN_REPLICATES", "alpha_interval_xmin", "semiparametric_alphas"]
+__all__ = ["XMIN_REPLICATES", "alpha_interval_xmin", "semiparametric_alphas", "semiparametric_spectra"]
 
 #: Bootstrap replicates of the interval (one whole fit each).
 XMIN_REPLICATES = 200
@@ -45,6 +46,42 @@ def _kept(eigenvalues, threshold: float, xmax: int | None) -> np.ndarray:
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64).ravel())
     lam = lam[: lam.size - abs(int(xmax))] if xmax else lam
     return lam[lam > threshold]
+
+
+def semiparametric_spectra(eigenvalues, fit: PowerLawFit, *, replicates: int = XMIN_REPLICATES, seed: int = 0,
+                           threshold: float = EVALS_THRESHOLD, xmax: int | None = None) -> np.ndarray:
+    r"""The ``replicates`` semi-parametric bootstrap spectra of a fit (module docstring, steps 1-2).
+
+    Parameters
+    ----------
+    eigenvalues : array-like, shape (N,)
+    fit : PowerLawFit
+        The spectrum's default fit.
+    replicates : int, default 200
+    seed : int
+        Mixed with the kept spectrum's bytes into the generator's seed.
+    threshold, xmax
+        The fit's options: the spectra are drawn from the kept, clipped eigenvalues.
+
+    Returns
+    -------
+    numpy.ndarray, shape (replicates, N), float64
+        Row :math:`b`: :math:`N - n^*_b` values drawn with replacement from the bulk and :math:`n^*_b` from the
+        power law :math:`p(x) \propto x^{-\hat\alpha}`, :math:`x \ge x_{min}` (inverse CDF), ascending. Every
+        value is above ``threshold`` (the bulk's are kept eigenvalues, the tail's at least :math:`x_{min}`).
+    """
+    x = _kept(eigenvalues, threshold, xmax)
+    N, n, B = x.size, int(fit.num_tail), int(replicates)
+    bulk = x[: N - n]
+    rng = spectrum_rng(x, seed)
+    tails = rng.binomial(N, n / N, size=B) if bulk.size else np.full(B, N)
+    out = np.empty((B, N))
+    for b, n_star in enumerate(tails):  # the draws of one replicate after another (the generator's order)
+        out[b, N - n_star:] = fit.xmin * (1.0 - rng.random(int(n_star))) ** (-1.0 / (fit.alpha - 1.0))
+        if n_star < N:
+            out[b, : N - n_star] = bulk[rng.integers(0, bulk.size, N - n_star)]
+    out.sort(axis=1)
+    return out
 
 
 def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replicates: int = XMIN_REPLICATES,
@@ -63,7 +100,9 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
         Mixed with the kept spectrum's bytes into the generator's seed.
     threshold, xmax, min_eigenvalues
         The fit's options (:func:`~toolkit.metrics.powerlaw.fit_power_law`); the replicates are drawn from the
-        kept, clipped spectrum and refitted with the same threshold.
+        kept, clipped spectrum (:func:`semiparametric_spectra`) and refitted all at once by the batched default
+        fit (:func:`~toolkit.metrics.powerlaw_batch.fit_alphas`: each replicate's alpha is the one
+        ``fit_power_law`` gives it alone).
     fix_fingers : None
         Only the default fit is bootstrapped (the options of the other fits, ``max_fingers`` and the like,
         are accepted and not used).
@@ -84,20 +123,10 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
         raise ValueError(f"semiparametric_alphas bootstraps the default fit with >= 10 replicates, got "
                          f"fix_fingers={fix_fingers!r}, replicates={replicates}")
     options = {"threshold": threshold} | ({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {})
-    x = _kept(eigenvalues, threshold, xmax)
-    fit = fit if fit is not None else fit_power_law(x, **options)
-    N, n = x.size, int(fit.num_tail)
-    bulk = x[: N - n]
-    rng = spectrum_rng(x, seed)
-    tails = rng.binomial(N, n / N, size=int(replicates)) if bulk.size else np.full(int(replicates), N)
-    stars = np.empty(int(replicates))
-    for b, n_star in enumerate(tails):
-        tail = fit.xmin * (1.0 - rng.random(int(n_star))) ** (-1.0 / (fit.alpha - 1.0))
-        spectrum = np.concatenate([bulk[rng.integers(0, bulk.size, N - n_star)] if bulk.size else bulk, tail])
-        try:
-            stars[b] = fit_power_law(spectrum, **options).alpha
-        except DegenerateMatrix:
-            stars[b] = np.nan
+    fit = fit if fit is not None else fit_power_law(_kept(eigenvalues, threshold, xmax), **options)
+    spectra = semiparametric_spectra(eigenvalues, fit, replicates=replicates, seed=seed, threshold=threshold,
+                                     xmax=xmax)
+    stars = fit_alphas(spectra, **({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {}))
     return stars[np.isfinite(stars)]
 
 
