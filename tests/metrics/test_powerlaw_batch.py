@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from toolkit.errors import DegenerateMatrix
 from toolkit.metrics.alpha_interval_xmin import semiparametric_alphas, semiparametric_spectra
@@ -111,3 +113,22 @@ def test_small_and_degenerate_rows():
     np.testing.assert_array_equal(np.isnan(fit_alphas(flat)), np.isnan(one_at_a_time(flat)))
     with pytest.raises(ValueError, match="stack"):
         fit_alphas(np.ones(30))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(n=st.integers(20, 260), rows=st.integers(1, 12), scale=st.floats(-3.0, 12.0),
+       exponent=st.floats(1.05, 40.0), grid=st.sampled_from([0.0, 1e-3, 0.25]), seed=st.integers(0, 2**32 - 1))
+def test_the_batched_fit_on_stacks_built_to_defeat_it(n, rows, scale, exponent, grid, seed):
+    """Rows far from 1 (5e-5 .. 1e18, above the threshold: large logarithms, the approximate distances' bound
+    widest), steep and shallow tails (exponents 1.05 .. 40), values rounded to a grid (ties): row by row as the
+    single fit."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(5, n))
+    x = np.concatenate([rng.uniform(0.05, 1.0, (rows, n - k)), (1.0 - rng.random((rows, k))) ** (-1 / (exponent - 1))],
+                       axis=1)
+    if grid:
+        x = np.round(x / grid) * grid + grid
+    x = np.sort(np.minimum(x, 1e6) * 10.0 ** scale, axis=1)
+    batched, alone = fit_alphas(x), one_at_a_time(x)
+    np.testing.assert_array_equal(np.isnan(batched), np.isnan(alone))
+    np.testing.assert_allclose(batched, alone, rtol=1e-12, atol=0)
