@@ -12,16 +12,19 @@ of their goodness-of-fit test) build their synthetic data sets:
 2. ``replicates`` synthetic spectra of :math:`N` values: :math:`n^* \sim \mathrm{Binomial}(N, n/N)` drawn from the
    fitted power law :math:`p(x) \propto x^{-\hat\alpha}` above :math:`x_{min}`, the other :math:`N - n^*` drawn
    with replacement from the bulk;
-3. each refitted by the toolkit's default fit (:func:`~toolkit.metrics.powerlaw.fit_power_law`, its pruned exact
-   KS search: :math:`x_{min}` chosen again), giving :math:`\hat\alpha^*`;
+3. each refitted by the toolkit's default fit (:func:`~toolkit.metrics.powerlaw.fit_power_law`, its exact KS
+   search: :math:`x_{min}` chosen again), giving :math:`\hat\alpha^*`; all at once
+   (:func:`~toolkit.metrics.powerlaw_batch.fit_alphas`: the replicates share their length, and each one's
+   :math:`\hat\alpha^*` is the one the fit gives it alone);
 4. the interval inverts the pivot :math:`(\hat\alpha^* - 1)/(\hat\alpha - 1)` as the default interval does
    (:func:`~toolkit.metrics.alpha_interval.pivot_interval`; Davison & Hinkley 1997, *Bootstrap Methods and their
    Application*, §5.2, the basic interval), which keeps its correction of the MLE's small-tail bias.
 
 The draws are seeded from the bytes of the kept spectrum and ``seed``: the same spectrum gives the same interval,
-bit for bit. Each replicate is a whole fit (about 1 ms for 576 eigenvalues, 6 ms for 4096), so the interval costs
-``replicates`` fits: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are opt-in (computed when
-named; coverage and cost: ``benchmarks/bench_alpha_coverage.py``, ``benchmarks/bench_alpha_interval.py``).
+bit for bit (and the same as when every replicate was refitted alone, before the batch). The 200 fits cost
+about 25 ms of CPU for 576 eigenvalues: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are
+opt-in (computed when named; coverage: ``benchmarks/bench_alpha_coverage.py``; cost against the ``alpha`` pass,
+both routes: ``benchmarks/bench_xmin_interval.py``).
 """
 
 from __future__ import annotations
@@ -75,11 +78,16 @@ def semiparametric_spectra(eigenvalues, fit: PowerLawFit, *, replicates: int = X
     bulk = x[: N - n]
     rng = spectrum_rng(x, seed)
     tails = rng.binomial(N, n / N, size=B) if bulk.size else np.full(B, N)
+    uniforms, picks = [], []
+    for n_star in tails:  # the draws of one replicate after another (the generator's order)
+        uniforms.append(rng.random(int(n_star)))
+        if bulk.size:
+            picks.append(rng.integers(0, bulk.size, N - int(n_star)))
+    in_tail = np.arange(N)[None, :] >= (N - tails)[:, None]  # row b: its last tails[b] places
     out = np.empty((B, N))
-    for b, n_star in enumerate(tails):  # the draws of one replicate after another (the generator's order)
-        out[b, N - n_star:] = fit.xmin * (1.0 - rng.random(int(n_star))) ** (-1.0 / (fit.alpha - 1.0))
-        if n_star < N:
-            out[b, : N - n_star] = bulk[rng.integers(0, bulk.size, N - n_star)]
+    out[in_tail] = fit.xmin * (1.0 - np.concatenate(uniforms)) ** (-1.0 / (fit.alpha - 1.0))
+    if bulk.size:
+        out[~in_tail] = bulk[np.concatenate(picks)]
     out.sort(axis=1)
     return out
 
