@@ -182,7 +182,7 @@ def _survivors(logx, alpha, n, d, scored, eps) -> tuple[np.ndarray, np.ndarray]:
     alive = alpha > 1.0
     # probes first: the candidates of tail sizes 8, 12, 18, ... (a replicate's minimum is near its drawn tail)
     sizes = np.unique(np.round(8.0 * 1.5 ** np.arange(int(np.log(N / 8.0) / np.log(1.5)) + 1)).astype(np.int64))
-    at = N - sizes[(sizes >= 2) & (sizes <= N)]
+    at = N - sizes  # 8 <= sizes <= N
     pr, pj = np.nonzero(alive[:, at])
     _approximate(logx, pr, at[pj], alpha, n, d)
     scored[pr, at[pj]] = True
