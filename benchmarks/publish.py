@@ -274,6 +274,8 @@ INDEX = [
     ("watch", "`toolkit.watch` on the CPU fine-tune of the embedded model against the bare training"),
     ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
                        "the embedded model"),
+    ("xmin_interval", "the interval that chooses xmin again, its replicates refitted one at a time and all at once, "
+                      "against the alpha pass: the embedded model and a 7B-shaped matrix"),
     ("alpha_coverage", "coverage of alpha's 95 % interval beside WeightWatcher's sigma, tails of 30-1000 values"),
     ("farms", "the aspect-ratio bias of alpha, with and without FARMS, i.i.d. matrices of q = 1-8"),
     ("alpha_pruning", "notebook 05: a grid of AlphaPruning allocations (metric, ε, magnitude and Wanda) against "

@@ -12,16 +12,19 @@ of their goodness-of-fit test) build their synthetic data sets:
 2. ``replicates`` synthetic spectra of :math:`N` values: :math:`n^* \sim \mathrm{Binomial}(N, n/N)` drawn from the
    fitted power law :math:`p(x) \propto x^{-\hat\alpha}` above :math:`x_{min}`, the other :math:`N - n^*` drawn
    with replacement from the bulk;
-3. each refitted by the toolkit's default fit (:func:`~toolkit.metrics.powerlaw.fit_power_law`, its pruned exact
-   KS search: :math:`x_{min}` chosen again), giving :math:`\hat\alpha^*`;
+3. each refitted by the toolkit's default fit (:func:`~toolkit.metrics.powerlaw.fit_power_law`, its exact KS
+   search: :math:`x_{min}` chosen again), giving :math:`\hat\alpha^*`; all at once
+   (:func:`~toolkit.metrics.powerlaw_batch.fit_alphas`: the replicates share their length, and each one's
+   :math:`\hat\alpha^*` is the one the fit gives it alone);
 4. the interval inverts the pivot :math:`(\hat\alpha^* - 1)/(\hat\alpha - 1)` as the default interval does
    (:func:`~toolkit.metrics.alpha_interval.pivot_interval`; Davison & Hinkley 1997, *Bootstrap Methods and their
    Application*, §5.2, the basic interval), which keeps its correction of the MLE's small-tail bias.
 
 The draws are seeded from the bytes of the kept spectrum and ``seed``: the same spectrum gives the same interval,
-bit for bit. Each replicate is a whole fit (about 1 ms for 576 eigenvalues, 6 ms for 4096), so the interval costs
-``replicates`` fits: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are opt-in (computed when
-named; coverage and cost: ``benchmarks/bench_alpha_coverage.py``, ``benchmarks/bench_alpha_interval.py``).
+bit for bit (and the same as when every replicate was refitted alone, before the batch). The 200 fits cost
+about 25 ms of CPU for 576 eigenvalues: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are
+opt-in (computed when named; coverage: ``benchmarks/bench_alpha_coverage.py``; cost against the ``alpha`` pass,
+both routes: ``benchmarks/bench_xmin_interval.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ import torch
 from toolkit.metrics.alpha_interval import CI_OPTIONS, CI_REFERENCE, LEVEL, cell_interval, pivot_interval, spectrum_rng
 from toolkit.metrics.power_law_tail import EVALS_THRESHOLD, PowerLawFit
 from toolkit.metrics.powerlaw import fit_power_law
+from toolkit.metrics.powerlaw_batch import fit_alphas
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
 
-__all__ = ["XMIN_REPLICATES", "alpha_interval_xmin", "semiparametric_alphas"]
+__all__ = ["XMIN_REPLICATES", "alpha_interval_xmin", "semiparametric_alphas", "semiparametric_spectra"]
 
 #: Bootstrap replicates of the interval (one whole fit each).
 XMIN_REPLICATES = 200
@@ -45,6 +49,47 @@ def _kept(eigenvalues, threshold: float, xmax: int | None) -> np.ndarray:
     lam = np.sort(np.asarray(eigenvalues, dtype=np.float64).ravel())
     lam = lam[: lam.size - abs(int(xmax))] if xmax else lam
     return lam[lam > threshold]
+
+
+def semiparametric_spectra(eigenvalues, fit: PowerLawFit, *, replicates: int = XMIN_REPLICATES, seed: int = 0,
+                           threshold: float = EVALS_THRESHOLD, xmax: int | None = None) -> np.ndarray:
+    r"""The ``replicates`` semi-parametric bootstrap spectra of a fit (module docstring, steps 1-2).
+
+    Parameters
+    ----------
+    eigenvalues : array-like, shape (N,)
+    fit : PowerLawFit
+        The spectrum's default fit.
+    replicates : int, default 200
+    seed : int
+        Mixed with the kept spectrum's bytes into the generator's seed.
+    threshold, xmax
+        The fit's options: the spectra are drawn from the kept, clipped eigenvalues.
+
+    Returns
+    -------
+    numpy.ndarray, shape (replicates, N), float64
+        Row :math:`b`: :math:`N - n^*_b` values drawn with replacement from the bulk and :math:`n^*_b` from the
+        power law :math:`p(x) \propto x^{-\hat\alpha}`, :math:`x \ge x_{min}` (inverse CDF), ascending. Every
+        value is above ``threshold`` (the bulk's are kept eigenvalues, the tail's at least :math:`x_{min}`).
+    """
+    x = _kept(eigenvalues, threshold, xmax)
+    N, n, B = x.size, int(fit.num_tail), int(replicates)
+    bulk = x[: N - n]
+    rng = spectrum_rng(x, seed)
+    tails = rng.binomial(N, n / N, size=B) if bulk.size else np.full(B, N)
+    uniforms, picks = [], []
+    for n_star in tails:  # the draws of one replicate after another (the generator's order)
+        uniforms.append(rng.random(int(n_star)))
+        if bulk.size:
+            picks.append(rng.integers(0, bulk.size, N - int(n_star)))
+    in_tail = np.arange(N)[None, :] >= (N - tails)[:, None]  # row b: its last tails[b] places
+    out = np.empty((B, N))
+    out[in_tail] = fit.xmin * (1.0 - np.concatenate(uniforms)) ** (-1.0 / (fit.alpha - 1.0))
+    if bulk.size:
+        out[~in_tail] = bulk[np.concatenate(picks)]
+    out.sort(axis=1)
+    return out
 
 
 def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replicates: int = XMIN_REPLICATES,
@@ -63,7 +108,9 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
         Mixed with the kept spectrum's bytes into the generator's seed.
     threshold, xmax, min_eigenvalues
         The fit's options (:func:`~toolkit.metrics.powerlaw.fit_power_law`); the replicates are drawn from the
-        kept, clipped spectrum and refitted with the same threshold.
+        kept, clipped spectrum (:func:`semiparametric_spectra`) and refitted all at once by the batched default
+        fit (:func:`~toolkit.metrics.powerlaw_batch.fit_alphas`: each replicate's alpha is the one
+        ``fit_power_law`` gives it alone).
     fix_fingers : None
         Only the default fit is bootstrapped (the options of the other fits, ``max_fingers`` and the like,
         are accepted and not used).
@@ -84,20 +131,10 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
         raise ValueError(f"semiparametric_alphas bootstraps the default fit with >= 10 replicates, got "
                          f"fix_fingers={fix_fingers!r}, replicates={replicates}")
     options = {"threshold": threshold} | ({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {})
-    x = _kept(eigenvalues, threshold, xmax)
-    fit = fit if fit is not None else fit_power_law(x, **options)
-    N, n = x.size, int(fit.num_tail)
-    bulk = x[: N - n]
-    rng = spectrum_rng(x, seed)
-    tails = rng.binomial(N, n / N, size=int(replicates)) if bulk.size else np.full(int(replicates), N)
-    stars = np.empty(int(replicates))
-    for b, n_star in enumerate(tails):
-        tail = fit.xmin * (1.0 - rng.random(int(n_star))) ** (-1.0 / (fit.alpha - 1.0))
-        spectrum = np.concatenate([bulk[rng.integers(0, bulk.size, N - n_star)] if bulk.size else bulk, tail])
-        try:
-            stars[b] = fit_power_law(spectrum, **options).alpha
-        except DegenerateMatrix:
-            stars[b] = np.nan
+    fit = fit if fit is not None else fit_power_law(_kept(eigenvalues, threshold, xmax), **options)
+    spectra = semiparametric_spectra(eigenvalues, fit, replicates=replicates, seed=seed, threshold=threshold,
+                                     xmax=xmax)
+    stars = fit_alphas(spectra, **({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {}))
     return stars[np.isfinite(stars)]
 
 

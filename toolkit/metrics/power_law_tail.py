@@ -1,10 +1,12 @@
 r"""The pieces of a power-law fit of an eigenvalue tail that every fit shares.
 
 The fit record (:class:`PowerLawFit`), WeightWatcher's thresholds, the MLE
-exponent of every candidate tail (:func:`tail_alphas`) and their exact
-Kolmogorov-Smirnov distances (:func:`exact_ks_distances`). The default fit
+exponent of every candidate tail (:func:`tail_alphas`), their exact
+Kolmogorov-Smirnov distances (:func:`exact_ks_distances`) and the sampled bounds on them
+(:func:`ks_bounds`), each for one spectrum or a stack of them. The default fit
 (:func:`toolkit.metrics.powerlaw.fit_power_law`) and the ``xmin_peak`` fit
-(:mod:`toolkit.metrics.xmin_peak`) both build on them.
+(:mod:`toolkit.metrics.xmin_peak`) and the batched default fit (:mod:`toolkit.metrics.powerlaw_batch`) build
+on them.
 """
 
 from __future__ import annotations
@@ -121,71 +123,145 @@ class KsScores(NamedTuple):
 
 
 def tail_alphas(logx: np.ndarray, bias_corrected: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    r"""The MLE exponent of every candidate tail of a sorted spectrum.
+    r"""The MLE exponent of every candidate tail of a sorted spectrum (or of each row of a stack of them).
 
     Parameters
     ----------
-    logx : numpy.ndarray, shape (N,)
-        :math:`\ln \lambda_j`, ascending.
+    logx : numpy.ndarray, shape (N,) or (B, N)
+        :math:`\ln \lambda_j`, ascending (along the last axis: ``B`` spectra of ``N`` values each).
     bias_corrected : bool, default False
         Use :math:`n - 1` instead of :math:`n` in the numerator
         (WeightWatcher's small-N fit).
 
     Returns
     -------
-    alpha : numpy.ndarray, shape (N - 1,)
+    alpha : numpy.ndarray, shape (N - 1,) or (B, N - 1)
         :math:`\alpha_i = 1 + n_i / \sum_{j \ge i} \ln(\lambda_j / \lambda_i)`
         for the candidates :math:`i = 0 .. N-2` (inf where the tail is flat).
     n : numpy.ndarray, shape (N - 1,)
-        Tail sizes :math:`n_i = N - i`, float64.
-    s : numpy.ndarray, shape (N - 1,)
+        Tail sizes :math:`n_i = N - i`, float64 (the same for every row).
+    s : numpy.ndarray, shape (N - 1,) or (B, N - 1)
         The sums :math:`\sum_{j \ge i} \ln(\lambda_j / \lambda_i)`.
+
+    Notes
+    -----
+    A row of a stack gets the same floating-point operations as the spectrum alone (the mean along the last
+    axis, a sequential cumulative sum), so the same bits: the batched fit
+    (:mod:`toolkit.metrics.powerlaw_batch`) relies on it.
 
     References
     ----------
     Clauset, Shalizi & Newman (2009), SIAM Review 51(4), eq. (3.7).
     """
-    N = logx.size
+    N = logx.shape[-1]
     n = np.arange(N, 1, -1, dtype=np.float64)  # N - i
-    ref = logx.mean()
-    suffix = np.cumsum((logx - ref)[::-1])[::-1][:-1]  # sum_{j>=i} (log x_j - ref)
-    s = suffix - n * (logx[:-1] - ref)  # sum_{j>=i} log(x_j / x_i)
+    ref = logx.mean(axis=-1, keepdims=True)
+    suffix = np.cumsum((logx - ref)[..., ::-1], axis=-1)[..., ::-1][..., :-1]  # sum_{j>=i} (log x_j - ref)
+    s = suffix - n * (logx[..., :-1] - ref)  # sum_{j>=i} log(x_j / x_i)
     with np.errstate(divide="ignore", invalid="ignore"):
         alpha = 1.0 + ((n - 1.0) if bias_corrected else n) / s
     return alpha, n, s
 
 
-def exact_ks_distances(x: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarray) -> np.ndarray:
+def exact_ks_distances(x: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarray,
+                       rows: np.ndarray | None = None, block_rows: int | None = None) -> np.ndarray:
     r"""Exact Kolmogorov-Smirnov distances of the candidate tails ``idx``, in blocks of bounded memory.
 
     Parameters
     ----------
-    x : numpy.ndarray, shape (N,)
-        Eigenvalues, ascending.
+    x : numpy.ndarray, shape (N,) or (B, N)
+        Eigenvalues, ascending (a stack: each row ascending).
     idx : numpy.ndarray of int, shape (k,)
         Candidate xmin positions, ascending.
-    alpha, n : numpy.ndarray, shape (N - 1,)
-        Every candidate's exponent and tail size (:func:`tail_alphas`).
+    alpha : numpy.ndarray, shape (N - 1,) or (B, N - 1)
+        Every candidate's exponent (:func:`tail_alphas`).
+    n : numpy.ndarray, shape (N - 1,)
+        Every candidate's tail size.
+    rows : numpy.ndarray of int, shape (k,), optional
+        With a stack: the row of each candidate.
+    block_rows : int, optional
+        At most this many candidates a block (a stack's candidates of distant positions share a block's width:
+        smaller blocks waste less).
 
     Returns
     -------
     numpy.ndarray, shape (k,)
         :math:`D_i = \max_{t<n_i} |1 - (\lambda_{i+t}/\lambda_i)^{1-\alpha_i} - t/n_i|`.
+
+    Notes
+    -----
+    Every deviation is one element-wise expression of the same operands, whatever the block or the stack: a
+    candidate's :math:`D_i` has the same bits alone, in a block or as a row of a stack.
     """
-    N = x.size
+    N = x.shape[-1]
     out = np.empty(idx.size)
     pos = 0
     while pos < idx.size:
         i0 = idx[pos]
         width = N - i0
-        rows = max(1, BLOCK_ELEMENTS // width)
-        sel = idx[pos : pos + rows]
+        count = max(1, BLOCK_ELEMENTS // width)
+        count = min(count, block_rows) if block_rows else count
+        sel = idx[pos : pos + count]
         j = np.arange(i0, N)
         t = j[None, :] - sel[:, None]  # offset in each tail; < 0 outside it
+        if rows is None:
+            top, low, a = x[None, i0:], x[sel, None], alpha[sel, None]
+        else:
+            r = rows[pos : pos + count]
+            top, low, a = x[r, i0:], x[r, sel][:, None], alpha[r, sel][:, None]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            ratio = x[None, i0:] / x[sel, None]
-            dev = np.abs(1.0 - ratio ** (1.0 - alpha[sel, None]) - t / n[sel, None])
+            ratio = top / low
+            dev = np.abs(1.0 - ratio ** (1.0 - a) - t / n[sel, None])
         dev[t < 0] = 0.0
         out[pos : pos + sel.size] = dev.max(axis=1)
         pos += sel.size
     return out
+
+
+def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarray, k: int,
+              rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    r"""Lower and upper bounds on the KS distances :math:`D_i` of the candidates ``idx`` from :math:`k + 1`
+    quantiles of each tail.
+
+    Parameters
+    ----------
+    logx : numpy.ndarray, shape (N,) or (B, N)
+        :math:`\ln \lambda_j`, ascending (a stack: each row).
+    idx : numpy.ndarray of int, shape (m,)
+        Candidate positions.
+    alpha : numpy.ndarray, shape (N - 1,) or (B, N - 1)
+    n : numpy.ndarray, shape (N - 1,)
+        As :func:`exact_ks_distances`.
+    k : int
+        Quantile steps: the offsets :math:`t = \lfloor q (n_i - 1) \rfloor`, :math:`q = 0, 1/k, .., 1`.
+    rows : numpy.ndarray of int, shape (m,), optional
+        With a stack: the row of each candidate.
+
+    Returns
+    -------
+    lower, upper : numpy.ndarray, shape (m,)
+        ``lower``: the largest sampled deviation :math:`|F_{fit} - F_{emp}|`; ``upper``: because both CDFs
+        are non-decreasing, :math:`\max(F_{fit}(b) - F_{emp}(a), F_{emp}(b) - F_{fit}(a))` over consecutive
+        samples :math:`a < b` (and at least ``lower``). The default fit prunes with them
+        (:func:`toolkit.metrics.powerlaw.fit_power_law`, Notes).
+    """
+    lower = np.empty(idx.size)
+    upper = np.empty(idx.size)
+    grid = np.linspace(0.0, 1.0, k + 1)
+    count = max(1, BLOCK_ELEMENTS // (k + 1))
+    for a in range(0, idx.size, count):
+        sel = idx[a : a + count]
+        t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
+        if rows is None:
+            at, start, exponent = logx[sel[:, None] + t], logx[sel, None], alpha[sel, None]
+        else:
+            r = rows[a : a + count, None]
+            at, start, exponent = logx[r, sel[:, None] + t], logx[r, sel[:, None]], alpha[r, sel[:, None]]
+        with np.errstate(over="ignore", invalid="ignore"):
+            ffit = -np.expm1((1.0 - exponent) * (at - start))
+        femp = t / n[sel, None]
+        lo = np.abs(ffit - femp).max(axis=1)
+        up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
+        lower[a : a + sel.size] = lo
+        upper[a : a + sel.size] = np.maximum(up, lo)
+    return lower, upper

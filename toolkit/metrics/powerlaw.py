@@ -49,13 +49,13 @@ import numpy as np
 import torch
 
 from toolkit.metrics.power_law_tail import (
-    BLOCK_ELEMENTS,
     EVALS_THRESHOLD,
     MIN_EIGENVALUES,
     KsScores,
     PowerLawFit,
     exact_ks_distances,
     flat_reason,
+    ks_bounds,
     tail_alphas,
 )
 from toolkit.metrics.registry import DegenerateMatrix, register_metric
@@ -243,25 +243,6 @@ def _fit_kept(x: np.ndarray, threshold: float, min_eigenvalues: int, scores: lis
                         num_pl_spikes=num_pl_spikes, raw_alpha=fit.alpha)
 
 
-def _bounds(logx, idx, alpha, n, k):
-    """Lower and upper bounds on D_i from k + 1 quantiles of each tail."""
-    lower = np.empty(idx.size)
-    upper = np.empty(idx.size)
-    grid = np.linspace(0.0, 1.0, k + 1)
-    rows = max(1, BLOCK_ELEMENTS // (k + 1))
-    for a in range(0, idx.size, rows):
-        sel = idx[a : a + rows]
-        t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
-        with np.errstate(over="ignore", invalid="ignore"):
-            ffit = -np.expm1((1.0 - alpha[sel, None]) * (logx[sel[:, None] + t] - logx[sel, None]))
-        femp = t / n[sel, None]
-        lo = np.abs(ffit - femp).max(axis=1)
-        up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
-        lower[a : a + sel.size] = lo
-        upper[a : a + sel.size] = np.maximum(up, lo)
-    return lower, upper
-
-
 def _fit_standard(x: np.ndarray, logx: np.ndarray, scores: list | None = None) -> PowerLawFit:
     N = x.size
     alpha, n, _ = tail_alphas(logx)
@@ -278,7 +259,7 @@ def _fit_standard(x: np.ndarray, logx: np.ndarray, scores: list | None = None) -
     # After each round the few most promising get their exact D, which
     # tightens ``best`` far more than the sampled upper bounds would.
     while keep.size > _SAMPLES and 2 * (k + 1) < N - keep[0]:
-        lower, upper = _bounds(logx, keep, alpha, n, k)
+        lower, upper = ks_bounds(logx, keep, alpha, n, k)
         probe = np.sort(keep[np.argsort(upper, kind="stable")[:8]])
         d[probe] = exact_ks_distances(x, probe, alpha, n)
         scored[probe] = True
