@@ -153,3 +153,31 @@ def test_each_measurement_names_its_budget_and_the_pass_uses_it():
     log = Log(3)  # over the pairs' budget: one at a time
     assert consume(read_ahead(log.readers, sizes=[size] * 3, budget=PairMeasurement.read_ahead_bytes)) == [0, 1, 2]
     assert log.seen == {0: [], 1: [], 2: []}
+
+
+def test_a_free_pipeline_claims_the_next_tensor_while_the_other_is_busy():
+    """Tensor 0 holds its pipeline until four of tensors 1-5 are measured (its pipeline has read one ahead):
+    the other pipeline must take them (a fixed share p, p + 2, ... left tensors 2 and 4 behind 0: only three)."""
+    import threading
+    import time
+
+    import torch
+
+    finished = {i: threading.Event() for i in range(6)}
+    where = {}
+
+    def work(i, item):
+        where[i] = threading.current_thread().name
+        finished[i].set()
+        if i == 0:
+            deadline = time.monotonic() + 30
+            while sum(finished[j].is_set() for j in range(1, 6)) < 4:
+                assert time.monotonic() < deadline, "tensors waited behind tensor 0 while a pipeline was free"
+                time.sleep(0.01)
+        return i
+
+    readers = [(lambda i=i: torch.zeros(1) + i) for i in range(6)]
+    torch.set_num_threads(2)
+    got = dict(map_tensors(readers, work, pipelines=2, float32=False))
+    assert got == {i: i for i in range(6)}
+    assert sum(where[i] != where[0] for i in range(1, 6)) >= 4
