@@ -46,10 +46,12 @@ def numpy_singular_values(base, target) -> np.ndarray:
     return np.linalg.svd(target.double().numpy() - base.double().numpy(), compute_uv=False)
 
 
-@pytest.fixture(params=["one block", "many blocks"])
+@pytest.fixture(params=["one block", "many blocks", "many tiles"])
 def blocks(request, monkeypatch):
-    if request.param == "many blocks":  # a few columns or rows a block: the sum runs over many dsyrk calls
+    if request.param == "many blocks":  # a few columns or rows a block: the sum runs over many products
         monkeypatch.setattr(gram, "PAIR_BLOCK", 3 * 97)
+    if request.param == "many tiles":  # the Gram matrix summed in tiles of at most 16 x 16 (uneven at 97)
+        monkeypatch.setattr(gram, "GRAM_TILE", 16)
     return request.param
 
 
@@ -81,7 +83,8 @@ def test_mixed_storage_dtypes_subtract_in_float64(blocks):
 
 
 def test_gram_of_the_difference_equals_numpy_in_the_lower_triangle(blocks):
-    """The sum ``_syrk_into`` builds: the lower triangle is (T - B)(T - B)ᵀ, the upper one untouched (zero)."""
+    """The sum ``_syrk_into`` builds: the lower triangle is (T - B)(T - B)ᵀ; above it only the diagonal tiles'
+    own entries are written (the same sums), the rest is untouched (zero)."""
     for shape in [(40, 150), (150, 40)]:
         base, target = pair(shape, "sparse", dtype=torch.float32)
         d = target.double().numpy() - base.double().numpy()
@@ -91,7 +94,11 @@ def test_gram_of_the_difference_equals_numpy_in_the_lower_triangle(blocks):
         for x in gram.float64_blocks(target, "block", base):
             gram._syrk_into(g, x, wide)
         np.testing.assert_allclose(np.tril(g), np.tril(want), rtol=1e-12, atol=1e-15 * np.abs(want).max())
-        assert not np.triu(g, 1).any()
+        upper, side = np.triu(g, 1), -(-k // -(-k // gram.GRAM_TILE))
+        tile = np.arange(k) // side
+        assert not upper[tile[:, None] != tile[None, :]].any()
+        np.testing.assert_allclose(upper, np.triu(want, 1) * (tile[:, None] == tile[None, :]), rtol=1e-12,
+                                   atol=1e-15 * np.abs(want).max())
 
 
 def test_difference_blocks_reuse_two_buffers(blocks):

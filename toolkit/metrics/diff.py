@@ -35,10 +35,10 @@ cosine, ranks, subspaces) use the values as read, unrounded.
 from __future__ import annotations
 
 import math
-from functools import cached_property
 
 import torch
 
+from toolkit.cached import cached_property
 from toolkit.metrics.gram import gram_scale
 from toolkit.metrics.pair_sums import PairSums, pair_sums
 from toolkit.metrics.registry import DegenerateMatrix, MetricValue, register_metric, resolve_metrics

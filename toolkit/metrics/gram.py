@@ -119,13 +119,11 @@ def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) ->
       this beats ``addmm_`` + ``torch.linalg.eigvalsh`` for 576-1536 wide
       matrices.
     - A difference: the two sides' blocks (:data:`PAIR_BLOCK` entries) go
-      into two float64 buffers, are subtracted in place, and SciPy's ``dsyrk``
-      adds each block's product into one triangle of the sum itself
-      (:func:`_syrk_into`): no product buffer, so a 7B-shaped pair holds the
-      Gram matrix, its copy inside ``eigvalsh`` and 32 MiB of blocks (issue 38;
-      a k x k product buffer is 103 MB at k = 3584). Measured on one thread,
-      3584 x 1170 blocks: 0.97-1.33 s a block against NumPy's 1.58 s product
-      + sum.
+      into two float64 buffers, are subtracted in place, and each block's
+      product is added to one triangle of the sum tile by tile
+      (:func:`_syrk_into`): no k x k product buffer, so a 7B-shaped pair holds
+      the Gram matrix, its copy inside ``eigvalsh``, 32 MiB of blocks and a
+      26 MB tile (issue 38; a k x k product buffer is 103 MB at k = 3584).
     """
     wide, k = gram_side(w)
     g = _BUFFERS.take("gram", k * k).reshape(k, k)
@@ -151,18 +149,34 @@ def _gram_eigenvalues_cpu(w: torch.Tensor, minus: torch.Tensor | None = None) ->
     return lam
 
 
+#: Largest side of a tile of the Gram matrix summed by one product in :func:`_syrk_into` (a 2048 x 2048
+#: float64 product buffer is 32 MiB; Qwen2.5-7B's order 3584 is summed in 2 x 2 tiles of 1792).
+GRAM_TILE = 2048
+
+
 def _syrk_into(g: np.ndarray, x: np.ndarray, wide: bool) -> None:
     """Add :math:`XX^\\top` (``wide``) or :math:`X^\\top X` of the C-ordered block ``x`` to the lower triangle
-    of the C-ordered symmetric ``g`` in place (BLAS ``dsyrk``, beta = 1; the upper triangle is left as it was).
+    of the C-ordered symmetric ``g`` in place, tile by tile: the tiles at and below the diagonal, the diagonal
+    ones whole (so the upper triangle inside them holds the same sums; the rest of it is left as it was).
 
-    ``g.T`` and ``x.T`` are Fortran-ordered views, so SciPy hands them to BLAS without a copy; the upper
-    triangle of ``g.T`` is the lower one of ``g``. Should SciPy ever copy ``g``, the sum is copied back."""
-    from scipy.linalg import blas
-
-    c = g.T
-    out = blas.dsyrk(1.0, x.T, beta=1.0, c=c, trans=1 if wide else 0, lower=0, overwrite_c=1)
-    if not np.shares_memory(out, g):
-        c[...] = out
+    NumPy's ``matmul`` computes each tile of the lower triangle into a reused product buffer of at most
+    :data:`GRAM_TILE` squared entries (BLAS ``dsyrk`` on the diagonal tiles, which NumPy recognises as
+    :math:`A^\\top A`, ``dgemm`` below them: the flops of one ``dsyrk``), and the tile is added to ``g``.
+    SciPy's ``blas.dsyrk`` did it without the buffer, but SciPy's BLAS and LAPACK wrappers hold the GIL for
+    the whole call, so the two pipelines of a pass (:mod:`toolkit.collect.execute.stream`) summed their Gram
+    matrices one after the other: two one-thread sums of 1170 x 3584 blocks took 4.5 s side by side against
+    2.2 s alone; NumPy's release the GIL (2.4 s for both, 2.35 s alone in 2 x 2 tiles; issue 42)."""
+    d = g.shape[0]
+    side = -(-d // -(-d // GRAM_TILE))  # equal tiles of at most GRAM_TILE
+    buf = _BUFFERS.take("gram_tile", side * side)
+    edges = [(a, min(d, a + side)) for a in range(0, d, side)]
+    for i, (a0, a1) in enumerate(edges):
+        xa = x[a0:a1] if wide else x[:, a0:a1]
+        for b0, b1 in edges[: i + 1]:
+            xb = x[b0:b1] if wide else x[:, b0:b1]
+            out = buf[: (a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0)
+            np.matmul(xa, xb.T, out=out) if wide else np.matmul(xa.T, xb, out=out)
+            g[a0:a1, b0:b1] += out
 
 
 #: Binary exponents of the largest |entry| beyond which a float64 Gram matrix leaves float64's normal range
