@@ -657,7 +657,8 @@ def _compare_pair(rec: dict) -> str:
     for m, a in f.get("agreement", {}).items():
         lines.append(f"- modeldelta against `compare(..., tolerance=1e-5)`, `{m}`: max abs difference "
                      f"{g(a['max_abs_dev'])} (relative {g(a['max_rel_dev'])}) over {a['matrices']} matrices")
-    return (f"{when(rec)}, {f['layers']} layer(s), threads: {f['threads'] or 'the default count'}; medians of "
+    return (f"{when(rec)}, {rec['machine'].split(',')[0]}, {f['layers']} layer(s), threads: "
+            f"{f['threads'] or 'the default count'}; medians of "
             f"{f['reps']} runs "
             f"(single metrics: {f['metric_reps']}, modeldelta: {f['md_reps']}), each a fresh process, the runs "
             "interleaved.\n\n"

@@ -14,7 +14,7 @@ from _compare_data import tiny, variant
 from toolkit.collect.compare import compare
 from toolkit.collect.measure import pairs as pair_cells
 from toolkit.metrics.diff import DiffContext, compute_diff_metrics
-from toolkit.metrics.pair_sums import _SPLIT, CHUNK, PairSums, count_nonfinite, pair_sums
+from toolkit.metrics.pair_sums import _SPLIT, CHUNK, PairSums, count_nonfinite, pair_sums, pair_sums_against
 from toolkit.metrics.registry import register_metric, unregister_metric
 
 
@@ -305,3 +305,25 @@ def test_default_chunks_sum_float32_within_the_summation_bound():
     b = 0.02 * torch.randn(3 << 16, generator=g)
     t = b + 1e-3 * torch.randn(3 << 16, generator=g)
     assert_matches_fsum(pair_sums(b, t), b, t)
+
+
+@pytest.mark.parametrize("tolerance", [0.0, 5e-4])
+@pytest.mark.parametrize("chunk", [1000, 1 << 16])
+def test_sums_against_several_bases_are_each_pairs_own(tolerance, chunk):
+    """One pass over a target against several bases (a watched run's first and previous record, a base in
+    another dtype, the target itself) gives each pair's pair_sums: sums within float64 summation order,
+    counts exact."""
+    b, t = _pair((61, 97), torch.float32, seed=7)
+    previous = (t.double() - 1e-3 * (torch.rand(t.shape, dtype=torch.float64) < 0.5)).to(torch.float32)
+    bases = [b, previous, b.to(torch.bfloat16), t.clone()]
+    got = pair_sums_against(t, bases, tolerance, chunk=chunk)
+    for base, s in zip(bases, got, strict=True):
+        want = pair_sums(base, t, tolerance, chunk=chunk)
+        for name in ("sumsq_base", "sumsq_target", "dot", "sumsq_delta"):
+            assert getattr(s, name) == pytest.approx(getattr(want, name), rel=1e-14, abs=1e-300), name
+        assert (s.unchanged, s.n) == (want.unchanged, want.n)
+    assert got[3].identical and got[3].unchanged == t.numel()
+    assert got[0].sumsq_delta == pytest.approx(reference(b, t)["sumsq_delta"], rel=1e-13)
+    with pytest.raises(ValueError, match="shapes differ"):
+        pair_sums_against(t, [b, b[:-1]])
+    assert pair_sums_against(t, []) == []

@@ -160,56 +160,100 @@ def pair_sums(base: torch.Tensor, target: torch.Tensor, tolerance: float = 0.0, 
     TypeError
         A dtype other than the four float dtypes.
     """
-    if base.shape != target.shape:
-        raise ValueError(f"shapes differ: {tuple(base.shape)} vs {tuple(target.shape)}")
-    cmp = comparison_dtype(base.dtype, target.dtype)
-    b, t = flat_entries(base.detach()), flat_entries(target.detach())
-    n = b.numel()
-    size = max(1, min(chunk, n))
-    bits = None
-    if tolerance <= 0 and b.dtype == cmp and t.dtype == cmp:  # both stored in the comparison dtype
-        view = _INT_VIEW[cmp.itemsize]
-        bits = (b.view(view).numpy(), t.view(view).numpy())
-    return PairSums(*_pass(b, t, size, bits, cmp, tolerance), n)
+    return pair_sums_against(target, [base], tolerance, chunk=chunk)[0]
 
 
-def _pass(b, t, size, bits, cmp, tolerance) -> tuple:
-    """The sums of the 1-D ``b``, ``t`` over chunks of ``size`` entries (see :func:`pair_sums`)."""
-    n = b.numel()
+def pair_sums_against(target: torch.Tensor, bases, tolerance: float = 0.0, *, chunk: int = CHUNK) -> list[PairSums]:
+    r""":func:`pair_sums` of ``(base, target)`` for each of ``bases``, in one pass that converts ``target`` once.
+
+    A watched run (:mod:`toolkit.monitor.record`) compares each record's matrix with the first record's and
+    the previous one's: one pass over the three tensors instead of two passes over two pairs. Each chunk of
+    the target and of every base goes into one row of the reused float64 buffer; one ``torch.bmm`` gives the
+    Gram matrix of all the rows (:math:`\sum t^2`, :math:`\sum b_i^2`, :math:`\sum b_i t`, and the
+    unused :math:`\sum b_i b_j`), then each :math:`t - b_i` is formed and summed as in :func:`pair_sums`.
+    Each result is :func:`pair_sums` of its pair up to the order of float64 summation inside the Gram products.
+
+    Parameters
+    ----------
+    target : torch.Tensor
+    bases : sequence of torch.Tensor
+        Each the shape of ``target``.
+    tolerance : float, default 0.0
+    chunk : int
+
+    Returns
+    -------
+    list of PairSums
+        One per base, in order.
+
+    Raises
+    ------
+    ValueError
+        A base's shape differs from the target's.
+    TypeError
+        A dtype other than the four float dtypes.
+    """
+    for base in bases:
+        if base.shape != target.shape:
+            raise ValueError(f"shapes differ: {tuple(base.shape)} vs {tuple(target.shape)}")
+    t = flat_entries(target.detach())
+    sides = []
+    for base in bases:
+        cmp = comparison_dtype(base.dtype, target.dtype)
+        b = flat_entries(base.detach())
+        bits = None
+        if tolerance <= 0 and b.dtype == cmp and t.dtype == cmp:  # both stored in the comparison dtype
+            view = _INT_VIEW[cmp.itemsize]
+            bits = (b.view(view).numpy(), t.view(view).numpy())
+        sides.append((b, bits, cmp))
+    n = t.numel()
+    return [PairSums(*sums, n) for sums in _pass(t, sides, max(1, min(chunk, n)), tolerance)]
+
+
+def _pass(t, sides, size, tolerance) -> list[tuple]:
+    """The sums of the 1-D ``t`` against each ``(b, bits, cmp)`` of ``sides`` over chunks of ``size`` entries
+    (see :func:`pair_sums` and :func:`pair_sums_against`)."""
+    n = t.numel()
+    nb = len(sides)
     nchunks = -(-n // size)
-    buf = torch.empty(2, size, dtype=torch.float64)  # rows: b, t (torch converts any float dtype); then t - b
+    buf = torch.empty(1 + nb, size, dtype=torch.float64)  # rows: t, then each b (torch converts any float dtype)
     rows_np = buf.numpy()
-    # per chunk: the 2 x 2 Grams [[Σb², Σbt], [Σbt, Σt²]] of its _SPLIT equal parts and of the few entries left
-    grams = torch.zeros(nchunks, _SPLIT + 1, 2, 2, dtype=torch.float64)
-    dd = np.empty(nchunks)  # per chunk: Σ(t - b)²
-    same = b.dtype == cmp and t.dtype == cmp  # then t - b in float64 is the difference of the rounded sides
-    unchanged = 0
+    diff = np.empty(size)  # t - b
+    # per chunk: the Gram matrices of the rows' _SPLIT equal parts and of the few entries left: row 0 with
+    # itself is sum t^2, with row i sum b_i t, row i with itself sum b_i^2
+    grams = torch.zeros(nchunks, _SPLIT + 1, 1 + nb, 1 + nb, dtype=torch.float64)
+    dd = np.empty((nb, nchunks))  # per base and chunk: sum (t - b)^2
+    unchanged = [0] * nb
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the NaN sums tell, no warning
         for i, start in enumerate(range(0, n, size)):
             stop = min(n, start + size)
             k = stop - start
             rows, x = (buf, rows_np) if k == size else (buf[:, :k], rows_np[:, :k])
-            bc, tc = b[start:stop], t[start:stop]
-            rows[0].copy_(bc)
-            rows[1].copy_(tc)
+            tc = t[start:stop]
+            rows[0].copy_(tc)
+            for j, (b, _, _) in enumerate(sides):
+                rows[1 + j].copy_(b[start:stop])
             part = k // _SPLIT
             if part:
-                v = rows[:, :part * _SPLIT].view(2, _SPLIT, part).transpose(0, 1)  # no copy
+                v = rows[:, :part * _SPLIT].view(1 + nb, _SPLIT, part).transpose(0, 1)  # no copy
                 torch.bmm(v, v.transpose(1, 2), out=grams[i, :_SPLIT])
             if k > part * _SPLIT:
                 rest = rows[:, part * _SPLIT:]
                 torch.mm(rest, rest.T, out=grams[i, _SPLIT])
-            if bits is None and not same:  # mixed dtypes: rounded to the comparison dtype first
-                unchanged += _count_unchanged_chunk(bc, tc, cmp, tolerance)
-            d = x[0]
-            np.subtract(x[1], d, out=d)  # t - b, over the base row
-            dd[i] = d @ d
-            if bits is not None:  # unchanged: the stored bits are equal
-                unchanged += int(np.count_nonzero(bits[0][start:stop] == bits[1][start:stop]))
-            elif same:  # |t - b| <= tolerance, with t - b already in the buffer
-                unchanged += int(np.count_nonzero(np.abs(d) <= tolerance))
-        g = grams.numpy().reshape(-1, 4)
-        return _total(g[:, 0]), _total(g[:, 3]), _total(g[:, 1]), _total(dd), unchanged
+            d = diff[:k]
+            for j, (b, bits, cmp) in enumerate(sides):
+                same = b.dtype == cmp and t.dtype == cmp  # then t - b in float64 is the rounded sides' difference
+                if bits is None and not same:  # mixed dtypes: rounded to the comparison dtype first
+                    unchanged[j] += _count_unchanged_chunk(b[start:stop], tc, cmp, tolerance)
+                np.subtract(x[0], x[1 + j], out=d)
+                dd[j, i] = d @ d
+                if bits is not None:  # unchanged: the stored bits are equal
+                    unchanged[j] += int(np.count_nonzero(bits[0][start:stop] == bits[1][start:stop]))
+                elif same:  # |t - b| <= tolerance, with t - b already in the buffer
+                    unchanged[j] += int(np.count_nonzero(np.abs(d) <= tolerance))
+        g = grams.numpy().reshape(nchunks * (_SPLIT + 1), 1 + nb, 1 + nb)
+        return [(_total(g[:, 1 + j, 1 + j]), _total(g[:, 0, 0]), _total(g[:, 0, 1 + j]), _total(dd[j]), unchanged[j])
+                for j in range(nb)]
 
 
 def _total(parts: np.ndarray) -> float:

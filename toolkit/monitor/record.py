@@ -18,8 +18,9 @@ import xarray as xr
 
 from toolkit.collect.assemble.grid import build_grid_dataset
 from toolkit.collect.cells import Cell
-from toolkit.metrics.diff import compute_diff_metrics
+from toolkit.metrics.diff import DiffContext, compute_diff_metrics
 from toolkit.metrics.evaluate import evaluate_matrix
+from toolkit.metrics.pair_sums import pair_sums_against
 from toolkit.metrics.registry import get_metric
 
 #: The update metrics of every record (``compare``'s): vs the first record and vs the previous one.
@@ -95,8 +96,8 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previ
         for m in skipped:
             cell.values[m.name] = math.nan
             cell.reasons[m.name] = f"not measured at this step (spectral metrics every {spectral_every} steps)"
-        for kind, base in (("since_start", start), ("since_previous", previous)):
-            _updates(cell, kind, None if base is None else base.get(key), w)
+        _updates(cell, w, {"since_start": None if start is None else start.get(key),
+                           "since_previous": None if previous is None else previous.get(key)})
         norm = snap.gradient_norms.get(key)
         cell.values[GRADIENT] = math.nan if norm is None else float(norm)
         if norm is None:
@@ -105,17 +106,24 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previ
     return cells
 
 
-def _updates(cell: Cell, kind: str, base, w) -> None:
-    names = [f"{m}_{kind}" for m in UPDATE_METRICS]
-    if base is None:
-        for n in names:
-            cell.values[n], cell.reasons[n] = math.nan, f"no earlier record ({SINCE[kind]} is this one)"
-        return
-    found = compute_diff_metrics(base, w, list(UPDATE_METRICS))
-    for metric, n in zip(UPDATE_METRICS, names, strict=True):
-        cell.values[n] = found[metric].value
-        if found[metric].reason:
-            cell.reasons[n] = found[metric].reason
+def _updates(cell: Cell, w, bases: dict) -> None:
+    """The update metrics of ``w`` against each base of ``bases`` (``{kind: tensor or None}``, kinds of
+    :data:`SINCE`): the entry-wise sums of every pair from one pass over ``w``
+    (:func:`~toolkit.metrics.pair_sums.pair_sums_against`), the metrics by ``compare``'s own functions."""
+    present = {kind: base for kind, base in bases.items() if base is not None and base.shape == w.shape}
+    sums = dict(zip(present, pair_sums_against(w, list(present.values())), strict=True)) if present else {}
+    for kind, base in bases.items():
+        names = [f"{m}_{kind}" for m in UPDATE_METRICS]
+        if base is None:
+            for n in names:
+                cell.values[n], cell.reasons[n] = math.nan, f"no earlier record ({SINCE[kind]} is this one)"
+            continue
+        ctx = DiffContext(base, w, sums=sums.get(kind)) if kind in sums else None
+        found = compute_diff_metrics(base, w, list(UPDATE_METRICS), ctx=ctx)
+        for metric, n in zip(UPDATE_METRICS, names, strict=True):
+            cell.values[n] = found[metric].value
+            if found[metric].reason:
+                cell.reasons[n] = found[metric].reason
 
 
 def record_dataset(snap: Snapshot, cells: dict, plan, metrics: list, attrs: dict) -> xr.Dataset:
