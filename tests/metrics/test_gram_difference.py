@@ -118,3 +118,14 @@ def test_nonfinite_difference_is_degenerate():
     target[2, 3] = float("inf")
     with pytest.raises(DegenerateMatrix, match="NaN/Inf"):
         difference_singular_values(base, target)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("shape", [(40, 150), (150, 40)])
+def test_non_finite_entries_are_a_reason_not_a_warning(shape, blocks):
+    """NaN and Inf entries reach the tiled products; NumPy's floating-point warnings from them are not shown,
+    and the pair is DegenerateMatrix with the count (a RuntimeWarning here would fail under ``error``)."""
+    base, target = pair(shape, "sparse", dtype=torch.float32)
+    target[3, 5], target[7, 9] = float("inf"), float("nan")
+    with pytest.raises(DegenerateMatrix, match=r"NaN/Inf \(2 entries\)"):
+        difference_singular_values(base, target)

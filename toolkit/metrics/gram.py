@@ -170,13 +170,14 @@ def _syrk_into(g: np.ndarray, x: np.ndarray, wide: bool) -> None:
     side = -(-d // -(-d // GRAM_TILE))  # equal tiles of at most GRAM_TILE
     buf = _BUFFERS.take("gram_tile", side * side)
     edges = [(a, min(d, a + side)) for a in range(0, d, side)]
-    for i, (a0, a1) in enumerate(edges):
-        xa = x[a0:a1] if wide else x[:, a0:a1]
-        for b0, b1 in edges[: i + 1]:
-            xb = x[b0:b1] if wide else x[:, b0:b1]
-            out = buf[: (a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0)
-            np.matmul(xa, xb.T, out=out) if wide else np.matmul(xa.T, xb, out=out)
-            g[a0:a1, b0:b1] += out
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf entries: the caller's finiteness check says so
+        for i, (a0, a1) in enumerate(edges):
+            xa = x[a0:a1] if wide else x[:, a0:a1]
+            for b0, b1 in edges[: i + 1]:
+                xb = x[b0:b1] if wide else x[:, b0:b1]
+                out = buf[: (a1 - a0) * (b1 - b0)].reshape(a1 - a0, b1 - b0)
+                np.matmul(xa, xb.T, out=out) if wide else np.matmul(xa.T, xb, out=out)
+                g[a0:a1, b0:b1] += out
 
 
 #: Binary exponents of the largest |entry| beyond which a float64 Gram matrix leaves float64's normal range
