@@ -22,12 +22,14 @@ buffer (1 MiB, which stays in a core's L2 cache), and reduced there in
 three calls: the 2 x 2 Gram matrices of the rows' :data:`_SPLIT` equal
 parts (one ``torch.bmm``: :math:`\sum b^2, \sum b t, \sum t^2`; one
 ``torch.mm`` more for the rest of a chunk not a multiple of them), the
-difference :math:`t - b` written over the base row, and its dot product
+difference :math:`t - b` written into a third reused row, and its dot product
 with itself (:math:`\sum (t - b)^2`, summed directly). Unchanged entries are counted
 on integer views of the stored bits or, with a tolerance, on the
 difference row. The parts' and chunks' sums are added with :func:`math.fsum`.
 Neither side is ever converted whole (no float32 or float64 copy of the
-matrix), and the extra memory is the 1 MiB buffer.
+matrix), and the extra memory is the 1.5 MiB of rows.
+:func:`pair_sums_against` is the same pass over one target and several
+bases (one row each), the target converted once.
 
 Threads: the Gram products run on torch's intra-op threads, the dot
 product on NumPy's BLAS, each with its current thread count. Several
