@@ -810,17 +810,25 @@ def readme_watch(rec: dict, res: dict) -> str:
     """The wall-clock overhead of watching the CPU fine-tune, against the bare run, per cadence."""
     f = rec["figures"]
     bare = f["median_s"]["bare"]
-    rows = [["bare training", secs(bare), "", "", ""]]
+    rows = [["bare training", secs(bare), "", "", "", ""]]
     for name, what in (("default", "watched, default metrics every 10 steps"),
                        ("alpha", "watched, + alpha every 50 steps")):
         target = f["targets"][name]
-        rows.append([what, secs(f["median_s"][name]), f"{f['ratios'][name]:.3f}x",
-                     f"<= {target['at_most']}x: {_pass(target['ok'])}", str(max(f["skipped"][name]))])
+        rounds = f.get("round_ratios", {}).get(name)
+        spread = f" ({min(rounds):.3f}-{max(rounds):.3f})" if rounds else ""
+        cost = f.get("cost_median_s", {}).get(name)
+        paid = f"{secs(cost[0])} / {secs(cost[1])}" if cost else ""
+        rows.append([what, secs(f["median_s"][name]), f"{f['ratios'][name]:.3f}x{spread}",
+                     f"<= {target['at_most']}x: {_pass(target['ok'])}", paid, str(max(f["skipped"][name]))])
+    how = ("median of the rounds' ratios to their own bare run" if "round_ratios" in f
+           else "ratio of the medians")
     return (f"{f['steps']} AdamW steps of the embedded SmolLM2-135M on the CPU (windows of {f['seq_len']} tokens, "
-            f"batch {f['batch_size']}), bare and watched, interleaved rounds ({when(rec)}, {f['threads']} "
-            f"threads, median of {f['reps']}; `benchmarks/results/watch.json`; the watched runs' clocks include "
-            f"`monitor.wait()`):\n\n"
-            + table(["run", "median", "against bare", "goal", "records skipped"], rows))
+            f"batch {f['batch_size']}), bare and watched, interleaved rounds ({when(rec)}, "
+            f"{rec['machine'].split(',')[0]}, {f['threads']} "
+            f"threads, {f['reps']} rounds; {how}; `benchmarks/results/watch.json`; the watched runs' clocks "
+            f"include `monitor.wait()`):\n\n"
+            + table(["run", "median", "against bare (range over rounds)", "goal",
+                     "training thread / worker CPU (median)", "records skipped"], rows))
 
 
 RENDER = {

@@ -14,7 +14,15 @@ from _compare_data import tiny, variant
 from toolkit.collect.compare import compare
 from toolkit.collect.measure import pairs as pair_cells
 from toolkit.metrics.diff import DiffContext, compute_diff_metrics
-from toolkit.metrics.pair_sums import _SPLIT, CHUNK, PairSums, count_nonfinite, pair_sums, pair_sums_against
+from toolkit.metrics.pair_sums import (
+    _SPLIT,
+    CHUNK,
+    PairSums,
+    count_nonfinite,
+    delta_sums_against,
+    pair_sums,
+    pair_sums_against,
+)
 from toolkit.metrics.registry import register_metric, unregister_metric
 
 
@@ -327,3 +335,35 @@ def test_sums_against_several_bases_are_each_pairs_own(tolerance, chunk):
     with pytest.raises(ValueError, match="shapes differ"):
         pair_sums_against(t, [b, b[:-1]])
     assert pair_sums_against(t, []) == []
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("chunk", [1, 1000, 1 << 16])
+def test_the_difference_sums_alone_are_the_pairs_own(dtype, chunk):
+    """delta_sums_against: sum (t - b)^2 within its summation bound of the correctly rounded sum (math.fsum) and
+    the unchanged entries by the stored bits, for each base, ragged last chunk; signed zeros count as changed
+    (their bits differ), as pair_sums counts them."""
+    b, t = _pair((61, 97), dtype, seed=11)
+    t[0, :3] = torch.tensor([0.0, -0.0, 0.0], dtype=dtype)
+    b[0, :3] = torch.tensor([-0.0, -0.0, 0.0], dtype=dtype)
+    previous = t.clone()
+    previous[5:9] += 1e-2
+    got = delta_sums_against(t, [b, previous, t.clone()], chunk=chunk)
+    for base, (dd, unchanged) in zip([b, previous, t], got, strict=True):
+        value, scale = fsum_reference(base, t)["sumsq_delta"]
+        rel = summation_bound("sumsq_delta", t.numel(), chunk, dtype == torch.float64)
+        assert abs(dd - value) <= rel * scale
+        assert unchanged == bits_unchanged(base, t) == pair_sums(base, t, chunk=chunk).unchanged
+    assert got[2] == (0.0, t.numel()) and got[0][1] == bits_unchanged(b, t) < t.numel() - 1
+    assert pair_sums(b, t).unchanged == got[0][1]  # 0.0 against -0.0 is a change in both
+
+
+def test_the_difference_sums_alone_with_non_finite_entries_and_where_they_do_not_apply():
+    b, t = _pair((40, 50), torch.float32, seed=12)
+    t[3, 4], b[7, 1], t[9, 9], b[9, 9] = float("nan"), float("inf"), float("inf"), float("inf")
+    (dd, unchanged), = delta_sums_against(t, [b])
+    assert math.isnan(dd) and unchanged == bits_unchanged(b, t)
+    assert delta_sums_against(t.to(torch.bfloat16), [b.to(torch.bfloat16)]) is None  # no NumPy bfloat16
+    assert delta_sums_against(t, [b.double()]) is None  # mixed dtypes: the coarser one's rule, pair_sums_against
+    with pytest.raises(ValueError, match="shapes differ"):
+        delta_sums_against(t, [b[:-1]])

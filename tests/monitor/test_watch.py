@@ -246,3 +246,90 @@ def test_worker_measures_with_one_thread_and_leaves_the_training_its_threads():
     assert later == [before]  # a thread started after a record still gets the process's count
     if hasattr(os, "getpriority"):
         assert os.getpriority(os.PRIO_PROCESS, 0) >= 0  # only the worker thread was lowered
+
+
+def test_snapshot_buffers_are_reused_and_every_record_stays_right():
+    """A record's copies go into the buffers of a record the worker no longer reads (neither the first nor the
+    previous): the values of every record still equal independent computations on the weights of its step."""
+    model = _vit(depth=2)
+    monitor = toolkit.watch(model, ["frobenius_norm"], every=1)
+    gen = torch.Generator().manual_seed(3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    name, key, cell = "blocks.1.mlp.0.weight", (1, "mlp.0"), dict(layer=1, component="mlp.0")
+    seen, pointers = [], []
+    for step in range(6):
+        x, y = torch.randn(4, 1, 8, 8, generator=gen), torch.randint(0, 10, (4,), generator=gen)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        assert monitor.step(step)
+        monitor.wait()
+        seen.append(dict(model.named_parameters())[name].detach().clone())
+        pointers.append(monitor._previous.matrices[key].data_ptr())
+    assert len(set(pointers)) == 3 and pointers[3] == pointers[1] and pointers[5] == pointers[1]
+    assert monitor._start.matrices[key].data_ptr() == pointers[0]
+    ds = monitor.dataset
+    for step in range(1, 6):
+        w, w0, prev = seen[step].double(), seen[0].double(), seen[step - 1].double()
+        assert float(ds.frobenius_norm.sel(step=step, **cell)) == pytest.approx(float(torch.linalg.norm(w)), rel=1e-12)
+        assert float(ds.relative_change_since_start.sel(step=step, **cell)) == pytest.approx(
+            float(torch.linalg.norm(w - w0) / torch.linalg.norm(w0)), rel=1e-12)
+        assert float(ds.relative_change_since_previous.sel(step=step, **cell)) == pytest.approx(
+            float(torch.linalg.norm(w - prev) / torch.linalg.norm(prev)), rel=1e-12)
+        assert float(ds.update_density_since_previous.sel(step=step, **cell)) == float(
+            (seen[step] != seen[step - 1]).double().mean())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_records_pair_sums_from_its_moments_equal_the_pairs_own(dtype):
+    """pair_sums_for (the records' own sums of squares, the difference's sums in one pass, the inner product by
+    polarisation) gives each pair's pair_sums; bfloat16 takes pair_sums_against."""
+    from toolkit.metrics.pair_sums import pair_sums
+    from toolkit.metrics.registry import get_metric
+    from toolkit.monitor.record import Snapshot, measure_snapshot, pair_sums_for
+
+    g = torch.Generator().manual_seed(5)
+    w0 = (0.02 * torch.randn(70, 90, generator=g)).to(dtype)
+    w1 = (w0.double() + 1e-3 * torch.randn(70, 90, generator=g, dtype=torch.float64)).to(dtype)
+    w2 = w1.clone()
+    w2[:10] += 1  # a large change of a few rows
+    snaps = [Snapshot(s, {(0, "attn.q"): w}) for s, w in enumerate((w0, w1, w2))]
+    metrics = [get_metric("frobenius_norm")]
+    for i, snap in enumerate(snaps):
+        measure_snapshot(snap, metrics, start=snaps[0] if i else None, previous=snaps[i - 1] if i else None,
+                         spectral_every=1)
+    got = pair_sums_for((0, "attn.q"), snaps[2], [snaps[0], snaps[1]])
+    for base, s in zip((w0, w1), got, strict=True):
+        want = pair_sums(base, w2)
+        for f in ("sumsq_base", "sumsq_target", "sumsq_delta"):
+            assert getattr(s, f) == pytest.approx(getattr(want, f), rel=1e-14), f
+        assert s.dot == pytest.approx(want.dot, rel=1e-12)
+        assert (s.unchanged, s.n) == (want.unchanged, want.n)
+
+
+def test_what_watching_cost_is_counted_on_each_thread():
+    """Worker.cpu_s is the worker thread's CPU time in its handler (a sleep costs none, a busy loop all of its
+    time); Monitor.training_thread_s the training thread's wall time in recording steps only."""
+    import time
+
+    def handle(snap):
+        if snap.step == 1:
+            time.sleep(0.5)
+        else:
+            end = time.thread_time() + 0.15
+            while time.thread_time() < end:
+                pass
+
+    class Snap:
+        def __init__(self, step):
+            self.step = step
+
+    worker = Worker(handle, capacity=2)
+    worker.submit(Snap(1))
+    worker.submit(Snap(2))
+    worker.close()
+    assert 0.15 <= worker.cpu_s < 0.4  # the 0.5 s sleep is not counted
+    monitor = toolkit.watch(_vit(depth=1), every=2)
+    assert not monitor.step(1) and monitor.training_thread_s == 0.0 and monitor.worker_cpu_s == 0.0
+    assert monitor.step(2) and monitor.training_thread_s > 0.0
+    assert "training thread" in monitor.status() and "worker" in monitor.status()

@@ -29,7 +29,8 @@ difference row. The parts' and chunks' sums are added with :func:`math.fsum`.
 Neither side is ever converted whole (no float32 or float64 copy of the
 matrix), and the extra memory is the 1.5 MiB of rows.
 :func:`pair_sums_against` is the same pass over one target and several
-bases (one row each), the target converted once.
+bases (one row each), the target converted once; :func:`delta_sums_against`
+forms only the difference's sums, for a caller that has the sums of squares.
 
 Threads: the Gram products run on torch's intra-op threads, the dot
 product on NumPy's BLAS, each with its current thread count. Several
@@ -210,6 +211,66 @@ def pair_sums_against(target: torch.Tensor, bases, tolerance: float = 0.0, *, ch
         sides.append((b, bits, cmp))
     n = t.numel()
     return [PairSums(*sums, n) for sums in _pass(t, sides, max(1, min(chunk, n)), tolerance)]
+
+
+#: The dtypes :func:`delta_sums_against` reads as NumPy arrays (bfloat16 has no NumPy dtype).
+_NUMPY_DTYPES = (torch.float16, torch.float32, torch.float64)
+
+
+def delta_sums_against(target: torch.Tensor, bases, *, chunk: int = CHUNK) -> list[tuple[float, int]] | None:
+    r"""Only the difference's sums of ``(base, target)`` for each of ``bases``: :math:`\sum (t - b)^2` and the
+    entries whose stored bits are equal, in one pass; None where this route does not apply.
+
+    For a caller that has :math:`\sum t^2` and each :math:`\sum b^2` already (a watched run measures each
+    record's moments, :func:`toolkit.metrics.norms.sum_of_squares`, and keeps them for the records after):
+    no Gram product and no float64 copy of either side. Each chunk of :math:`t - b` is formed by NumPy's
+    float64 subtraction of the stored values (cast in the ufunc's own buffer: exact for float16 and float32
+    values, as in :func:`pair_sums`; float64 values round), summed as a dot product with itself, the chunks'
+    sums added with :func:`math.fsum`; unchanged entries are counted on integer views of the stored bits
+    (the rule of :func:`pair_sums` with ``tolerance=0``). Measured on a 1536 x 576 float32 matrix against
+    two bases, one thread: 2.4 ms against 4.8 ms for :func:`pair_sums_against`.
+
+    Parameters
+    ----------
+    target : torch.Tensor
+    bases : sequence of torch.Tensor
+        Each the shape of ``target``.
+    chunk : int
+
+    Returns
+    -------
+    list of (float, int) or None
+        ``(sumsq_delta, unchanged)`` per base, in order; None when a side is not on the CPU, the sides'
+        dtypes differ or one is not float16, float32 or float64 (then use :func:`pair_sums_against`).
+
+    Raises
+    ------
+    ValueError
+        A base's shape differs from the target's.
+    """
+    for base in bases:
+        if base.shape != target.shape:
+            raise ValueError(f"shapes differ: {tuple(base.shape)} vs {tuple(target.shape)}")
+    sides = [target, *bases]
+    if any(x.dtype != target.dtype or x.device.type != "cpu" for x in sides) or target.dtype not in _NUMPY_DTYPES:
+        return None
+    t, *bs = (flat_entries(x.detach()).numpy() for x in sides)
+    view = np.dtype(f"i{target.dtype.itemsize}")  # the stored bits
+    n = t.size
+    size = max(1, min(chunk, n))
+    nchunks = -(-n // size)
+    diff = np.empty(size)
+    dd = np.empty((len(bs), nchunks))
+    unchanged = [0] * len(bs)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the NaN sums tell, no warning
+        for i, start in enumerate(range(0, n, size)):
+            stop = min(n, start + size)
+            d, tc = diff[:stop - start], t[start:stop]
+            for j, b in enumerate(bs):
+                np.subtract(tc, b[start:stop], out=d, dtype=np.float64)
+                dd[j, i] = d @ d
+                unchanged[j] += int(np.count_nonzero(tc.view(view) == b[start:stop].view(view)))
+    return [(_total(dd[j]), unchanged[j]) for j in range(len(bs))]
 
 
 def _pass(t, sides, size, tolerance) -> list[tuple]:

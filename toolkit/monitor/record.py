@@ -20,8 +20,9 @@ from toolkit.collect.assemble.grid import build_grid_dataset
 from toolkit.collect.cells import Cell
 from toolkit.metrics.diff import DiffContext, compute_diff_metrics
 from toolkit.metrics.evaluate import evaluate_matrix
-from toolkit.metrics.pair_sums import pair_sums_against
-from toolkit.metrics.registry import get_metric
+from toolkit.metrics.norms import sum_of_squares
+from toolkit.metrics.pair_sums import PairSums, delta_sums_against, pair_sums_against
+from toolkit.metrics.registry import DegenerateMatrix, get_metric
 
 #: The update metrics of every record (``compare``'s): vs the first record and vs the previous one.
 UPDATE_METRICS = ("relative_change", "update_density")
@@ -44,12 +45,16 @@ class Snapshot:
         Whether the metrics that read singular values are measured at this step.
     gradient_norms : dict
         ``{key: float}``: Frobenius norm of the component's gradient, where one was captured.
+    sumsq : dict
+        ``{key: float}``: :math:`\\sum w^2` of each matrix (float64, from the moment pass of its weight
+        metrics), filled by :func:`measure_snapshot`; the later records' update metrics read it as their base's.
     """
 
     step: int
     matrices: dict
     spectral: bool = True
     gradient_norms: dict = field(default_factory=dict)
+    sumsq: dict = field(default_factory=dict)
 
 
 def update_metrics(kind: str) -> list:
@@ -67,17 +72,17 @@ def gradient_metric():
                                "optimizer's update (as the training loop left the gradient)")
 
 
-def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previous: dict | None,
+def measure_snapshot(snap: Snapshot, metrics: list, *, start: Snapshot | None, previous: Snapshot | None,
                      spectral_every: int) -> dict:
-    """``{key: Cell}`` of one snapshot.
+    """``{key: Cell}`` of one snapshot (and its :attr:`Snapshot.sumsq`, for the records after).
 
     Parameters
     ----------
     snap : Snapshot
     metrics : list of toolkit.metrics.Metric
         Weight metrics.
-    start, previous : dict or None
-        The first and the previous record's matrices (``{key: tensor}``); None for the first record.
+    start, previous : Snapshot or None
+        The first and the previous record (measured); None for the first record.
     spectral_every : int
         For the reason of a spectral metric skipped at this step.
 
@@ -92,12 +97,12 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previ
     cells = {}
     for key, w in snap.matrices.items():
         result = evaluate_matrix(w, measured)
+        snap.sumsq[key] = _sum_of_squares(w)
         cell = Cell.measured("", result)
         for m in skipped:
             cell.values[m.name] = math.nan
             cell.reasons[m.name] = f"not measured at this step (spectral metrics every {spectral_every} steps)"
-        _updates(cell, w, {"since_start": None if start is None else start.get(key),
-                           "since_previous": None if previous is None else previous.get(key)})
+        _updates(cell, key, snap, {"since_start": start, "since_previous": previous})
         norm = snap.gradient_norms.get(key)
         cell.values[GRADIENT] = math.nan if norm is None else float(norm)
         if norm is None:
@@ -106,24 +111,57 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: dict | None, previ
     return cells
 
 
-def _updates(cell: Cell, w, bases: dict) -> None:
-    """The update metrics of ``w`` against each base of ``bases`` (``{kind: tensor or None}``, kinds of
-    :data:`SINCE`): the entry-wise sums of every pair from one pass over ``w``
-    (:func:`~toolkit.metrics.pair_sums.pair_sums_against`), the metrics by ``compare``'s own functions."""
-    present = {kind: base for kind, base in bases.items() if base is not None and base.shape == w.shape}
-    sums = dict(zip(present, pair_sums_against(w, list(present.values())), strict=True)) if present else {}
+def _sum_of_squares(w) -> float:
+    """:math:`\\sum w^2` from the moment pass ``evaluate_matrix`` has just run (memoised on ``w``); NaN for a
+    matrix it cannot read."""
+    try:
+        return sum_of_squares(w)
+    except DegenerateMatrix:
+        return math.nan
+
+
+def _updates(cell: Cell, key: tuple, snap: Snapshot, bases: dict) -> None:
+    """The update metrics of ``snap``'s matrix ``key`` against each base record of ``bases`` (``{kind:
+    Snapshot or None}``, kinds of :data:`SINCE`), the metrics by ``compare``'s own functions from the pair's
+    sums (:func:`pair_sums_for`)."""
+    w = snap.matrices[key]
+    present = {kind: base for kind, base in bases.items()
+               if base is not None and key in base.matrices and base.matrices[key].shape == w.shape}
+    sums = dict(zip(present, pair_sums_for(key, snap, list(present.values())), strict=True)) if present else {}
     for kind, base in bases.items():
         names = [f"{m}_{kind}" for m in UPDATE_METRICS]
         if base is None:
             for n in names:
                 cell.values[n], cell.reasons[n] = math.nan, f"no earlier record ({SINCE[kind]} is this one)"
             continue
-        ctx = DiffContext(base, w, sums=sums.get(kind)) if kind in sums else None
-        found = compute_diff_metrics(base, w, list(UPDATE_METRICS), ctx=ctx)
+        b = base.matrices.get(key)
+        ctx = DiffContext(b, w, sums=sums[kind]) if kind in sums else None
+        found = compute_diff_metrics(b, w, list(UPDATE_METRICS), ctx=ctx)
         for metric, n in zip(UPDATE_METRICS, names, strict=True):
             cell.values[n] = found[metric].value
             if found[metric].reason:
                 cell.reasons[n] = found[metric].reason
+
+
+def pair_sums_for(key: tuple, snap: Snapshot, bases: list) -> list[PairSums]:
+    r""":class:`~toolkit.metrics.pair_sums.PairSums` of matrix ``key`` of each base record against ``snap``'s.
+
+    The records' own :math:`\sum t^2` and :math:`\sum b^2` (:attr:`Snapshot.sumsq`, measured once per record)
+    with one pass over the three tensors for the difference's sums
+    (:func:`~toolkit.metrics.pair_sums.delta_sums_against`); :math:`\sum b t` by the polarisation identity
+    :math:`(\sum t^2 + \sum b^2 - \sum (t - b)^2) / 2` (an absolute error of a few units of float64 rounding
+    in a cosine, which no record metric reads). Where that route does not apply (bfloat16, mixed dtypes, a sum
+    of squares not measured), :func:`~toolkit.metrics.pair_sums.pair_sums_against` measures every sum.
+    Both routes give each sum to float64 summation order (tested against :func:`~toolkit.metrics.pair_sums.pair_sums`).
+    """
+    w = snap.matrices[key]
+    st = snap.sumsq.get(key, math.nan)
+    sb = [b.sumsq.get(key, math.nan) for b in bases]
+    deltas = delta_sums_against(w, [b.matrices[key] for b in bases]) if math.isfinite(st + sum(sb)) else None
+    if deltas is None:
+        return pair_sums_against(w, [b.matrices[key] for b in bases])
+    return [PairSums(s, st, (st + s - dd) / 2, dd, unchanged, w.numel())
+            for s, (dd, unchanged) in zip(sb, deltas, strict=True)]
 
 
 def record_dataset(snap: Snapshot, cells: dict, plan, metrics: list, attrs: dict) -> xr.Dataset:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import warnings
 from collections.abc import Callable
 
@@ -43,6 +44,7 @@ class Worker:
         self.skipped: list[int] = []
         self.failed: list[tuple[int, str]] = []
         self.done = 0
+        self.cpu_s = 0.0  # CPU seconds of the worker thread in ``handle`` (time.thread_time)
         self._warned = False
         import torch
 
@@ -78,6 +80,7 @@ class Worker:
             try:
                 if item is _STOP:
                     return
+                start = time.thread_time()
                 try:
                     # one intra-op thread while measuring; torch.set_num_threads also sets the count threads
                     # started later begin with, so it is handed back after each record
@@ -89,6 +92,8 @@ class Worker:
                         self.failed.append((int(item.step), f"{type(exc).__name__}: {exc}"))
                 finally:
                     torch.set_num_threads(budget)
+                    with self._lock:
+                        self.cpu_s += time.thread_time() - start
                 with self._lock:
                     self.done += 1
             finally:
