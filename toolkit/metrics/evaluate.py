@@ -96,7 +96,7 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
         matrix (not 2-D or empty, NaN/Inf entries, all zeros, too short a
         spectrum...) or, unless ``strict``, raised.
     """
-    from toolkit.metrics.norms import count_nonfinite
+    from toolkit.metrics.norms import MOMENT_METRICS, count_nonfinite
     from toolkit.metrics.registry import DegenerateMatrix
     from toolkit.metrics.spectral import CERTIFIED, SMALL_VALUE_METRICS, float32_resolves, singular_values
 
@@ -106,7 +106,9 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
         return result
     if keep_spectrum or not all(m.any_dtype for m in metrics):
         w = w.to(torch.float32)
-    bad = count_nonfinite(w)  # the moment pass, shared with the entry-wise metrics
+    # one reduction shared with the entry-wise metrics: the moment pass where one of them reads it, else the
+    # cheaper sum of squares
+    bad = count_nonfinite(w, moments=any(m.name in MOMENT_METRICS for m in metrics))
     if bad:
         result.fail(metrics, f"matrix contains NaN/Inf ({bad} entries)")
         return result

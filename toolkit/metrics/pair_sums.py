@@ -222,7 +222,7 @@ def delta_sums_against(target: torch.Tensor, bases, *, chunk: int = CHUNK) -> li
     entries whose stored bits are equal, in one pass; None where this route does not apply.
 
     For a caller that has :math:`\sum t^2` and each :math:`\sum b^2` already (a watched run measures each
-    record's moments, :func:`toolkit.metrics.norms.sum_of_squares`, and keeps them for the records after):
+    record's sum of squares, :func:`toolkit.metrics.norms.sum_of_squares`, and keeps them for the records after):
     no Gram product and no float64 copy of either side. Each chunk of :math:`t - b` is formed by NumPy's
     float64 subtraction of the stored values (cast in the ufunc's own buffer: exact for float16 and float32
     values, as in :func:`pair_sums`; float64 values round), summed as a dot product with itself, the chunks'

@@ -112,8 +112,8 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: Snapshot | None, p
 
 
 def _sum_of_squares(w) -> float:
-    """:math:`\\sum w^2` from the moment pass ``evaluate_matrix`` has just run (memoised on ``w``); NaN for a
-    matrix it cannot read."""
+    """:math:`\\sum w^2` as ``evaluate_matrix`` has just measured it (memoised on ``w``); NaN for a matrix it
+    cannot read."""
     try:
         return sum_of_squares(w)
     except DegenerateMatrix:
