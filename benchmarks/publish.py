@@ -272,6 +272,8 @@ INDEX = [
     ("compare_7b_gaussian", "the same, a plain Gaussian base"),
     ("compare_remote", "the same pair, a selection compared over loopback HTTP: bytes moved"),
     ("watch", "`toolkit.watch` on the CPU fine-tune of the embedded model against the bare training"),
+    ("live_clock", "the live pass's clock (time left) against a recorded Qwen2.5-7B-shaped pass, with and without "
+                   "the probe"),
     ("alpha_interval", "the cost of alpha's bootstrap interval against a 7B-shape layer's eigendecomposition and on "
                        "the embedded model"),
     ("xmin_interval", "the interval that chooses xmin again, its replicates refitted one at a time and all at once, "
@@ -831,7 +833,35 @@ def readme_watch(rec: dict, res: dict) -> str:
                      "training thread / worker CPU (median)", "records skipped"], rows))
 
 
+@needs("live_clock", ".venv/bin/python benchmarks/bench_live_clock.py")
+def readme_live_clock(rec: dict, res: dict) -> str:
+    """The live pass's clock against the pass it was recorded on, with and without the probe."""
+    f = rec["figures"]
+    t = f["target"]
+    rows = []
+    for key, what in (("ratios_probe", "with the probe (the explorer's clock)"),
+                      ("ratios_no_probe", "without (two rates fitted to the times alone)")):
+        ratios = f[key]
+        k = len(ratios)
+        while k > 0 and 1 / t["within"] <= ratios[k - 1] <= t["within"]:
+            k -= 1
+        tail = ratios[t["from_tensor"] - 1:]
+        rows.append([what, f"{k + 1}" if k < len(ratios) else "never", f"{min(tail):.2f}-{max(tail):.2f}"])
+    rows[0].append(f"from tensor {t['from_tensor']}: {_pass(t['ok'])}")
+    rows[1].append("")
+    probe = f["probe"]
+    return (f"A Qwen2.5-7B-shaped slice of {f['layers']} layers ({len(f['tensors'])} matrices, random weights) "
+            f"measured by the explorer's live pass, first look and pass, in {secs(f['wall_s'])} ({when(rec)}, "
+            f"{rec['machine'].split(',')[0]}, {probe['pipelines']} pipelines; probe: Gram "
+            f"{probe['gram']:.2e} s per multiply-add, eigenvalues {probe['eig']:.2e} s per n³, on one pipeline; "
+            f"`benchmarks/results/live_clock.json`), its reports replayed through the clock; estimate over the "
+            f"true time left:\n\n"
+            + table(["clock", f"within {t['within']}x of the truth from tensor",
+                     f"range from tensor {t['from_tensor']} on", "goal"], rows))
+
+
 RENDER = {
+    "readme-live-clock": readme_live_clock,
     "readme-performance": readme_performance, "readme-agreement": readme_agreement,
     "readme-explorer": readme_explorer, "readme-alpha-pruning": readme_alpha_pruning,
     "readme-alpha-interval": readme_alpha_interval, "readme-farms": readme_farms,

@@ -8,6 +8,7 @@ Needs ``/usr/bin/chromium``, ``voila`` and ``playwright``; leaves a screenshot i
 """
 
 import re
+import time
 
 import _browser as B
 
@@ -40,3 +41,48 @@ def test_notebook_01_shows_the_live_panel_while_the_model_is_measured(tmp_path, 
         for bad in ("Traceback", "Error"):
             assert bad not in text, f"page shows {bad!r}: ...{text[max(0, text.find(bad) - 300):][:800]}"
         assert page.locator(".jp-OutputArea-output img, .widget-output img").count() >= 3  # the figures
+
+
+SLOW_AFTER = 4  # the pass's thread is held this long after its 4th tensor's cells, as by a large tensor next
+HOLD_S = 8
+
+
+def test_the_first_look_picture_keeps_up_with_its_progress_line(tmp_path, monkeypatch):
+    """Issue 45: a first look's progress line said 6 tensors while its picture showed 1 cell for about 11 s:
+    cells that came within the refresh limit of the last redraw waited for the next tensor, a large one. Here
+    a tiny model gets a first look and its pass's thread is held for 8 s after the 4th tensor's cells (a large
+    matrix measured next); the picture must show those 4 cells within 1 s of the line saying 4 tensors."""
+    from toolkit.testing import write_tiny_checkpoint
+
+    monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
+    ckpt = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=3, seed=5)
+    notebook = B.write_notebook(tmp_path / "first_look.ipynb", [
+        "import time\n"
+        "from toolkit.widgets import explore_model, live_pass\n"
+        "live_pass.FIRST_LOOK_ENTRIES = 0  # the tiny model gets a first look (attn.k and attn.v first)\n"
+        "measured_cells = live_pass.LivePass._cells\n"
+        "def held(self, partial):\n"
+        "    measured_cells(self, partial)\n"
+        f"    if self._units == {SLOW_AFTER}:\n"
+        f"        time.sleep({HOLD_S})  # a large tensor measured next\n"
+        "live_pass.LivePass._cells = held",
+        f"live = explore_model({str(ckpt)!r}, metrics=['frobenius_norm'], out_dir={str(tmp_path)!r})",
+    ])
+    line = re.compile(r"(\d+) / (\d+) tensors")
+    with B.voila(notebook, tmp_path) as url, B.chromium(tmp_path) as page:
+        page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
+        said = drawn = None
+        deadline = time.monotonic() + B.PAGE_TIMEOUT_MS / 1000
+        while drawn is None and time.monotonic() < deadline:
+            text = page.inner_text("body") if page.locator("body").count() else ""
+            found = [int(m.group(1)) for m in line.finditer(text)]
+            now = time.monotonic()
+            if said is None and found and max(found) >= SLOW_AFTER:
+                said = now
+            cells = page.locator(".toolkit-heatmap rect.cell:not(.nan)").count()
+            if said is not None and cells >= SLOW_AFTER:
+                drawn = now
+            time.sleep(0.05)
+        page.screenshot(path=str(B.ARTIFACTS / "first_look_keeps_up.png"))
+        assert said is not None and drawn is not None, (said, drawn)
+        assert drawn - said <= 1.0, f"the picture showed {SLOW_AFTER} cells {drawn - said:.1f} s after the line"

@@ -5,6 +5,7 @@ No sleep races a thread here: a tensor read waits on an event the test sets."""
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,7 +108,8 @@ def test_the_work_of_a_matrix_grows_as_its_singular_values_cost():
     k, down = cost_of((512, 3584)), cost_of((3584, 18944))  # a 7B model's attn.k and mlp.down
     assert 150 < down.spectral / k.spectral < 400  # measured about 200x on 2 cores; entries alone say 37x
     assert down.entries / k.entries == pytest.approx(37, rel=0.01)
-    assert cost_of((8, 64, 32)) == Cost(8 * 64 * 32, 8 * 64 * 32 * 32) and cost_of((10,)) == Cost(10, 10)
+    assert cost_of((8, 64, 32)) == Cost(8 * 64 * 32, 8 * 64 * 32 * 32, 8 * 32 ** 3)  # each expert's eigenvalues
+    assert cost_of((10,)) == Cost(10, 10, 1) and cost_of((10,), spectra=False) == Cost(10, 0, 0)
 
 
 def test_two_rates_fitted_by_hand():
@@ -137,9 +139,10 @@ def test_the_clock_of_a_mixed_shape_pass_is_within_1_5x_once_two_shapes_are_meas
     """Issue 45, item 4: a pass like a recorded one (a per-tensor overhead the model does not have, reading per
     entry, singular values per spectral unit; the last case a pass of norms only, whose costs have no spectral
     part) on a fake clock. From the first tensor of a second smaller side on (the 7th: the six attn.k / attn.v
-    share one), the time left is within 1.5x of the truth. Before it a spectral pass cannot tell its two costs
-    apart and assumes spectra: too high where reading dominates the small matrices (this is not yet the issue's
-    "from the fifth tensor on")."""
+    share one), the time left is within 1.5x of the truth. Before it a spectral pass without a probe cannot tell
+    its two costs apart and assumes spectra: too high where reading dominates the small matrices (a pass of
+    large matrices probes the machine first and is within 1.5x from the fifth tensor on:
+    test_live_clock_recorded.py)."""
     units = _qwen_slice(spectra=per_spectral > 0)
     seconds = {name: overhead + per_entry * c.entries + per_spectral * c.spectral for name, c in units}
     clock = FakeClock()
@@ -314,3 +317,26 @@ def test_a_path_and_its_text_are_one_source():
 
     assert same_source(Path("/m/model"), "/m/model") and not same_source("/m/model", "/m/other")
     assert same_source(None, None) and not same_source(None, "/m/model")
+
+
+def test_cells_held_back_by_the_refresh_limit_are_shown_while_a_large_tensor_is_measured(ckpt, cache, events):
+    """Issue 45: a first look's progress line ran 11 s ahead of its picture (6 tensors listed, 1 cell drawn):
+    the cells that came within ``refresh`` of the last offer waited for the next tensor, a large one. The
+    pass's clock stands still here, so every cell after the first is held back by the limit; the pass is
+    held after its 4th tensor, and the 3 cells before it are offered by the trailing offer meanwhile."""
+    live = LivePass(ckpt, METRICS, refresh=0.2, on_event=_recorder(events), now=lambda: 50.0)
+    gate = Gate.on_progress(live, 4)  # held before the 4th tensor's cells are handed over
+    live.start(background=True)
+    try:
+        assert gate.entered.wait(TIMEOUT)
+        deadline = time.monotonic() + 10
+        while ("cells", 3) not in events and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ("cells", 3) in events, events  # shown while the pass is still held
+        assert [n for k, n in events if k == "cells"] == [1, 3]  # the first at once, then the held-back ones
+    finally:
+        gate.open()
+    live.wait(TIMEOUT)
+    assert live.state == "done" and int(measured(live.ds).sum()) == 21
+    offered = [n for k, n in events if k == "cells"]
+    assert offered == sorted(offered) and live._trailing is None

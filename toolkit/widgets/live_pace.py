@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from toolkit.widgets.live_clock import Cost, PassStatus, seconds_left
+from toolkit.widgets.live_clock import Cost, PassStatus, ProbeRates, seconds_left
 
 
 def clock(seconds: float) -> str:
@@ -48,6 +48,9 @@ class Pace:
         Tensors an earlier run of the same source measured (a wider selection finds them in the cache).
         A tensor cached by another session cannot be told from a computed one here: it counts as a very
         fast one.
+    probe : ProbeRates, optional
+        This machine's rates for the singular values (:func:`toolkit.widgets.live_probe.probe_rates`): the
+        time left is then the scheduled clock of :func:`toolkit.widgets.live_clock.scheduled_left`.
 
     Attributes
     ----------
@@ -60,7 +63,8 @@ class Pace:
     """
 
     def __init__(self, sizes: dict[str, int] | None = None, *, now: Callable[[], float] = time.monotonic,
-                 known=()):
+                 known=(), probe: ProbeRates | None = None):
+        self.probe = probe
         self.sizes = {k: v if isinstance(v, Cost) else Cost(v, v) for k, v in (sizes or {}).items()}
         self.now = now
         self.finished: set[str] = set()
@@ -125,7 +129,7 @@ class Pace:
             left = tuple(c for name, c in self.sizes.items() if name not in self.finished)
         else:
             left = (Cost(1, 1),) * max(self.total - self.done, 0)
-        return PassStatus(tuple(self._measured), left, self.running)
+        return PassStatus(tuple(self._measured), left, self.running, self.probe)
 
     def eta(self) -> float | None:
         """Seconds left at the rates fitted to the computed tensors (:func:`~toolkit.widgets.live_clock.

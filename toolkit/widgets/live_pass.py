@@ -23,6 +23,7 @@ import numpy as np
 from toolkit.errors import PassStopped
 from toolkit.widgets.live_clock import cost_of
 from toolkit.widgets.live_pace import Pace
+from toolkit.widgets.live_probe import probe_rates
 from toolkit.widgets.live_status import LiveStatus, PassState, StatusSnapshot
 
 #: A model whose largest matrix has more entries than this gets a first look: its smallest matrices
@@ -167,6 +168,8 @@ class LivePass:
         self._stop, self._done = threading.Event(), threading.Event()
         self._done.set()
         self._lock = threading.Lock()
+        self._offering = threading.Lock()  # the pass's thread and the trailing offer's timer
+        self._trailing: threading.Timer | None = None
         self._callbacks: list = []
         self._known: frozenset = frozenset()  # tensors measured by earlier runs of this source
 
@@ -305,8 +308,13 @@ class LivePass:
         try:
             if self._new_run:
                 self.plan = self._open_plan()
-                sizes = tensor_sizes(self.plan, self.stats_kws, spectra=needs_spectra(self.metrics, self.stats_kws))
-                self.status.use(Pace(sizes, now=self.now, known=self._known))
+                spectra = needs_spectra(self.metrics, self.stats_kws)
+                sizes = tensor_sizes(self.plan, self.stats_kws, spectra=spectra)
+                # a pass of large matrices starts with tensors of one smaller side: the probe tells its clock
+                # what the singular values cost here (a pass of small ones is over in seconds and skips it)
+                large = spectra and sizes and max(c.entries for c in sizes.values()) > FIRST_LOOK_ENTRIES
+                probe = probe_rates(self.stats_kws.get("precision") or "float64") if large else None
+                self.status.use(Pace(sizes, now=self.now, known=self._known, probe=probe))
                 self._new_run = False
             self.pace.begin()
             self._emit("started")
@@ -319,9 +327,11 @@ class LivePass:
         except Exception as err:  # noqa: BLE001 - shown by the panel, raised again by .ds / wait()
             self.status.update(state=PassState.FAILED, error=err)
         else:
+            self._cancel_trailing()  # the whole result, not a timer's partial, is what the view keeps
             self._best = self._result = ds
             self.status.update(state=PassState.DONE)
         finally:
+            self._cancel_trailing()
             self.status.update(look=None)
             self.pace.end()
             self._end()
@@ -344,7 +354,8 @@ class LivePass:
 
     def _stopped(self) -> None:
         if self._latest is not None:
-            self._offer(self._latest())
+            with self._offering:
+                self._offer(self._latest())
         ds = self._best
         if ds is not None:
             ds = ds.copy()
@@ -385,19 +396,46 @@ class LivePass:
         self._emit("progress")
 
     def _cells(self, partial) -> None:
-        """``on_cells`` of a pass: stop if asked; offer the cells at most every ``refresh`` s (the first at once)."""
+        """``on_cells`` of a pass: stop if asked; offer the cells at most every ``refresh`` s (the first at once),
+        and the cells held back by that limit ``refresh`` s after the last offer, whether or not another tensor
+        has come by then (a large tensor measured next held them back for its whole time: a first look's
+        progress line ran 11 s ahead of its picture)."""
         self._units += 1
         self._latest = partial  # stored: shown after a Stop too
         if self._stop.is_set():
             raise PassStopped
         if self._units < self._best_units:  # still the cached burst of cells already on view: nothing new
             return
-        if self._best is not None and self.now() - self._last_offer < self.refresh:
+        wait = self.refresh - (self.now() - self._last_offer) if self._best is not None else 0.0
+        if wait > 0:
+            self._offer_later(wait)
             return
-        self._offer(partial())
+        with self._offering:
+            self._offer(partial())
+
+    def _offer_later(self, wait: float) -> None:
+        """Offer the latest cells in ``wait`` s from a timer thread (one at a time: a later call finds it set)."""
+        with self._offering:
+            if self._trailing is None:
+                self._trailing = threading.Timer(wait, self._offer_trailing)
+                self._trailing.daemon = True
+                self._trailing.start()
+
+    def _offer_trailing(self) -> None:
+        with self._offering:
+            self._trailing = None
+            latest = self._latest
+            if latest is not None and self.state == PassState.RUNNING and self._units > self._best_units:
+                self._offer(latest())  # the pass's cells so far: a copy of its finished dict, taken at once
+
+    def _cancel_trailing(self) -> None:
+        with self._offering:
+            if self._trailing is not None:
+                self._trailing.cancel()
+                self._trailing = None
 
     def _offer(self, ds) -> None:
-        """Make ``ds`` the cells so far if it loses none of them, and say so."""
+        """Make ``ds`` the cells so far if it loses none of them, and say so (under ``_offering``)."""
         if not covers(ds, self._best):
             return
         self._best, self._best_units, self._last_offer = ds, max(self._units, 1), self.now()
