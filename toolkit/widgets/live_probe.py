@@ -6,7 +6,11 @@ reading from spectra (:mod:`toolkit.widgets.live_clock`), while the larger matri
 them in exactly that split (a 7B ``mlp.down`` costs 37x an ``attn.k`` in entries and about 260x in
 singular values). :func:`probe_rates` times the two parts of the pass's float64 route on this machine, as
 the pass runs them (one BLAS and torch thread per pipeline, the pipelines at once): a Gram product
-(NumPy's ``x @ x.T``) and the eigenvalues of a symmetric matrix (``torch.linalg.eigvalsh``).
+(NumPy's ``x @ x.T``) and the eigenvalues of a symmetric matrix (``torch.linalg.eigvalsh``), each in thread
+CPU time. Wall time read 1.4-2x slow whenever another process shared the cores for that moment (a probe at
+the end of a test run); CPU time read the recorded pass's own rates (2.5e-11 s per multiply-add, 8.5e-11 s
+per n³) on a quiet machine and with a training run busy on both cores alike. Load that lasts slows the pass
+and not the probe: the clock's fit scales the probe's rates once the pass has measured two shapes.
 """
 
 from __future__ import annotations
@@ -61,17 +65,22 @@ def probe_rates(precision: str = "float64") -> ProbeRates:
 
 
 def _at_once(k: int, work) -> float:
-    """Wall seconds of ``work()`` run in ``k`` threads at once, one torch thread each."""
+    """Seconds of ``work()`` on one of ``k`` threads running it at once, one torch thread each: the largest
+    thread CPU time (``time.thread_time``), which another process's load on the cores does not lengthen as
+    it does the wall time (the pass's pipelines each have a core of their own)."""
     import torch
 
-    def run():
-        torch.set_num_threads(1)
-        work()
+    spent = [0.0] * k
 
-    threads = [threading.Thread(target=run, name=f"toolkit-probe-{i}", daemon=True) for i in range(k)]
-    start = time.perf_counter()
+    def run(i: int) -> None:
+        torch.set_num_threads(1)
+        start = time.thread_time()
+        work()
+        spent[i] = time.thread_time() - start
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"toolkit-probe-{i}", daemon=True) for i in range(k)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return max(time.perf_counter() - start, 1e-9)
+    return max(max(spent), 1e-9)
