@@ -223,7 +223,7 @@ def _in_flight(rest: list, pipelines: int) -> list:
 def progress_rows(measured, left, probe: ProbeRates) -> list[tuple[float, float, float]]:
     """After each computed tensor: the entries and the probe's seconds of spectra done (per pipeline count,
     i.e. wall seconds at the probed rates), the tensors in flight counted :data:`IN_FLIGHT_DONE` done, and the
-    seconds the run had spent.
+    seconds the run had spent. Linear in the tensors (a MoE pass has thousands).
 
     Parameters
     ----------
@@ -239,12 +239,14 @@ def progress_rows(measured, left, probe: ProbeRates) -> list[tuple[float, float,
         ``(entries, spectral seconds, elapsed seconds)``, one row per computed tensor.
     """
     p = max(1, probe.pipelines)
-    rest = sorted([*left, *(c for c, _ in measured)], key=probe.work)
+    costs = [c for c, _ in measured]
+    ahead = sorted(left, key=probe.work)[:p - 1]  # in flight now: the cheapest left, the live order's next
     rows, entries, spectra, elapsed = [], 0.0, 0.0, 0.0
-    for cost, seconds in measured:
-        rest.remove(cost)  # an equal cost: the same sums
+    for j, (cost, seconds) in enumerate(measured):
         entries, spectra, elapsed = entries + cost.entries, spectra + probe.work(cost) / p, elapsed + seconds
-        flight = _in_flight(rest, p)
+        # in flight at report j: the tensors reported next (each pipeline's current one), while more are left
+        # than the other pipelines hold
+        flight = (costs[j + 1:j + p] + ahead)[:p - 1] if len(costs) - j - 1 + len(left) > p - 1 else []
         rows.append((entries + IN_FLIGHT_DONE * sum(c.entries for c in flight),
                      spectra + IN_FLIGHT_DONE * sum(probe.work(c) for c in flight) / p, elapsed))
     return rows
