@@ -57,8 +57,8 @@ def test_the_first_look_picture_keeps_up_with_its_progress_line(tmp_path, monkey
     ckpt = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=3, seed=5)
     notebook = B.write_notebook(tmp_path / "first_look.ipynb", [
         "import time\n"
-        "from toolkit.widgets import explore_model, live_pass\n"
-        "live_pass.FIRST_LOOK_ENTRIES = 0  # the tiny model gets a first look (attn.k and attn.v first)\n"
+        "from toolkit.widgets import explore_model, live_pass, live_plan\n"
+        "live_plan.FIRST_LOOK_ENTRIES = 0  # the tiny model gets a first look (attn.k and attn.v first)\n"
         "measured_cells = live_pass.LivePass._cells\n"
         "def held(self, partial):\n"
         "    measured_cells(self, partial)\n"

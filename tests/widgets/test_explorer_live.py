@@ -207,9 +207,9 @@ def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
     file order (a 7B model's 3rd cell 27 s later), where the README promises the smallest matrices first:
     now the smallest kinds of every layer come first, then the rest."""
     import toolkit.widgets._model as model_mod
-    import toolkit.widgets.live_pass as live_pass
+    import toolkit.widgets.live_plan as live_plan
 
-    monkeypatch.setattr(live_pass, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
+    monkeypatch.setattr(live_plan, "FIRST_LOOK_ENTRIES", 0)  # the tiny model counts as large
     shown = []
     original = model_mod.ModelExplorer._show
 
@@ -232,7 +232,7 @@ def test_a_large_model_shows_its_smallest_matrices_first(ckpt, monkeypatch):
     assert views[first_other - 1] == look  # every layer's smallest matrices before any other cell
     assert all(v <= look for v in views[:first_other])
     assert live.state == "done" and _measured(live.ds) == 21
-    assert live_pass.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
+    assert live_plan.first_look(plan, {"layers": [1]}) is None  # a selection is measured as asked
 
 
 def test_explore_given_a_checkpoint_measures_it_live(ckpt):

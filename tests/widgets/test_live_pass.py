@@ -13,7 +13,8 @@ from _gate import TIMEOUT, Gate
 from toolkit.testing import write_tiny_checkpoint
 from toolkit.widgets.live_clock import Cost, PassStatus, cost_of, fit_rates, seconds_left
 from toolkit.widgets.live_pace import Pace, time_left
-from toolkit.widgets.live_pass import LivePass, measured
+from toolkit.widgets.live_pass import LivePass
+from toolkit.widgets.live_plan import measured
 
 METRICS = ["frobenius_norm"]
 
@@ -187,9 +188,9 @@ def test_live_pass_imports_no_widgets():
 def test_a_resume_never_offers_fewer_cells_than_the_view_shows(ckpt, cache, events, monkeypatch):
     """Resume re-ran the first look and showed its 2 cells in place of the 8 on screen for about 7 s
     (it looked like lost work), then the cached burst one cell at a time."""
-    import toolkit.widgets.live_pass as live_pass
+    import toolkit.widgets.live_plan as live_plan
 
-    monkeypatch.setattr(live_pass, "FIRST_LOOK_ENTRIES", 0)  # the tiny model gets a first look
+    monkeypatch.setattr(live_plan, "FIRST_LOOK_ENTRIES", 0)  # the tiny model gets a first look
 
     def on_event(kind, live):
         _recorder(events)(kind, live)
@@ -313,7 +314,7 @@ def test_a_path_and_its_text_are_one_source():
     started again and its final line lost the earlier segments (issue 45, item 4)."""
     from pathlib import Path
 
-    from toolkit.widgets.live_pass import same_source
+    from toolkit.widgets.live_plan import same_source
 
     assert same_source(Path("/m/model"), "/m/model") and not same_source("/m/model", "/m/other")
     assert same_source(None, None) and not same_source(None, "/m/model")

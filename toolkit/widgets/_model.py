@@ -30,7 +30,8 @@ from toolkit.constraint_types import SOURCE
 from toolkit.constraints import Flag, Forwarded, Optional, PathName, Real, Text, Whole, checks_options
 from toolkit.widgets.explorer import Explorer
 from toolkit.widgets.live_form import form_row, make_form, read_form, set_button, show_selection
-from toolkit.widgets.live_pass import LivePass, measured, same_source
+from toolkit.widgets.live_pass import LivePass
+from toolkit.widgets.live_plan import measured, same_source
 from toolkit.widgets.live_progress import WidgetProgress
 from toolkit.widgets.live_status import PassState
 from toolkit.widgets.main_thread import in_main_thread
