@@ -341,3 +341,34 @@ def test_cells_held_back_by_the_refresh_limit_are_shown_while_a_large_tensor_is_
     assert live.state == "done" and int(measured(live.ds).sum()) == 21
     offered = [n for k, n in events if k == "cells"]
     assert offered == sorted(offered) and live._trailing is None
+
+
+def test_a_probe_that_fails_leaves_the_pass_and_its_clock_to_the_times(ckpt, cache, monkeypatch):
+    import toolkit.widgets.live_pass as live_pass
+    import toolkit.widgets.live_plan as live_plan
+
+    def broken(precision):
+        raise RuntimeError("no BLAS here")
+
+    monkeypatch.setattr(live_plan, "FIRST_LOOK_ENTRIES", 0)  # a large model: it would probe
+    monkeypatch.setattr(live_pass, "probe_rates", broken)
+    live = LivePass(ckpt, ["stable_rank"], refresh=0)
+    with pytest.warns(RuntimeWarning, match="could not probe this machine"):
+        live.start()
+    assert live.state == "done" and live.pace.probe is None and int(measured(live.ds).sum()) == 21
+
+
+def test_a_large_model_with_spectra_is_probed_once_and_its_clock_reads_the_probe(ckpt, cache, monkeypatch):
+    import toolkit.widgets.live_pass as live_pass
+    import toolkit.widgets.live_plan as live_plan
+    from toolkit.widgets.live_clock import ProbeRates
+
+    calls = []
+    monkeypatch.setattr(live_plan, "FIRST_LOOK_ENTRIES", 0)
+    monkeypatch.setattr(live_pass, "probe_rates", lambda p: calls.append(p) or ProbeRates(1e-11, 5e-11, 2))
+    live = LivePass(ckpt, ["stable_rank"], refresh=0, stats_kws={"precision": "float32"})
+    live.start()
+    assert calls == ["float32"] and live.pace.probe == ProbeRates(1e-11, 5e-11, 2)
+    norms = LivePass(ckpt, METRICS, refresh=0)  # norms only: no singular values, no probe
+    norms.start()
+    assert calls == ["float32"] and norms.pace.probe is None

@@ -234,7 +234,7 @@ class LivePass:
                 # a pass of large matrices starts with tensors of one smaller side: the probe tells its clock
                 # what the singular values cost here (a pass of small ones is over in seconds and skips it)
                 large = spectra and is_large(sizes)
-                probe = probe_rates(self.stats_kws.get("precision") or "float64") if large else None
+                probe = _probe(self.stats_kws.get("precision") or "float64") if large else None
                 self.status.use(Pace(sizes, now=self.now, known=self._known, probe=probe))
                 self._new_run = False
             self.pace.begin()
@@ -363,3 +363,14 @@ class LivePass:
         if self.first_cells_s is None:
             self.status.update(first_cells_s=self._last_offer - self._started)
         self._emit("cells")
+
+
+def _probe(precision: str):
+    """:func:`~toolkit.widgets.live_probe.probe_rates`, or None where it fails (the clock then fits the pass's
+    own times; a probe never stops a pass)."""
+    try:
+        return probe_rates(precision)
+    except Exception as err:  # noqa: BLE001 - the clock's guess, not the measurement
+        warnings.warn(f"the live pass's clock could not probe this machine ({err!r}); it estimates from the "
+                      "pass's own times", RuntimeWarning, stacklevel=2)
+        return None
