@@ -282,6 +282,7 @@ INDEX = [
     ("farms", "the aspect-ratio bias of alpha, with and without FARMS, i.i.d. matrices of q = 1-8"),
     ("alpha_pruning", "notebook 05: a grid of AlphaPruning allocations (metric, ε, magnitude and Wanda) against "
                       "uniform, SmolLM2"),
+    ("suite", "the developers' loop: `make test-fast` and `make test` on a fresh clone"),
 ]
 
 
@@ -407,6 +408,22 @@ def bench_cold(rec: dict, res: dict) -> str:
                          [[secs(cli["call_s"]), secs(cli["process_s"]), cli["modules"],
                            ", ".join(cli["optional"]) or "none", cli["dask_modules"]]]))
     return text
+
+
+@needs("suite", ".venv/bin/python benchmarks/bench_suite.py --reps 3")
+def bench_suite(rec: dict, res: dict) -> str:
+    """``make test-fast`` and ``make test`` on fresh clones (issue 47)."""
+    f = rec["figures"]
+    rows = []
+    for target, t in f["targets"].items():
+        goal = f["targets_s"][target]
+        parts = "; ".join(f"{r['counts']} in {secs(r['seconds'])}" for r in t["runs"][-1]["pytest"])
+        ok = t["green"] and t["median_s"] < goal
+        rows.append([f"`make {target}`", secs(t["median_s"]), f"{secs(min(t['seconds']))} - {secs(max(t['seconds']))}",
+                     parts, "yes" if t["green"] else "no", f"< {secs(goal)}: {_pass(ok)}"])
+    return (f"Fresh clones of {f['commit']} ({when(rec)}, {rec['machine'].split(',')[0]}, {f['reps']} rep(s), "
+            f"medians, nothing else running; `benchmarks/results/suite.json`):\n\n"
+            + table(["target", "median", "range", "pytest's summaries (last rep)", "green", "goal"], rows))
 
 
 # ---------------------------------------------------------------- docs/scaling.md
@@ -868,7 +885,7 @@ RENDER = {
     "readme-alpha-coverage": readme_alpha_coverage, "readme-watch": readme_watch,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
-    "bench-activations": bench_activations, "bench-compare": bench_compare,
+    "bench-activations": bench_activations, "bench-suite": bench_suite, "bench-compare": bench_compare,
     "bench-compare-remote": bench_compare_remote,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
     "scaling-certified": bench_certified,
