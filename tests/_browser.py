@@ -70,6 +70,10 @@ def serve(args_for, cwd: Path, tmp_path: Path, path: str = "", extra_path: str =
             pytest.fail(f"{args[0]} did not start:\n{log_path.read_text()[-3000:]}")
     try:
         yield url + path
+    except BaseException:  # a failing test shows what the server and its kernels said
+        log.flush()
+        sys.stderr.write(f"--- the end of {log_path}:\n{log_path.read_text(errors='replace')[-6000:]}\n")
+        raise
     finally:
         _stop(proc, log)
 
@@ -127,10 +131,23 @@ def chromium(tmp_path, width: int = 1400, height: int = 1100):
         browser = pw.chromium.launch_persistent_context(
             str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True,
             args=CHROMIUM_ARGS, viewport={"width": width, "height": height})
+        page = browser.new_page()
         try:
-            yield browser.new_page()
+            yield page
+        except BaseException:  # a failing test leaves what the page showed
+            _leave_page(page, tmp_path.name)
+            raise
         finally:
             browser.close()
+
+
+def _leave_page(page, name: str) -> None:
+    """Save a screenshot of ``page`` in ``test-artifacts/failed-<name>.png`` and print its text."""
+    try:
+        page.screenshot(path=str(ARTIFACTS / f"failed-{name}.png"), full_page=True, timeout=20_000)
+        sys.stderr.write(f"--- the page's text:\n{page.inner_text('body', timeout=20_000)[-6000:]}\n")
+    except Exception as e:  # noqa: BLE001 - a page that cannot be read must not hide the test's own failure
+        sys.stderr.write(f"--- the page could not be read: {e!r}\n")
 
 
 def run_all_in_jupyterlab(page, url: str) -> None:
