@@ -22,7 +22,7 @@ of their goodness-of-fit test) build their synthetic data sets:
 
 The draws are seeded from the bytes of the kept spectrum and ``seed``: the same spectrum gives the same interval,
 bit for bit (and the same as when every replicate was refitted alone, before the batch). The 200 fits cost
-about 25 ms of CPU for 576 eigenvalues: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are
+about 30 ms of CPU for 576 eigenvalues: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are
 opt-in (computed when named; coverage: ``benchmarks/bench_alpha_coverage.py``; cost against the ``alpha`` pass,
 both routes: ``benchmarks/bench_xmin_interval.py``).
 """
@@ -78,16 +78,11 @@ def semiparametric_spectra(eigenvalues, fit: PowerLawFit, *, replicates: int = X
     bulk = x[: N - n]
     rng = spectrum_rng(x, seed)
     tails = rng.binomial(N, n / N, size=B) if bulk.size else np.full(B, N)
-    uniforms, picks = [], []
-    for n_star in tails:  # the draws of one replicate after another (the generator's order)
-        uniforms.append(rng.random(int(n_star)))
-        if bulk.size:
-            picks.append(rng.integers(0, bulk.size, N - int(n_star)))
     in_tail = np.arange(N)[None, :] >= (N - tails)[:, None]  # row b: its last tails[b] places
     out = np.empty((B, N))
-    out[in_tail] = fit.xmin * (1.0 - np.concatenate(uniforms)) ** (-1.0 / (fit.alpha - 1.0))
+    out[in_tail] = fit.xmin * (1.0 - rng.random(int(tails.sum()))) ** (-1.0 / (fit.alpha - 1.0))
     if bulk.size:
-        out[~in_tail] = bulk[np.concatenate(picks)]
+        out[~in_tail] = bulk[rng.integers(0, bulk.size, B * N - int(tails.sum()))]
     out.sort(axis=1)
     return out
 
@@ -134,7 +129,8 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
     fit = fit if fit is not None else fit_power_law(_kept(eigenvalues, threshold, xmax), **options)
     spectra = semiparametric_spectra(eigenvalues, fit, replicates=replicates, seed=seed, threshold=threshold,
                                      xmax=xmax)
-    stars = fit_alphas(spectra, **({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {}))
+    stars = fit_alphas(spectra, tail_hint=int(fit.num_tail),
+                       **({"min_eigenvalues": min_eigenvalues} if min_eigenvalues else {}))
     return stars[np.isfinite(stars)]
 
 

@@ -22,8 +22,9 @@ How step 2 avoids the :math:`N^2/2` distances of every row, with the single fit'
 lower bound exceeds an upper bound on the row's minimum by more than :math:`10^{-9}` relative plus
 :math:`10^{-12}` is dropped: its :math:`D` exceeds another's, it is never the minimum):
 
-a. probes: the candidates of tail sizes :math:`8 \cdot 1.5^k`, then four around each row's best one; their
-   distances plus the rounding bound below are the first upper bounds on each row's minimum;
+a. probes: the candidates of tail sizes :math:`8 \cdot 1.5^k` (or :math:`1.5^{-2..2}` times a ``tail_hint``: a
+   bootstrap's replicates have their minima near the tail they were drawn with), then four around each row's
+   best one; their distances plus the rounding bound below are the first upper bounds on each row's minimum;
 b. one sampled deviation :math:`|F_{fit} - F_{emp}|` of every candidate of every row at the quantiles 1/2, 1/4
    and 3/4 of its tail (three array operations over the stack);
 c. the single fit's rounds of sampled bounds (:func:`~toolkit.metrics.power_law_tail.ks_bounds`,
@@ -79,7 +80,7 @@ _QUANTILES = (0.5, 0.25, 0.75)
 _ROUNDING = 2.0 ** -52
 
 
-def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES) -> np.ndarray:
+def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES, tail_hint: int | None = None) -> np.ndarray:
     r"""The default fit's alpha of every row of a stack of spectra of one length (module docstring).
 
     Parameters
@@ -88,6 +89,10 @@ def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES) -> np.ndarray
         Each row a spectrum, ascending, every value above the fit's threshold (the kept eigenvalues).
     min_eigenvalues : int, default 8
         Fewer values than this is degenerate (:func:`~toolkit.metrics.powerlaw.fit_power_law`).
+    tail_hint : int, optional
+        A tail size the rows' minima are expected near (a bootstrap's: the fit its replicates were drawn
+        from): the first probes are the candidates of tail sizes :math:`1.5^{-2..2}` times it instead of the
+        ladder :math:`8 \cdot 1.5^k` (step a). Which candidates are probed changes the cost, never the result.
 
     Returns
     -------
@@ -121,7 +126,7 @@ def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES) -> np.ndarray
         # |D computed from the logarithms - D of the single fit's expression| <= eps (module docstring)
         with np.errstate(invalid="ignore"):
             eps = _ROUNDING * (16.0 + 64.0 * np.abs(1.0 - alpha) * (np.abs(logx).max(axis=1, keepdims=True) + 1.0))
-        rows, cols = _survivors(logx, alpha, n, d, scored, eps)
+        rows, cols = _survivors(logx, alpha, n, d, scored, eps, tail_hint)
         _approximate(logx, rows, cols, alpha, n, d)
         scored[rows, cols] = True
         # the candidates that can be the minimum: the exact expression decides between them
@@ -175,13 +180,16 @@ def _approximate(logx, rows, cols, alpha, n, d) -> None:
         d[r, c] = dev.max(axis=1)
 
 
-def _survivors(logx, alpha, n, d, scored, eps) -> tuple[np.ndarray, np.ndarray]:
+def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarray, np.ndarray]:
     """The rounds of bounds on every row (module docstring, step 2): the probes' distances written into ``d``
     (and marked in ``scored``), the candidates still to score returned as (rows, columns)."""
     B, N = logx.shape
     alive = alpha > 1.0
     # probes first: the candidates of tail sizes 8, 12, 18, ... (a replicate's minimum is near its drawn tail)
-    sizes = np.unique(np.round(8.0 * 1.5 ** np.arange(int(np.log(N / 8.0) / np.log(1.5)) + 1)).astype(np.int64))
+    if tail_hint:
+        sizes = np.unique(np.clip(np.round(tail_hint * 1.5 ** np.arange(-2.0, 3.0)), 8, N).astype(np.int64))
+    else:
+        sizes = np.unique(np.round(8.0 * 1.5 ** np.arange(int(np.log(N / 8.0) / np.log(1.5)) + 1)).astype(np.int64))
     at = N - sizes  # 8 <= sizes <= N
     pr, pj = np.nonzero(alive[:, at])
     _approximate(logx, pr, at[pj], alpha, n, d)
