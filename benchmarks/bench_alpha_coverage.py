@@ -10,10 +10,14 @@ For each tail size n (30, 100, 400, 1000) and ``--draws`` independent draws (see
 Each draw gets the toolkit's interval (:func:`toolkit.metrics.alpha_interval.alpha_interval`, xmin held),
 WeightWatcher's analytic one, alpha +- 1.96 sigma with sigma = (alpha - 1)/sqrt(n), and, on the fitted spectrum,
 the semi-parametric bootstrap that chooses xmin again in every replicate
-(:func:`toolkit.metrics.alpha_interval_xmin.alpha_interval_xmin`; ``--xmin-replicates``). Printed: the share of
-intervals that cover 2.5, and the mean width over the mean width of the exact interval of the fixed tail
-((alpha - 1) S ~ Gamma(n - 1), scipy's quantiles): the ideal width; saved as well: the mean seconds per interval,
-and the spread of the fitted alpha over that of the fixed tail's MLE (the width a valid interval needs).
+(:func:`toolkit.metrics.alpha_interval_xmin.alpha_interval_xmin`, its log-normal pivot; ``--xmin-replicates``)
+and, from the same replicates, the percentile pivot (:func:`toolkit.metrics.alpha_interval.pivot_interval`: what
+its few replicates would give without the normal approximation). Printed: the share of intervals that cover 2.5,
+and the mean width over the mean width of the exact interval of the fixed tail ((alpha - 1) S ~ Gamma(n - 1),
+scipy's quantiles): the ideal width; saved as well: the mean seconds per interval, the spread of the fitted alpha
+over that of the fixed tail's MLE (the width a valid interval needs), and the mean width over the central 95 %
+range of the fitted alphas themselves (``width_over_alpha_range``: the ideal width of an interval around an
+estimate whose xmin is chosen).
 
     .venv/bin/python benchmarks/bench_alpha_coverage.py --draws 200
 
@@ -31,7 +35,7 @@ from _harness import Results, load, table  # noqa: E402
 
 TRUE_ALPHA = 2.5
 LEVEL = 0.95
-METHODS = ("bootstrap", "ww_sigma", "xmin_bootstrap")
+METHODS = ("bootstrap", "ww_sigma", "xmin_bootstrap", "xmin_percentile")
 #: The methods of each setting (choosing xmin again needs a spectrum with a bulk to choose it from).
 SETTINGS = {"fixed_tail": METHODS[:2], "fitted_spectrum": METHODS}
 
@@ -48,12 +52,15 @@ def _intervals(lam, fit, methods, xmin_replicates: int) -> dict:
     import math
     import time
 
-    from toolkit.metrics.alpha_interval import alpha_interval
-    from toolkit.metrics.alpha_interval_xmin import alpha_interval_xmin
+    from toolkit.metrics.alpha_interval import alpha_interval, pivot_interval
+    from toolkit.metrics.alpha_interval_xmin import alpha_interval_xmin, semiparametric_alphas
 
     half = 1.96 * (fit.alpha - 1.0) / math.sqrt(fit.num_tail)
     make = {"bootstrap": lambda: alpha_interval(lam, fit), "ww_sigma": lambda: (fit.alpha - half, fit.alpha + half),
-            "xmin_bootstrap": lambda: alpha_interval_xmin(lam, fit, replicates=xmin_replicates)}
+            "xmin_bootstrap": lambda: alpha_interval_xmin(lam, fit, replicates=xmin_replicates),
+            # the same replicates (the same seed), the percentile pivot
+            "xmin_percentile": lambda: pivot_interval(fit.alpha, semiparametric_alphas(lam, fit,
+                                                                                        replicates=xmin_replicates))}
     out = {}
     for m in methods:
         t = time.perf_counter()
@@ -86,8 +93,10 @@ def measure(n: int, draws: int, xmin_replicates: int) -> dict:
                 out[setting][m]["widths"].append(hi - lo)
                 out[setting][m]["seconds"].append(sec)
     ideal_width = float(np.mean(ideal))
+    spread = {k: float(np.subtract(*np.quantile(v, [(1 + LEVEL) / 2, (1 - LEVEL) / 2]))) for k, v in alphas.items()}
     return {setting: {m: {"coverage": v["covered"] / draws, "mean_width": float(np.mean(v["widths"])),
                           "width_over_ideal": float(np.mean(v["widths"])) / ideal_width,
+                          "width_over_alpha_range": float(np.mean(v["widths"])) / spread[setting],
                           "mean_seconds": float(np.mean(v["seconds"]))} for m, v in per.items()}
             | {"alpha_sd_over_fixed": float(np.std(alphas[setting]) / np.std(alphas["fixed_tail"]))}
             for setting, per in out.items()} | {"ideal_width": ideal_width}
@@ -115,7 +124,7 @@ def main(argv=None) -> int:
         print(f"{load()}; tail {n} done", flush=True)
     print(f"{load()}; {args.draws} draws per tail size; coverage (mean width / ideal width)")
     print(table(rows, ["tail n", "setting", f"bootstrap interval ({REPLICATES} replicates)", "alpha +- 1.96 sigma",
-                       f"xmin bootstrap ({xmin_replicates} replicates)"]))
+                       f"xmin bootstrap ({xmin_replicates} replicates)", "the same, percentile pivot"]))
     if not args.no_save:
         results.save({"tails": per_tail, "draws": args.draws, "true_alpha": TRUE_ALPHA, "level": LEVEL,
                       "replicates": REPLICATES, "xmin_replicates": xmin_replicates,

@@ -1,10 +1,11 @@
 """The interval that chooses xmin again, its replicates refitted one at a time and all at once (issue 44).
 
-``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` (:mod:`toolkit.metrics.alpha_interval_xmin`) refit 200
-semi-parametric bootstrap spectra of every matrix with the default fit. Two routes on the same draws:
+``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` (:mod:`toolkit.metrics.alpha_interval_xmin`) refit
+``XMIN_REPLICATES`` (50) semi-parametric bootstrap spectra of every matrix with the default fit. Two routes on
+the same draws:
 
   per replicate  ``fit_power_law`` on each replicate alone (the route before the batch; kept here as the baseline)
-  batched        :func:`toolkit.metrics.powerlaw_batch.fit_alphas` on the stack of 200 (the package's route)
+  batched        :func:`toolkit.metrics.powerlaw_batch.fit_alphas` on the stack of them (the package's route)
 
 Measured, in wall and CPU seconds (``time.process_time``, every thread of the process: less exposed to the other
 jobs on the machine), each figure with the load average (``uptime``) at its start:
@@ -45,7 +46,7 @@ def per_replicate(lam, fit):
     import numpy as np
 
     from toolkit.errors import DegenerateMatrix
-    from toolkit.metrics.alpha_interval import pivot_interval
+    from toolkit.metrics.alpha_interval import lognormal_pivot_interval
     from toolkit.metrics.alpha_interval_xmin import semiparametric_spectra
     from toolkit.metrics.powerlaw import fit_power_law
 
@@ -55,7 +56,7 @@ def per_replicate(lam, fit):
             stars.append(fit_power_law(row).alpha)
         except DegenerateMatrix:
             continue
-    return pivot_interval(fit.alpha, np.array(stars))
+    return lognormal_pivot_interval(fit.alpha, np.array(stars))
 
 
 def both_routes(spectra_fits) -> dict:

@@ -135,3 +135,26 @@ def test_the_batched_fit_on_stacks_built_to_defeat_it(n, rows, scale, exponent, 
     batched, alone = fit_alphas(x, tail_hint=hint), one_at_a_time(x)
     np.testing.assert_array_equal(np.isnan(batched), np.isnan(alone))
     np.testing.assert_allclose(batched, alone, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_exp_minus_one_is_within_its_stated_absolute_bound_of_expm1(threads):
+    """The fits' deviations take e^z - 1 by torch's exp (one intra-op thread, as in a pipeline) or NumPy's: within
+    2^-52 of NumPy's expm1 for every z <= 0 (tiny, subnormal-producing, -0, -inf), NaN kept, computed in place."""
+    import torch
+
+    from toolkit.metrics.power_law_tail import exp_minus_one
+
+    rng = np.random.default_rng(3)
+    z = -np.concatenate([np.logspace(-320, 3, 20_000), rng.uniform(0, 50, 20_000), [0.0, -0.0, 700.0, 745.1, np.inf]])
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = exp_minus_one(z.copy())
+        buf = np.array([-1.0, np.nan, -0.5])
+        out = exp_minus_one(buf)
+    finally:
+        torch.set_num_threads(before)
+    assert np.max(np.abs(got - np.expm1(z))) <= 2.0 ** -52
+    assert got[-1] == -1.0
+    assert out is buf and np.isnan(out[1]) and abs(out[0] - np.expm1(-1.0)) <= 2.0 ** -52

@@ -15,6 +15,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
+import torch
 
 EVALS_THRESHOLD = 1e-5  # WeightWatcher constants.EVALS_THRESH
 MIN_EIGENVALUES = 8  # WeightWatcher DEFAULT_MIN_EVALS
@@ -120,6 +121,30 @@ class KsScores(NamedTuple):
     alpha: np.ndarray
     n: np.ndarray
     d_lower: np.ndarray
+
+
+def exp_minus_one(z: np.ndarray) -> np.ndarray:
+    r""":math:`e^z - 1` of a float64 array, in place (``z`` is overwritten and returned).
+
+    By torch's vectorised ``exp`` (SLEEF, at most 1 ulp; about 2 ns an entry against 10 ns for NumPy's
+    ``expm1``) where torch runs one intra-op thread on this thread (a metric pipeline), else NumPy's ``exp``
+    (torch would start its intra-op threads on arrays of a thousand entries; measured within 0.5 ulp of 1 of
+    ``expm1`` on 600,000 values, as torch's).
+
+    Where :math:`z \le 0` (every deviation the fits sample: :math:`\alpha > 1`, values ascending) the result
+    is within a few units of :math:`2^{-53}` of :math:`e^z - 1`, absolutely: an ulp or two of :math:`e^z \le 1`,
+    and the subtraction is exact from :math:`e^z \ge 1/2` (Sterbenz) and within half an ulp of 1 below; the
+    fits' rounding allowance (:mod:`toolkit.metrics.powerlaw_batch`, step d: :math:`16 \cdot 2^{-52}` for it)
+    and pruning slack (:math:`10^{-12}`) cover it. ``expm1``'s relative accuracy near 0 is not needed: a KS
+    distance is compared to others absolutely.
+    """
+    z = np.ascontiguousarray(z, dtype=np.float64)
+    if torch.get_num_threads() == 1:
+        torch.from_numpy(z).exp_()
+    else:
+        np.exp(z, out=z)
+    z -= 1.0
+    return z
 
 
 def tail_alphas(logx: np.ndarray, bias_corrected: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -258,7 +283,7 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
             r = rows[a : a + count, None]
             at, start, exponent = logx[r, sel[:, None] + t], logx[r, sel[:, None]], alpha[r, sel[:, None]]
         with np.errstate(over="ignore", invalid="ignore"):
-            ffit = -np.expm1((1.0 - exponent) * (at - start))
+            ffit = -exp_minus_one((1.0 - exponent) * (at - start))
         femp = t / n[sel, None]
         lo = np.abs(ffit - femp).max(axis=1)
         up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)

@@ -59,6 +59,7 @@ from toolkit.metrics.power_law_tail import (
     BLOCK_ELEMENTS,
     MIN_EIGENVALUES,
     exact_ks_distances,
+    exp_minus_one,
     flat_reason,
     ks_bounds,
     tail_alphas,
@@ -175,7 +176,7 @@ def _approximate(logx, rows, cols, alpha, n, d) -> None:
         t = np.arange(i0, N)[None, :] - c[:, None]  # offset in each tail; < 0 outside it
         with np.errstate(over="ignore", invalid="ignore"):
             z = (1.0 - alpha[r, c])[:, None] * (logx[r, i0:] - logx[r, c][:, None])
-            dev = np.abs(np.expm1(z) + t / n[c][:, None])
+            dev = np.abs(exp_minus_one(z) + t / n[c][:, None])
         dev[t < 0] = 0.0
         d[r, c] = dev.max(axis=1)
 
@@ -211,7 +212,7 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
     for q in _QUANTILES:
         t = (q * (n - 1.0)).astype(np.int64)
         with np.errstate(over="ignore", invalid="ignore"):
-            f = -np.expm1((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))
+            f = -exp_minus_one((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))
             alive &= ~(np.abs(f - t / n) > best[:, None] * (1 + 1e-9) + 1e-12)
     rows, cols = np.nonzero(alive)  # row-major: each row's candidates ascending
     k = _FIRST_SAMPLES
