@@ -244,7 +244,7 @@ def exact_ks_distances(x: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.
 
 
 def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarray, k: int,
-              rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+              rows: np.ndarray | None = None, with_upper: bool = True) -> tuple[np.ndarray, np.ndarray | None]:
     r"""Lower and upper bounds on the KS distances :math:`D_i` of the candidates ``idx`` from :math:`k + 1`
     quantiles of each tail.
 
@@ -261,6 +261,8 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
         Quantile steps: the offsets :math:`t = \lfloor q (n_i - 1) \rfloor`, :math:`q = 0, 1/k, .., 1`.
     rows : numpy.ndarray of int, shape (m,), optional
         With a stack: the row of each candidate.
+    with_upper : bool, default True
+        False: ``upper`` is None (not computed; a caller that ranks candidates by ``lower``).
 
     Returns
     -------
@@ -271,7 +273,7 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
         (:func:`toolkit.metrics.powerlaw.fit_power_law`, Notes).
     """
     lower = np.empty(idx.size)
-    upper = np.empty(idx.size)
+    upper = np.empty(idx.size) if with_upper else None
     grid = np.linspace(0.0, 1.0, k + 1)
     count = max(1, BLOCK_ELEMENTS // (k + 1))
     for a in range(0, idx.size, count):
@@ -286,7 +288,8 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
             ffit = -exp_minus_one((1.0 - exponent) * (at - start))
         femp = t / n[sel, None]
         lo = np.abs(ffit - femp).max(axis=1)
-        up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
         lower[a : a + sel.size] = lo
-        upper[a : a + sel.size] = np.maximum(up, lo)
+        if upper is not None:
+            up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
+            upper[a : a + sel.size] = np.maximum(up, lo)
     return lower, upper

@@ -25,17 +25,19 @@ lower bound exceeds an upper bound on the row's minimum by more than :math:`10^{
 a. probes: the candidates of tail sizes :math:`8 \cdot 1.5^k` (or :math:`1.5^{-2..2}` times a ``tail_hint``: a
    bootstrap's replicates have their minima near the tail they were drawn with), then four around each row's
    best one; their distances plus the rounding bound below are the first upper bounds on each row's minimum;
-b. one sampled deviation :math:`|F_{fit} - F_{emp}|` of every candidate of every row at the quantiles 1/2, 1/4
-   and 3/4 of its tail (three array operations over the stack);
+b. one sampled deviation :math:`|F_{fit} - F_{emp}|` of every candidate of every row at the quantile 1/2 of its
+   tail (array operations over the stack), then at 1/4 and 3/4 of the survivors';
 c. the single fit's rounds of sampled bounds (:func:`~toolkit.metrics.power_law_tail.ks_bounds`,
    :math:`K = 8, 32, 128, ...`) on the survivors whose tails are longer than :math:`2(K + 1)`, the 4 smallest
-   upper bounds of each row probed after each round (the single fit: 8, and only while a row has more than 64
-   candidates; which candidates are probed changes the cost, not the minimum);
+   lower bounds of each row probed after each round (the single fit: the 8 smallest upper bounds, and only while
+   a row has more than 64 candidates; which candidates are probed changes the cost, not the minimum: ranking by
+   the lower bound spares the upper one's computation);
 d. the survivors' distances computed from the logarithms,
    :math:`\max_t |\mathrm{expm1}((1-\alpha_i)(\ln\lambda_{i+t} - \ln\lambda_i)) + t/n_i|` (no power: about
-   twice as fast), within :math:`\epsilon_i = 2^{-52}(16 + 64|1 - \alpha_i|(\max_j|\ln\lambda_j| + 1))` of the
-   exact expression (the logarithms' few-ulp errors amplified by :math:`|1 - \alpha_i|`, the ratio's rounding
-   amplified by the power, the rest a few ulp of numbers at most 1);
+   twice as fast; :math:`e^z - 1` by :func:`~toolkit.metrics.power_law_tail.exp_minus_one`), within
+   :math:`\epsilon_i = 2^{-52}(16 + 64|1 - \alpha_i|(\max_j|\ln\lambda_j| + 1))` of the exact expression (the
+   logarithms' few-ulp errors amplified by :math:`|1 - \alpha_i|`, the ratio's rounding amplified by the power,
+   the rest, :math:`e^z - 1` included, a few ulp of numbers at most 1);
 e. every candidate whose approximate distance is within :math:`\epsilon` of the row's smallest (typically one) is
    scored by the exact expression, element for element the single fit's, and the first minimum taken: the
    others' exact distances exceed it.
@@ -209,12 +211,18 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
     np.fmin.at(best, pr, d[pr, pc] + eps[pr, pc])
     # one sampled deviation of every candidate, at quantiles of its tail, on the whole stack at once
     idx = np.arange(N - 1)
-    for q in _QUANTILES:
-        t = (q * (n - 1.0)).astype(np.int64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            f = -exp_minus_one((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))
-            alive &= ~(np.abs(f - t / n) > best[:, None] * (1 + 1e-9) + 1e-12)
+    q, *later = _QUANTILES
+    t = (q * (n - 1.0)).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):  # the first on the whole stack, the others on its survivors
+        f = -exp_minus_one((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))
+        alive &= ~(np.abs(f - t / n) > best[:, None] * (1 + 1e-9) + 1e-12)
     rows, cols = np.nonzero(alive)  # row-major: each row's candidates ascending
+    for q in later:
+        t = (q * (n[cols] - 1.0)).astype(np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = -exp_minus_one((1.0 - alpha[rows, cols]) * (logx[rows, cols + t] - logx[rows, cols]))
+            keep = ~(np.abs(f - t / n[cols]) > best[rows] * (1 + 1e-9) + 1e-12)
+        rows, cols = rows[keep], cols[keep]
     k = _FIRST_SAMPLES
     while rows.size:
         # bounds where k + 1 samples are cheaper than the exact distance (tails longer than 2 (k + 1))
@@ -222,10 +230,10 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
         if not on.any():
             break
         r, c = rows[on], cols[on]
-        lower, upper = ks_bounds(logx, c, alpha, n, k, rows=r)
-        # the candidates of each row with the smallest upper bounds, scored
+        lower, _ = ks_bounds(logx, c, alpha, n, k, rows=r, with_upper=False)
+        # the candidates of each row with the smallest lower bounds, scored
         grid = np.full((B, N - 1), np.inf)
-        grid[r, c] = upper
+        grid[r, c] = lower
         live = np.flatnonzero(np.bincount(r, minlength=B) >= _PROBES)
         pc = np.argpartition(grid[live], _PROBES - 1, axis=1)[:, :_PROBES].ravel()
         pr = np.repeat(live, _PROBES)
