@@ -34,6 +34,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from toolkit.collect.execute import remote
+from toolkit.collect.execute.schedule import claim_order
 from toolkit.collect.execute.stream import map_tensors
 from toolkit.devices import check_device
 from toolkit.errors import MissingPackageError, ToolkitError, WorkerTaskError
@@ -56,10 +57,16 @@ class SerialExecutor:
         self.memo: dict = {}
 
     def map(self, measurement, works: Sequence, sources: Sequence) -> Iterator[tuple[int, object]]:
-        readers = [measurement.reader(w) for w in works]
-        yield from map_tensors(readers, lambda i, tensors: measurement.measure(works[i], tensors, self.memo),
-                               float32=measurement.float32, sizes=[measurement.read_bytes(w) for w in works],
-                               read_ahead_bytes=measurement.read_ahead_bytes, thread_context=reuse_buffers)
+        order = claim_order(works)  # each layer's costliest tensors first (toolkit.collect.execute.schedule)
+        readers = [measurement.reader(works[i]) for i in order]
+        mapped = map_tensors(readers, lambda j, tensors: measurement.measure(works[order[j]], tensors, self.memo),
+                             float32=measurement.float32, sizes=[measurement.read_bytes(works[i]) for i in order],
+                             read_ahead_bytes=measurement.read_ahead_bytes, thread_context=reuse_buffers)
+        try:
+            for j, result in mapped:
+                yield order[j], result
+        finally:
+            mapped.close()  # a caller that stops early stops the pipelines now
 
     def forget(self, keep: set) -> None:
         """Drop the memo entries of checkpoints not in ``keep``."""
