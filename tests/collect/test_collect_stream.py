@@ -171,3 +171,23 @@ def test_map_tensors_limits_blas_inside_and_hands_control_back():
     t.start()
     t.join()
     assert got and set(got[0]) == {1} and blas() == before
+
+
+def test_read_ahead_takes_no_reader_ahead_when_told_not_to():
+    """ahead() False: the next reader is taken only once the caller asks for the next item (map_tensors'
+    pipelines take the last tensors when free); True: one reader ahead, as before."""
+    from toolkit.collect.execute.stream import read_ahead
+
+    for flag, want in ((False, [1, 2, 3]), (True, [2, 3, 3])):
+        taken = []
+
+        def readers(taken=taken):
+            for i in range(3):
+                taken.append(i)
+                yield lambda i=i: i
+
+        seen = []
+        for value in read_ahead(readers(), ahead=lambda flag=flag: flag):
+            seen.append(value)
+            assert len(taken) == want[len(seen) - 1], (flag, value, taken)
+        assert seen == [0, 1, 2]
