@@ -12,7 +12,9 @@ WeightWatcher's analytic one, alpha +- 1.96 sigma with sigma = (alpha - 1)/sqrt(
 the semi-parametric bootstrap that chooses xmin again in every replicate
 (:func:`toolkit.metrics.alpha_interval_xmin.alpha_interval_xmin`, its log-normal pivot; ``--xmin-replicates``)
 and, from the same replicates, the percentile pivot (:func:`toolkit.metrics.alpha_interval.pivot_interval`: what
-its few replicates would give without the normal approximation). Printed: the share of intervals that cover 2.5,
+its few replicates would give without the normal approximation) and the log pivot with the normal quantile 1.96
+(what its Student-t quantile, which allows for the replicates' mean and deviation being estimated, corrects).
+Printed: the share of intervals that cover 2.5,
 and the mean width over the mean width of the exact interval of the fixed tail ((alpha - 1) S ~ Gamma(n - 1),
 scipy's quantiles): the ideal width; saved as well: the mean seconds per interval, the spread of the fitted alpha
 over that of the fixed tail's MLE (the width a valid interval needs), and the mean width over the central 95 %
@@ -35,7 +37,7 @@ from _harness import Results, load, table  # noqa: E402
 
 TRUE_ALPHA = 2.5
 LEVEL = 0.95
-METHODS = ("bootstrap", "ww_sigma", "xmin_bootstrap", "xmin_percentile")
+METHODS = ("bootstrap", "ww_sigma", "xmin_bootstrap", "xmin_percentile", "xmin_normal")
 #: The methods of each setting (choosing xmin again needs a spectrum with a bulk to choose it from).
 SETTINGS = {"fixed_tail": METHODS[:2], "fitted_spectrum": METHODS}
 
@@ -45,6 +47,18 @@ def _draw(rng, n: int):
 
     tail = np.sort((1.0 - rng.random(n)) ** (-1.0 / (TRUE_ALPHA - 1.0)))
     return tail, np.concatenate([rng.uniform(0.0, 1.0, 3 * n), tail])
+
+
+def _normal_pivot(alpha: float, stars) -> tuple[float, float]:
+    """The log pivot's interval with the normal quantile 1.96 (no allowance for estimating the replicates' mean and
+    deviation from a few of them: what ``lognormal_pivot_interval``'s Student-t quantile corrects)."""
+    import math
+
+    import numpy as np
+
+    logs = np.log((np.asarray(stars) - 1.0) / (alpha - 1.0))
+    b, sd = float(logs.mean()), float(logs.std(ddof=1))
+    return 1.0 + (alpha - 1.0) * math.exp(-b - 1.96 * sd), 1.0 + (alpha - 1.0) * math.exp(-b + 1.96 * sd)
 
 
 def _intervals(lam, fit, methods, xmin_replicates: int) -> dict:
@@ -58,9 +72,11 @@ def _intervals(lam, fit, methods, xmin_replicates: int) -> dict:
     half = 1.96 * (fit.alpha - 1.0) / math.sqrt(fit.num_tail)
     make = {"bootstrap": lambda: alpha_interval(lam, fit), "ww_sigma": lambda: (fit.alpha - half, fit.alpha + half),
             "xmin_bootstrap": lambda: alpha_interval_xmin(lam, fit, replicates=xmin_replicates),
-            # the same replicates (the same seed), the percentile pivot
+            # the same replicates (the same seed), the percentile pivot and the plain normal quantile
             "xmin_percentile": lambda: pivot_interval(fit.alpha, semiparametric_alphas(lam, fit,
-                                                                                        replicates=xmin_replicates))}
+                                                                                        replicates=xmin_replicates)),
+            "xmin_normal": lambda: _normal_pivot(fit.alpha, semiparametric_alphas(lam, fit,
+                                                                                  replicates=xmin_replicates))}
     out = {}
     for m in methods:
         t = time.perf_counter()
@@ -124,7 +140,8 @@ def main(argv=None) -> int:
         print(f"{load()}; tail {n} done", flush=True)
     print(f"{load()}; {args.draws} draws per tail size; coverage (mean width / ideal width)")
     print(table(rows, ["tail n", "setting", f"bootstrap interval ({REPLICATES} replicates)", "alpha +- 1.96 sigma",
-                       f"xmin bootstrap ({xmin_replicates} replicates)", "the same, percentile pivot"]))
+                       f"xmin bootstrap ({xmin_replicates} replicates)", "the same, percentile pivot",
+                       "the same, normal quantile"]))
     if not args.no_save:
         results.save({"tails": per_tail, "draws": args.draws, "true_alpha": TRUE_ALPHA, "level": LEVEL,
                       "replicates": REPLICATES, "xmin_replicates": xmin_replicates,

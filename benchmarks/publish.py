@@ -736,29 +736,39 @@ def readme_alpha_interval(rec: dict, res: dict) -> str:
              if "xmin_interval_s" in m else "-"]
             for shape, m in shapes.items()]
     model = f.get("model")
+    xmin_default = bool(model) and model.get("interval_in_pass") == "alpha_ci_xmin"
+    in_pass = (f"the default interval (xmin chosen again, {model['xmin_replicates']} refits each)" if xmin_default
+               else "the interval")
     on_model = "" if not model else (
         f"\nOn the embedded model (`toolkit.weight_stats()`, every matrix, no cache; medians of "
         f"{len(model['runs_s']['alpha'])} interleaved passes): `alpha` alone {secs(model['median_s']['alpha'])}, "
-        f"with the interval {secs(model['median_s']['alpha_and_interval'])}, **{model['extra']:+.0%}** (goal: at most "
+        f"with {in_pass} {secs(model['median_s']['alpha_and_interval'])}, **{model['extra']:+.0%}** (goal: at most "
         f"+{model['goal']:.0%}: {_pass(model['extra'] <= model['goal'])}); the passes: `alpha` "
         + ", ".join(secs(x) for x in model["runs_s"]["alpha"]) + "; with the interval "
         + ", ".join(secs(x) for x in model["runs_s"]["alpha_and_interval"])
         + " (a difference within their spread is the load's, not the interval's)"
-        + (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given): "
-           f"{secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the `alpha` pass"
-           if "intervals_alone_s" in model else "")
-        + (f"; the opt-in interval that chooses xmin again ({model['xmin_replicates']} refits each) "
-           f"{secs(model['xmin_intervals_alone_s'])}, **{model['xmin_intervals_alone_share']:+.0%}** "
-           f"({_pass(model['xmin_intervals_alone_share'] <= model['goal'])})"
-           if "xmin_intervals_alone_s" in model else "")
+        + (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given, one "
+           f"thread): xmin held {secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the "
+           f"`alpha` pass, xmin chosen again {secs(model['xmin_intervals_alone_s'])}, "
+           f"{model['xmin_intervals_alone_share']:.0%}" if xmin_default else
+           (f"; the intervals of its {model['matrices']} matrices by themselves (spectra and fits given): "
+            f"{secs(model['intervals_alone_s'])}, {model['intervals_alone_share']:.1%} of the `alpha` pass"
+            if "intervals_alone_s" in model else "")
+           + (f"; the opt-in interval that chooses xmin again ({model['xmin_replicates']} refits each) "
+              f"{secs(model['xmin_intervals_alone_s'])}, **{model['xmin_intervals_alone_share']:+.0%}** "
+              f"({_pass(model['xmin_intervals_alone_share'] <= model['goal'])})"
+              if "xmin_intervals_alone_s" in model else ""))
         + ".\n")
-    return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({next(iter(shapes.values()))['replicates']} bootstrap "
-            f"replicates) against the float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
+    held = "xmin held, opt-in" if xmin_default else "xmin held"
+    again = "xmin chosen again, the default" if xmin_default else "xmin chosen again, opt-in"
+    return (f"Cost of `alpha_ci_lower` / `alpha_ci_upper` ({held}; {next(iter(shapes.values()))['replicates']} "
+            f"bootstrap replicates) and of `alpha_ci_xmin_lower` / `alpha_ci_xmin_upper` ({again}) against the "
+            f"float64 `eigvalsh` of the layer's Gram matrix, Student-t(3) matrices "
             f"({when(rec)}, {f['torch_threads']} threads, median of {f['repeats']}; "
             f"`benchmarks/results/alpha_interval.json`; goal: at most {f['goal']:.0%}):\n\n"
             + table(["shape", "eigenvalues", "eigvalsh", "eigvalsh, 1 thread", "interval (1 thread)",
                      "interval / eigvalsh", "the same, 1 thread each", "same seed, same interval",
-                     "xmin chosen again (opt-in): interval, / eigvalsh (1 thread each)"], rows) + on_model)
+                     f"{again}: interval, / eigvalsh (1 thread each)"], rows) + on_model)
 
 
 @needs("alpha_coverage", ".venv/bin/python benchmarks/bench_alpha_coverage.py")
@@ -772,11 +782,14 @@ def readme_alpha_coverage(rec: dict, res: dict) -> str:
     def cell(v):
         return f"{v['coverage']:.3f} ({v['width_over_ideal']:.2f})" if v else "-"
 
+    normal = all("xmin_normal" in m["fitted_spectrum"] for m in f["tails"].values())
+
     for n, m in f["tails"].items():
         for setting, label in (("fixed_tail", "fixed tail"), ("fitted_spectrum", "tail above a bulk, xmin fitted")):
-            b, xb, xp = (m[setting].get(k) for k in ("bootstrap", "xmin_bootstrap", "xmin_percentile"))
-            rows.append([n, label, cell(b), cell(m[setting]["ww_sigma"]), cell(xb), cell(xp),
-                         f"{m[setting].get('alpha_sd_over_fixed', 1.0):.2f}"])
+            b, xb, xp, xn = (m[setting].get(k) for k in ("bootstrap", "xmin_bootstrap", "xmin_percentile",
+                                                          "xmin_normal"))
+            rows.append([n, label, cell(b), cell(m[setting]["ww_sigma"]), cell(xb), cell(xp)]
+                        + ([cell(xn)] if normal else []) + [f"{m[setting].get('alpha_sd_over_fixed', 1.0):.2f}"])
             if setting == "fixed_tail":
                 met.append(lo <= b["coverage"] <= hi and b["width_over_ideal"] <= goal_w)
             elif xb:
@@ -787,8 +800,9 @@ def readme_alpha_coverage(rec: dict, res: dict) -> str:
         range_w = [xb.get("width_over_alpha_range") for _, xb, _ in again]
         fitted = (
             f" With xmin fitted, the interval that chooses it again ({f['xmin_replicates']} semi-parametric "
-            f"replicates, `alpha_interval_xmin`, log-normal pivot): coverage in [{lo:g}, {hi:g}] at {sum(ok)} of "
-            f"{len(ok)} tail sizes (" + ", ".join(f"{xb['coverage']:.3f}" for _, xb, _ in again) + "), width "
+            f"replicates, `alpha_interval_xmin`, log pivot" + (", Student-t quantile" if normal else "")
+            + f"): coverage in [{lo:g}, {hi:g}] at {sum(ok)} of {len(ok)} tail sizes ("
+            + ", ".join(f"{xb['coverage']:.3f}" for _, xb, _ in again) + "), width "
             + ", ".join(f"{xb['width_over_ideal']:.2f}x" for _, xb, _ in again) + " the ideal width of the fixed "
             f"tail (within {goal_w:g}x at {sum(xb['width_over_ideal'] <= goal_w for _, xb, _ in again)} of "
             f"{len(again)}: the fitted α itself spreads the last column's multiple of the fixed tail's MLE)"
@@ -798,13 +812,19 @@ def readme_alpha_coverage(rec: dict, res: dict) -> str:
             + "; " + ", ".join(secs(xb["mean_seconds"]) for _, xb, _ in again) + " per interval."
             + ("" if None in (xp for *_, xp in again) else " The percentile pivot of the same replicates covers "
                + ", ".join(f"{xp['coverage']:.3f}" for *_, xp in again) + ".")
+            + ("" if not normal else
+               " The log pivot with the normal quantile 1.96 instead of Student's t (no allowance for its mean and "
+               "deviation being estimated from the replicates) covers "
+               + ", ".join(f"{m['fitted_spectrum']['xmin_normal']['coverage']:.3f}" for m in f["tails"].values())
+               + ".")
         )
     return (f"Share of {f['level']:.0%} intervals covering α = {f['true_alpha']:g} over {f['draws']} draws per row "
             f"({f['replicates']} bootstrap replicates; {when(rec)}; `benchmarks/results/alpha_coverage.json`). Goal on "
             f"the fixed tail: coverage in [{lo:g}, {hi:g}], width at most {goal_w:g}x the "
             f"ideal: {_pass(all(met))} ({sum(met)} of {len(met)} tail sizes).{fitted}\n\n"
             + table(["tail n", "setting", "bootstrap interval (xmin held)", "α ± 1.96 sigma (WeightWatcher)",
-                     "xmin chosen again", "the same replicates, percentile pivot", "spread of α / fixed tail's"],
+                     "xmin chosen again", "the same replicates, percentile pivot"]
+                    + (["the same replicates, normal quantile"] if normal else []) + ["spread of α / fixed tail's"],
                     rows))
 
 

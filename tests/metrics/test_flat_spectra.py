@@ -18,7 +18,8 @@ from toolkit.metrics.compute import compute_weight_metrics
 from toolkit.metrics.power_law_tail import UNIT_ROUNDOFF32, flat_reason
 from toolkit.metrics.powerlaw import fit_power_law
 
-FITTED = ["alpha", "alpha_ci_lower", "alpha_ci_upper", "alpha_farms", "alpha_xmin", "num_pl_spikes", "erg_gap"]
+FITTED = ["alpha", "alpha_ci_lower", "alpha_ci_upper", "alpha_ci_xmin_lower", "alpha_ci_xmin_upper", "alpha_farms",
+          "alpha_xmin", "num_pl_spikes", "erg_gap"]
 ERG = ["erg_num_spikes", "erg_xmin", "erg_xmin_rescaled"]
 
 

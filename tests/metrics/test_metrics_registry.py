@@ -41,12 +41,12 @@ BUILTINS = [
     "matrix_rank",
     "rank_loss",
     "spectral_entropy",
-    "alpha_ci_lower",
-    "alpha_ci_upper",
+    "alpha_ci_xmin_lower",
+    "alpha_ci_xmin_upper",
 ]
 #: Registered but computed only when asked for by name.
 OPT_IN = ["mp_softrank", "mp_num_spikes", "mp_bulk_max", "rand_distance", "rand_num_spikes", "alpha_tpl", "tpl_lambda",
-          "alpha_ci_xmin_lower", "alpha_ci_xmin_upper", "alpha_farms", "erg_num_spikes", "erg_gap", "erg_xmin",
+          "alpha_ci_lower", "alpha_ci_upper", "alpha_farms", "erg_num_spikes", "erg_gap", "erg_xmin",
           "erg_xmin_rescaled"]
 
 

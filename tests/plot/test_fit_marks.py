@@ -139,3 +139,25 @@ def test_the_mark_limit_is_a_stated_parameter():
 
     with pytest.raises(InvalidOptionError, match="mark_width"):
         prepare_heatmap(_ds(), "alpha", mark_width=0)
+
+
+def test_the_interval_that_chooses_xmin_again_is_read_first():
+    """With both intervals in the Dataset, the default one (xmin chosen again) decides the mark, the relative width,
+    the verdict and the hover; with only the one holding xmin, that one does (issue 44: the default interval)."""
+    from toolkit.plot.fit_marks import cell_verdict, interval_columns, relative_width
+    from toolkit.widgets.cells import fit_quality_lines
+
+    held = _ds()
+    both = held.assign(alpha_ci_xmin_lower=xr.full_like(held.alpha, 1.0), alpha_ci_xmin_upper=held.alpha * 2)
+    # xmin chosen again: (0, q) 1 to 8 around 4 is 175 % wide: marked; (0, k) and the others likewise where finite
+    assert interval_columns(both) == ("alpha_ci_xmin_lower", "alpha_ci_xmin_upper")
+    assert interval_columns(held) == ("alpha_ci_lower", "alpha_ci_upper")
+    assert interval_columns({"alpha_ci_xmin_lower": 1.0}) is None
+    np.testing.assert_allclose(relative_width(both).values, (2 * np.asarray(ALPHA) - 1) / np.asarray(ALPHA))
+    np.testing.assert_allclose(relative_width(held).values,
+                               (np.asarray(UPPER) - np.asarray(LOWER)) / np.asarray(ALPHA))
+    assert cell_verdict(both, 0, "attn.q").startswith("uncertain: 95 % interval 1 to 8 ")
+    assert cell_verdict(held, 0, "attn.q") == ""
+    assert fit_quality_lines({"alpha_ci_lower": 3.5, "alpha_ci_upper": 4.5, "alpha_ci_xmin_lower": 1.0,
+                              "alpha_ci_xmin_upper": 8.0})[0] == "95 % interval: 1 to 8"
+    assert fit_quality_lines({"alpha_ci_lower": 3.5, "alpha_ci_upper": 4.5})[0] == "95 % interval: 3.5 to 4.5"

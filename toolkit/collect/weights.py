@@ -256,7 +256,7 @@ def live_order(tensors) -> list:
                 cache=PASS["cache"], expert=Optional(Whole(minimum=0, meaning="a routed expert's index")),
                 fit=WEIGHTS["fit"])
 def cell_spectrum(source=None, *, layer: int, component: str,
-                  metrics=("alpha", "alpha_xmin", "alpha_ci_lower", "alpha_ci_upper"),
+                  metrics=("alpha", "alpha_xmin", "alpha_ci_xmin_lower", "alpha_ci_xmin_upper"),
                   gguf_file: str | None = None, revision: str | None = None, mapping=None, device: str = "cpu",
                   cache: bool = True, expert: int | None = None, fit=None, download: bool = False) -> xr.Dataset:
     """The Dataset of one cell with its spectrum, computing only that matrix.

@@ -17,18 +17,22 @@ of their goodness-of-fit test) build their synthetic data sets:
    (:func:`~toolkit.metrics.powerlaw_batch.fit_alphas`: the replicates share their length, and each one's
    :math:`\hat\alpha^*` is the one the fit gives it alone);
 4. the interval inverts the pivot :math:`(\hat\alpha^* - 1)/(\hat\alpha - 1)` on the log scale, by the normal
-   approximation with the replicates' mean (the bias, the MLE's small-tail bias included) and standard deviation
-   (:func:`~toolkit.metrics.alpha_interval.lognormal_pivot_interval`; Davison & Hinkley 1997, *Bootstrap Methods
-   and their Application*, §5.2). With 50 replicates the percentile ends of the default interval would each rest
-   on about one replicate: measured on a Pareto tail above a uniform bulk (200-400 draws a tail size), the
-   percentile pivot of 50 replicates covered 0.885-0.905 at a tail of 100 values, the log-normal one 0.92-0.93
-   (0.935-0.96 at 30, 400 and 1000), as the percentile pivot of 200 replicates does, at a quarter of the fits.
+   approximation with the replicates' mean (the bias, the MLE's small-tail bias included) and standard deviation,
+   its quantile Student's t with :math:`B - 1` degrees of freedom times :math:`\sqrt{1 + 1/B}` (the mean and
+   deviation are themselves estimated from the :math:`B` replicates;
+   :func:`~toolkit.metrics.alpha_interval.lognormal_pivot_interval`; Davison & Hinkley 1997, *Bootstrap Methods
+   and their Application*, §5.2). With 30 replicates the percentile ends would each rest on less than one
+   replicate, and the normal quantile 1.96 covers less than its level (the mean and deviation of 30 draws are
+   noisy); the coverage of all three on a Pareto tail above a uniform bulk, tails of 30-1000 values:
+   ``benchmarks/bench_alpha_coverage.py`` (README). 30 replicates cost about 0.7x the first version's 50
+   (their refits are most of an interval's work).
 
 The draws are seeded from the bytes of the kept spectrum and ``seed``: the same spectrum gives the same interval,
-bit for bit (and the same as when every replicate was refitted alone, before the batch). The 50 fits cost
-about 7 ms of CPU for 576 eigenvalues: its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are
-opt-in (computed when named; coverage: ``benchmarks/bench_alpha_coverage.py``; cost against the ``alpha`` pass,
-both routes: ``benchmarks/bench_xmin_interval.py``).
+bit for bit (and the same as when every replicate was refitted alone, before the batch). The 30 fits cost
+about 4 ms of CPU for 576 eigenvalues. Its columns ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` are the
+default interval of alpha, measured whenever the default metrics are (the explorer's hover, drill-down and the
+mark of an uncertain alpha read them; :mod:`toolkit.metrics.alpha_interval`'s, xmin held, is opt-in). Coverage:
+``benchmarks/bench_alpha_coverage.py``; cost against the ``alpha`` pass: ``benchmarks/bench_xmin_interval.py``.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from toolkit.metrics.registry import DegenerateMatrix, register_metric
 __all__ = ["XMIN_REPLICATES", "alpha_interval_xmin", "semiparametric_alphas", "semiparametric_spectra"]
 
 #: Bootstrap replicates of the interval (one whole fit each; module docstring, step 4).
-XMIN_REPLICATES = 50
+XMIN_REPLICATES = 30
 
 
 def _kept(eigenvalues, threshold: float, xmax: int | None) -> np.ndarray:
@@ -71,7 +75,7 @@ def semiparametric_spectra(eigenvalues, fit: PowerLawFit, *, replicates: int = X
     eigenvalues : array-like, shape (N,)
     fit : PowerLawFit
         The spectrum's default fit.
-    replicates : int, default 50
+    replicates : int, default 30
     seed : int
         Mixed with the kept spectrum's bytes into the generator's seed.
     threshold, xmax
@@ -109,7 +113,7 @@ def semiparametric_alphas(eigenvalues, fit: PowerLawFit | None = None, *, replic
     eigenvalues : array-like, shape (N,)
     fit : PowerLawFit, optional
         The spectrum's default fit (made here when not given).
-    replicates : int, default 50
+    replicates : int, default 30
     seed : int
         Mixed with the kept spectrum's bytes into the generator's seed.
     threshold, xmax, min_eigenvalues
@@ -207,7 +211,8 @@ for _name, _func, _end in (("alpha_ci_xmin_lower", alpha_ci_xmin_lower, "lower")
         description=(f"{_end} end of alpha's 95 % interval with xmin chosen again: {XMIN_REPLICATES} semi-parametric "
                      "bootstrap spectra (bulk below xmin resampled, tail drawn from the fitted power law), each "
                      "refitted by the default fit, the log of the ratio (alpha* - 1)/(alpha - 1) as the pivot, "
-                     "normal approximation; seeded from the spectrum; one whole fit per replicate"),
+                     "normal approximation with a Student-t quantile; seeded from the spectrum; one whole fit per "
+                     "replicate"),
         reference=CI_REFERENCE + "; Clauset, Shalizi & Newman (2009), section 4.1 (the semi-parametric bootstrap)",
-        needs_singular_values=True, options={**CI_OPTIONS, "replicates": XMIN_REPLICATES}, opt_in=True,
+        needs_singular_values=True, options={**CI_OPTIONS, "replicates": XMIN_REPLICATES},
     )

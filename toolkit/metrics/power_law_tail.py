@@ -25,6 +25,15 @@ BLOCK_ELEMENTS = 1 << 22
 UNIT_ROUNDOFF32 = 2.0 ** -24
 
 
+def spread_above_rounding(low, high, count: int):
+    r"""Whether eigenvalues from ``low`` to ``high`` are spread beyond rounding (:func:`flat_reason`'s rule), for
+    floats or element-wise for arrays of them (shape (B,): a stack of spectra, bool array).
+
+    :math:`\lambda_{max} - \lambda_{min} > 2u\sqrt{N}\,\lambda_{max}`, :math:`u = 2^{-24}`, :math:`N` = ``count``.
+    """
+    return high - low > 2.0 * UNIT_ROUNDOFF32 * math.sqrt(max(count, 1)) * high
+
+
 def flat_reason(low: float, high: float, count: int) -> str:
     r"""Why eigenvalues from ``low`` to ``high`` (``count`` of them, the matrix's) have no spread, or ``""``.
 
@@ -54,8 +63,8 @@ def flat_reason(low: float, high: float, count: int) -> str:
     str
         The reason (for :class:`~toolkit.errors.DegenerateMatrix`), ``""`` when the values are spread.
     """
-    spread = high - low
-    if not spread > 2.0 * UNIT_ROUNDOFF32 * math.sqrt(max(count, 1)) * high:
+    if not spread_above_rounding(low, high, count):
+        spread = high - low
         rel = spread / high if high > 0 else 0.0
         return (f"the eigenvalues of the tail are equal within rounding (relative spread {rel:.2g}): "
                 "no power law to fit")
@@ -145,6 +154,12 @@ def exp_minus_one(z: np.ndarray) -> np.ndarray:
         np.exp(z, out=z)
     z -= 1.0
     return z
+
+
+def take_rows(a: np.ndarray, rows, cols) -> np.ndarray:
+    """``a[rows, cols]`` of a 2-D array (``rows``, ``cols`` broadcast together) by one gather from its flattened
+    values: the same elements, about twice as fast as NumPy's indexing by two arrays on the fits' stacks."""
+    return a.reshape(-1)[rows * a.shape[-1] + cols]
 
 
 def tail_alphas(logx: np.ndarray, bias_corrected: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -283,11 +298,14 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
             at, start, exponent = logx[sel[:, None] + t], logx[sel, None], alpha[sel, None]
         else:
             r = rows[a : a + count, None]
-            at, start, exponent = logx[r, sel[:, None] + t], logx[r, sel[:, None]], alpha[r, sel[:, None]]
+            at, start, exponent = take_rows(logx, r, sel[:, None] + t), take_rows(logx, r, sel[:, None]), \
+                take_rows(alpha, r, sel[:, None])
         with np.errstate(over="ignore", invalid="ignore"):
-            ffit = -exp_minus_one((1.0 - exponent) * (at - start))
+            ffit = exp_minus_one((1.0 - exponent) * (at - start))
+            np.negative(ffit, out=ffit)
         femp = t / n[sel, None]
-        lo = np.abs(ffit - femp).max(axis=1)
+        dev = ffit - femp
+        lo = np.abs(dev, out=dev).max(axis=1)
         lower[a : a + sel.size] = lo
         if upper is not None:
             up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)

@@ -62,9 +62,10 @@ from toolkit.metrics.power_law_tail import (
     MIN_EIGENVALUES,
     exact_ks_distances,
     exp_minus_one,
-    flat_reason,
     ks_bounds,
+    spread_above_rounding,
     tail_alphas,
+    take_rows,
 )
 from toolkit.metrics.powerlaw import _FIRST_SAMPLES, SMALL_N
 
@@ -140,9 +141,8 @@ def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES, tail_hint: in
         fitted = np.ones(B, dtype=bool)
     i = np.argmin(d, axis=1)
     a = alpha[np.arange(B), i]
-    for b in np.flatnonzero(fitted & np.isfinite(a)):
-        if not flat_reason(float(x[b, i[b]]), float(x[b, -1]), N):
-            out[b] = a[b]
+    ok = fitted & np.isfinite(a) & spread_above_rounding(x[np.arange(B), i], x[:, -1], N)  # flat_reason's rule
+    out[ok] = a[ok]
     return out
 
 
@@ -175,10 +175,12 @@ def _approximate(logx, rows, cols, alpha, n, d) -> None:
     for sel in _blocks(rows, cols, N):
         r, c = rows[sel], cols[sel]
         i0 = int(c.min())
-        t = np.arange(i0, N)[None, :] - c[:, None]  # offset in each tail; < 0 outside it
+        t = np.arange(i0, N, dtype=np.float64)[None, :] - c[:, None]  # offset in each tail; < 0 outside it
         with np.errstate(over="ignore", invalid="ignore"):
-            z = (1.0 - alpha[r, c])[:, None] * (logx[r, i0:] - logx[r, c][:, None])
-            dev = np.abs(exp_minus_one(z) + t / n[c][:, None])
+            dev = exp_minus_one((1.0 - take_rows(alpha, r, c))[:, None]
+                                * (logx[r, i0:] - take_rows(logx, r, c)[:, None]))
+            dev += t / n[c][:, None]
+            np.abs(dev, out=dev)
         dev[t < 0] = 0.0
         d[r, c] = dev.max(axis=1)
 
@@ -220,7 +222,8 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
     for q in later:
         t = (q * (n[cols] - 1.0)).astype(np.int64)
         with np.errstate(over="ignore", invalid="ignore"):
-            f = -exp_minus_one((1.0 - alpha[rows, cols]) * (logx[rows, cols + t] - logx[rows, cols]))
+            f = -exp_minus_one((1.0 - take_rows(alpha, rows, cols))
+                               * (take_rows(logx, rows, cols + t) - take_rows(logx, rows, cols)))
             keep = ~(np.abs(f - t / n[cols]) > best[rows] * (1 + 1e-9) + 1e-12)
         rows, cols = rows[keep], cols[keep]
     k = _FIRST_SAMPLES

@@ -1,8 +1,10 @@
 r"""Which alpha cells are too uncertain to read: the stated limits, and the mark drawn on them.
 
 Where a heatmap shows ``alpha`` and its Dataset holds the fit's quality (the 95 % bootstrap
-interval ``alpha_ci_lower`` / ``alpha_ci_upper`` of :mod:`toolkit.metrics.alpha_interval`, the
-tail's eigenvalue count ``num_pl_spikes``), a cell beyond either limit is *marked*: a black
+interval: ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` of :mod:`toolkit.metrics.alpha_interval_xmin`, the
+default, which chooses xmin again in every replicate, or else ``alpha_ci_lower`` / ``alpha_ci_upper`` of
+:mod:`toolkit.metrics.alpha_interval`, xmin held: :func:`interval_columns`; the tail's eigenvalue count
+``num_pl_spikes``), a cell beyond either limit is *marked*: a black
 corner (top right, white-edged, so it shows on every colour) drawn by
 :func:`toolkit.plot.draw_heatmap` and by the explorer's page alike, and the panel's notes
 (the x label) say what the mark means. The colour alone does not carry it.
@@ -40,8 +42,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_RELATIVE_WIDTH", "MIN_TAIL", "WIDTH_NAME", "cell_verdict", "draw_marks", "mark_note", "panel_marks",
-           "relative_width", "uncertain_alpha", "uncertain_reason", "with_relative_width"]
+__all__ = ["INTERVALS", "MAX_RELATIVE_WIDTH", "MIN_TAIL", "WIDTH_NAME", "cell_verdict", "draw_marks",
+           "interval_columns", "mark_note", "panel_marks", "relative_width", "uncertain_alpha", "uncertain_reason",
+           "with_relative_width"]
+
+#: The interval columns of alpha, in the order they are read: xmin chosen again (the default), xmin held.
+INTERVALS = (("alpha_ci_xmin_lower", "alpha_ci_xmin_upper"), ("alpha_ci_lower", "alpha_ci_upper"))
+
+
+def interval_columns(names) -> tuple[str, str] | None:
+    """The (lower, upper) names of the first of :data:`INTERVALS` whose two ends are both in ``names``
+    (a Dataset's variables, a dict's keys), or None."""
+    return next((pair for pair in INTERVALS if set(pair) <= set(names)), None)
 
 #: A cell whose 95 % interval of alpha is wider than this fraction of alpha is marked (the default of
 #: every ``mark_width`` option).
@@ -61,27 +73,29 @@ def relative_width(ds):
     Parameters
     ----------
     ds : xarray.Dataset
-        With ``alpha``, ``alpha_ci_lower`` and ``alpha_ci_upper`` on one set of dims.
+        With ``alpha`` and an interval's two ends (:func:`interval_columns`) on one set of dims.
 
     Returns
     -------
     xarray.DataArray or None
         :math:`(\alpha_{hi} - \alpha_{lo}) / \alpha`, named :data:`WIDTH_NAME`, dims of ``alpha``, NaN where
         alpha or its interval is; attrs ``long_name``, ``units`` ("1"), ``description``, ``valid_min`` 0.
-        None without the three variables.
+        None without alpha or an interval.
 
     Examples
     --------
     An interval 3 to 5 around alpha = 4 is half of alpha wide: 0.5.
     """
     names = getattr(ds, "data_vars", {})
-    if not {"alpha", "alpha_ci_lower", "alpha_ci_upper"} <= set(names):
+    pair = interval_columns(names)
+    if "alpha" not in names or pair is None:
         return None
+    lo, hi = pair
     with np.errstate(invalid="ignore", divide="ignore"):
-        width = (ds["alpha_ci_upper"] - ds["alpha_ci_lower"]) / ds["alpha"]
+        width = (ds[hi] - ds[lo]) / ds["alpha"]
     return width.where(np.isfinite(width)).rename(WIDTH_NAME).assign_attrs(
         long_name="relative width of alpha's 95 % interval", units="1", valid_min=0.0,
-        description="(alpha_ci_upper - alpha_ci_lower) / alpha: 0 = alpha is known, above "
+        description=f"({hi} - {lo}) / alpha: 0 = alpha is known, above "
                     f"{MAX_RELATIVE_WIDTH:g} = the cell gets the mark of an uncertain alpha",
         reference="toolkit.plot.fit_marks")
 
@@ -105,7 +119,7 @@ def uncertain_alpha(ds, *, max_relative_width: float = MAX_RELATIVE_WIDTH, min_t
     Parameters
     ----------
     ds : xarray.Dataset
-        With ``alpha`` and any of ``alpha_ci_lower`` + ``alpha_ci_upper``, ``num_pl_spikes``
+        With ``alpha`` and any of an interval's two ends (:func:`interval_columns`), ``num_pl_spikes``
         (on alpha's dims).
     max_relative_width : float, default :data:`MAX_RELATIVE_WIDTH`
     min_tail : int, default :data:`MIN_TAIL`
@@ -142,7 +156,7 @@ def uncertain_reason(alpha: float, facts: dict, *, max_relative_width: float = M
     ----------
     alpha : float
     facts : dict of str -> float
-        Any of ``alpha_ci_lower``, ``alpha_ci_upper``, ``num_pl_spikes`` of the cell.
+        An interval's two ends (:func:`interval_columns`), ``num_pl_spikes`` of the cell: any of them.
 
     Returns
     -------
@@ -155,7 +169,8 @@ def uncertain_reason(alpha: float, facts: dict, *, max_relative_width: float = M
     if alpha is None or not np.isfinite(alpha):
         return ""
     why = []
-    lo, hi = facts.get("alpha_ci_lower", np.nan), facts.get("alpha_ci_upper", np.nan)
+    pair = interval_columns(facts) or INTERVALS[0]
+    lo, hi = facts.get(pair[0], np.nan), facts.get(pair[1], np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         width = (hi - lo) / alpha
     if np.isfinite(width) and width > max_relative_width:
@@ -176,7 +191,7 @@ def cell_verdict(ds, layer, component) -> str:
     where = {"layer": layer, "component": component}
     try:
         alpha = float(ds["alpha"].sel(where))
-        facts = {n: float(ds[n].sel(where)) for n in ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes")
+        facts = {n: float(ds[n].sel(where)) for n in (*(interval_columns(names) or ()), "num_pl_spikes")
                  if n in names and set(ds[n].dims) == set(ds["alpha"].dims)}
     except (KeyError, ValueError, TypeError):
         return ""

@@ -12,6 +12,7 @@ import numpy as np
 
 from toolkit.errors import CheckpointMismatchError, InvalidOptionError
 from toolkit.plot._select import is_reduction, select
+from toolkit.plot.fit_marks import INTERVALS, interval_columns
 from toolkit.plot.numbers import digits_for, format_value
 
 #: Views of two panels' numbers: name -> (symbol, long-name template, units, centre).
@@ -21,8 +22,10 @@ COMBINATIONS = {
 }
 
 
-#: The Dataset variables that say how well alpha is determined (:func:`fit_quality_lines`).
-FIT_FACTS = ("alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes", "alpha_xmin", "alpha_xmax")
+#: The Dataset variables that say how well alpha is determined (:func:`fit_quality_lines`): its 95 % interval
+#: (xmin chosen again, the default, or xmin held: :data:`toolkit.plot.fit_marks.INTERVALS`), the tail's size and range.
+FIT_FACTS = ("alpha_ci_xmin_lower", "alpha_ci_xmin_upper", "alpha_ci_lower", "alpha_ci_upper", "num_pl_spikes",
+             "alpha_xmin", "alpha_xmax")
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ class PanelFacts:
 
     def _fit_facts(self, panel) -> dict:
         """alpha's fit quality on the panel's grid, from what the Dataset holds: the 95 % interval
-        (``alpha_ci_lower`` / ``alpha_ci_upper``), the tail's eigenvalue count and its range λmax / xmin."""
+        (:data:`FIT_FACTS`), the tail's eigenvalue count and its range λmax / xmin."""
         return {name: got for name in FIT_FACTS
                 if name in panel.ds and (got := self._aligned(panel.ds[name], panel.selection)) is not None}
 
@@ -214,8 +217,8 @@ def fit_quality_lines(facts: dict, digits: int = 3) -> list[str]:
     Parameters
     ----------
     facts : dict of str -> float
-        Any of ``alpha_ci_lower`` and ``alpha_ci_upper`` (the 95 % interval), ``num_pl_spikes``
-        (the tail's eigenvalue count), ``alpha_xmin`` and ``alpha_xmax`` (the tail's range).
+        Any of an interval's two ends (the 95 % interval: :func:`toolkit.plot.fit_marks.interval_columns`),
+        ``num_pl_spikes`` (the tail's eigenvalue count), ``alpha_xmin`` and ``alpha_xmax`` (the tail's range).
     digits : int, default 3
         Significant digits of the interval's ends.
 
@@ -226,7 +229,8 @@ def fit_quality_lines(facts: dict, digits: int = 3) -> list[str]:
         the facts are there and finite.
     """
     out, tail = [], []
-    lo, hi = facts.get("alpha_ci_lower", np.nan), facts.get("alpha_ci_upper", np.nan)
+    pair = interval_columns(facts) or INTERVALS[0]
+    lo, hi = facts.get(pair[0], np.nan), facts.get(pair[1], np.nan)
     if np.isfinite(lo) and np.isfinite(hi):
         out.append(f"95 % interval: {_value_text(lo, digits)} to {_value_text(hi, digits)}")
     if np.isfinite(facts.get("num_pl_spikes", np.nan)):
