@@ -291,23 +291,28 @@ def ks_bounds(logx: np.ndarray, idx: np.ndarray, alpha: np.ndarray, n: np.ndarra
     upper = np.empty(idx.size) if with_upper else None
     grid = np.linspace(0.0, 1.0, k + 1)
     count = max(1, BLOCK_ELEMENTS // (k + 1))
-    for a in range(0, idx.size, count):
-        sel = idx[a : a + count]
-        t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
-        if rows is None:
-            at, start, exponent = logx[sel[:, None] + t], logx[sel, None], alpha[sel, None]
-        else:
-            r = rows[a : a + count, None]
-            at, start, exponent = take_rows(logx, r, sel[:, None] + t), take_rows(logx, r, sel[:, None]), \
-                take_rows(alpha, r, sel[:, None])
-        with np.errstate(over="ignore", invalid="ignore"):
-            ffit = exp_minus_one((1.0 - exponent) * (at - start))
-            np.negative(ffit, out=ffit)
-        femp = t / n[sel, None]
-        dev = ffit - femp
-        lo = np.abs(dev, out=dev).max(axis=1)
-        lower[a : a + sel.size] = lo
-        if upper is not None:
-            up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
-            upper[a : a + sel.size] = np.maximum(up, lo)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for a in range(0, idx.size, count):
+            _sampled_block(logx, idx, alpha, n, rows, grid, a, count, lower, upper)
     return lower, upper
+
+
+def _sampled_block(logx, idx, alpha, n, rows, grid, a, count, lower, upper) -> None:
+    """:func:`ks_bounds` of the candidates ``idx[a : a + count]``, written into ``lower`` (and ``upper``)."""
+    sel = idx[a : a + count]
+    t = (grid[None, :] * (n[sel, None] - 1.0)).astype(np.int64)  # floor: 0 .. n-1
+    if rows is None:
+        at, start, exponent = logx[sel[:, None] + t], logx[sel, None], alpha[sel, None]
+    else:
+        r = rows[a : a + count, None]
+        at, start, exponent = take_rows(logx, r, sel[:, None] + t), take_rows(logx, r, sel[:, None]), \
+            take_rows(alpha, r, sel[:, None])
+    ffit = exp_minus_one((1.0 - exponent) * (at - start))
+    np.negative(ffit, out=ffit)
+    femp = t / n[sel, None]
+    dev = ffit - femp
+    lo = np.abs(dev, out=dev).max(axis=1)
+    lower[a : a + sel.size] = lo
+    if upper is not None:
+        up = np.maximum(ffit[:, 1:] - femp[:, :-1], femp[:, 1:] - ffit[:, :-1]).max(axis=1)
+        upper[a : a + sel.size] = np.maximum(up, lo)

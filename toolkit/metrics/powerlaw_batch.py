@@ -117,33 +117,39 @@ def fit_alphas(spectra, *, min_eigenvalues: int = MIN_EIGENVALUES, tail_hint: in
     if N < max(min_eigenvalues, 2) or B == 0:
         return out
     logx = np.log(x)
-    if N < SMALL_N:
-        alpha, n, s = tail_alphas(logx, bias_corrected=True)
-        rows, cols = np.nonzero((n >= 8)[None, :] & (s > 1e-12))
-        d = np.full((B, N - 1), np.inf)
-        _exact(x, rows, cols, alpha, n, d)
-        fitted = np.bincount(rows, minlength=B) > 0
-    else:
-        alpha, n, _ = tail_alphas(logx)
-        d = np.ones((B, N - 1))  # WeightWatcher only scores alpha > 1 (else D = 1)
-        scored = np.zeros((B, N - 1), dtype=bool)
-        # |D computed from the logarithms - D of the single fit's expression| <= eps (module docstring)
-        with np.errstate(invalid="ignore"):
-            eps = _ROUNDING * (16.0 + 64.0 * np.abs(1.0 - alpha) * (np.abs(logx).max(axis=1, keepdims=True) + 1.0))
-        rows, cols = _survivors(logx, alpha, n, d, scored, eps, tail_hint)
-        _approximate(logx, rows, cols, alpha, n, d)
-        scored[rows, cols] = True
-        # the candidates that can be the minimum: the exact expression decides between them
-        with np.errstate(invalid="ignore"):
-            reach = np.fmin.reduce(np.where(scored, d + eps, np.inf), axis=1)
-            near = scored & ~(d - eps > reach[:, None])
-        _exact(x, *np.nonzero(near), alpha, n, d)
-        fitted = np.ones(B, dtype=bool)
+    # inf and NaN are expected in the candidates' arrays (flat tails, alpha <= 1): one errstate for the whole fit
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        d, alpha, fitted = _distances(x, logx, tail_hint)
     i = np.argmin(d, axis=1)
     a = alpha[np.arange(B), i]
     ok = fitted & np.isfinite(a) & spread_above_rounding(x[np.arange(B), i], x[:, -1], N)  # flat_reason's rule
     out[ok] = a[ok]
     return out
+
+
+def _distances(x, logx, tail_hint):
+    """The KS distance of every candidate that can be each row's minimum (exact), 1 or inf elsewhere: (d, alpha,
+    fitted), fitted False for a row without a candidate (module docstring, steps 1-3)."""
+    B, N = x.shape
+    if N < SMALL_N:
+        alpha, n, s = tail_alphas(logx, bias_corrected=True)
+        rows, cols = ((n >= 8)[None, :] & (s > 1e-12)).nonzero()
+        d = np.full((B, N - 1), np.inf)
+        _exact(x, rows, cols, alpha, n, d)
+        return d, alpha, np.bincount(rows, minlength=B) > 0
+    alpha, n, _ = tail_alphas(logx)
+    d = np.ones((B, N - 1))  # WeightWatcher only scores alpha > 1 (else D = 1)
+    scored = np.zeros((B, N - 1), dtype=bool)
+    # |D computed from the logarithms - D of the single fit's expression| <= eps (module docstring)
+    eps = _ROUNDING * (16.0 + 64.0 * np.abs(1.0 - alpha) * (np.abs(logx).max(axis=1, keepdims=True) + 1.0))
+    rows, cols = _survivors(logx, alpha, n, d, scored, eps, tail_hint)
+    _approximate(logx, rows, cols, alpha, n, d)
+    scored[rows, cols] = True
+    # the candidates that can be the minimum: the exact expression decides between them
+    reach = np.fmin.reduce(np.where(scored, d + eps, np.inf), axis=1)
+    near = scored & ~(d - eps > reach[:, None])
+    _exact(x, *near.nonzero(), alpha, n, d)
+    return d, alpha, np.ones(B, dtype=bool)
 
 
 def _blocks(rows, cols, N):
@@ -176,11 +182,9 @@ def _approximate(logx, rows, cols, alpha, n, d) -> None:
         r, c = rows[sel], cols[sel]
         i0 = int(c.min())
         t = np.arange(i0, N, dtype=np.float64)[None, :] - c[:, None]  # offset in each tail; < 0 outside it
-        with np.errstate(over="ignore", invalid="ignore"):
-            dev = exp_minus_one((1.0 - take_rows(alpha, r, c))[:, None]
-                                * (logx[r, i0:] - take_rows(logx, r, c)[:, None]))
-            dev += t / n[c][:, None]
-            np.abs(dev, out=dev)
+        dev = exp_minus_one((1.0 - take_rows(alpha, r, c))[:, None] * (logx[r, i0:] - take_rows(logx, r, c)[:, None]))
+        dev += t / n[c][:, None]
+        np.abs(dev, out=dev)
         dev[t < 0] = 0.0
         d[r, c] = dev.max(axis=1)
 
@@ -215,16 +219,14 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
     idx = np.arange(N - 1)
     q, *later = _QUANTILES
     t = (q * (n - 1.0)).astype(np.int64)
-    with np.errstate(over="ignore", invalid="ignore"):  # the first on the whole stack, the others on its survivors
-        f = -exp_minus_one((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))
-        alive &= ~(np.abs(f - t / n) > best[:, None] * (1 + 1e-9) + 1e-12)
+    f = -exp_minus_one((1.0 - alpha) * (logx[:, idx + t] - logx[:, :-1]))  # the whole stack; the others: survivors
+    alive &= ~(np.abs(f - t / n) > best[:, None] * (1 + 1e-9) + 1e-12)
     rows, cols = np.nonzero(alive)  # row-major: each row's candidates ascending
     for q in later:
         t = (q * (n[cols] - 1.0)).astype(np.int64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            f = -exp_minus_one((1.0 - take_rows(alpha, rows, cols))
-                               * (take_rows(logx, rows, cols + t) - take_rows(logx, rows, cols)))
-            keep = ~(np.abs(f - t / n[cols]) > best[rows] * (1 + 1e-9) + 1e-12)
+        f = -exp_minus_one((1.0 - take_rows(alpha, rows, cols))
+                           * (take_rows(logx, rows, cols + t) - take_rows(logx, rows, cols)))
+        keep = ~(np.abs(f - t / n[cols]) > best[rows] * (1 + 1e-9) + 1e-12)
         rows, cols = rows[keep], cols[keep]
     k = _FIRST_SAMPLES
     while rows.size:
@@ -243,8 +245,7 @@ def _survivors(logx, alpha, n, d, scored, eps, tail_hint=None) -> tuple[np.ndarr
         fresh = ~scored[pr, pc]
         _approximate(logx, pr[fresh], pc[fresh], alpha, n, d)
         scored[pr, pc] = True
-        with np.errstate(invalid="ignore"):
-            best[live] = np.fmin(best[live], np.fmin.reduce((d + eps)[pr, pc].reshape(live.size, _PROBES), axis=1))
+        best[live] = np.fmin(best[live], np.fmin.reduce((d + eps)[pr, pc].reshape(live.size, _PROBES), axis=1))
         pruned = lower > best[r] * (1 + 1e-9) + 1e-12
         keep = np.ones(rows.size, dtype=bool)
         keep[np.flatnonzero(on)[pruned]] = False
