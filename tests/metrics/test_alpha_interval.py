@@ -288,3 +288,19 @@ def test_the_log_normal_pivot_of_a_fixed_tail_converges_to_its_gamma_limit():
     got = lognormal_pivot_interval(fit.alpha, bootstrap_alphas(tail, fit, replicates=400_000))
     np.testing.assert_allclose(got, want, rtol=2e-3)
     np.testing.assert_allclose(got, exact_interval(tail), rtol=3e-2)
+
+
+def test_a_finger_fixed_fit_has_no_default_interval_and_says_which_one_it_has(tmp_path):
+    """With fix_fingers the default interval (xmin chosen again) is NaN, its reason naming the opt-in one that holds
+    the fit's xmin, which is measured when named."""
+    from toolkit.testing import write_tiny_checkpoint
+
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=1)
+    names = ["alpha", "alpha_ci_xmin_lower", "alpha_ci_xmin_upper", "alpha_ci_lower", "alpha_ci_upper"]
+    ds = toolkit.weight_stats(path, names, progress=False, cache=False, components=["attn.q"],
+                              fit=toolkit.FitOptions(fix_fingers="clip_xmax"))
+    assert np.isnan(ds.alpha_ci_xmin_lower.values).all() and np.isnan(ds.alpha_ci_xmin_upper.values).all()
+    reason = str(ds.nan_reason.values.ravel()[0])
+    assert "only the default fit is bootstrapped" in reason and "alpha_ci_lower" in reason, reason
+    lo, a, hi = (float(ds[n].values.ravel()[0]) for n in ("alpha_ci_lower", "alpha", "alpha_ci_upper"))
+    assert lo < a < hi

@@ -187,8 +187,8 @@ def alpha_interval_xmin(eigenvalues, fit: PowerLawFit | None = None, *, level: f
 def _cell(s: torch.Tensor, name: str, replicates: int, seed: int, fit_options: dict) -> tuple[float, float]:
     """The cell's interval with xmin chosen again (a fit with a finger fix has none: only the default fit is)."""
     if fit_options.get("fix_fingers"):
-        raise DegenerateMatrix(f"fix_fingers={fit_options['fix_fingers']!r}: only the default fit is bootstrapped",
-                               name)
+        raise DegenerateMatrix(f"fix_fingers={fit_options['fix_fingers']!r}: only the default fit is bootstrapped "
+                               "(alpha_ci_lower / alpha_ci_upper, opt-in, hold this fit's xmin)", name)
     return cell_interval(s, name, replicates, seed, fit_options, alpha_interval_xmin)
 
 
