@@ -42,7 +42,7 @@ PROBE = Path(__file__).resolve().parents[1] / "_import_probe.py"
 #: Third-party packages any door may import beyond those the probe's interpreter already holds: the toolkit and
 #: its always-needed dependencies (some already loaded by torch or xarray in one version and not in another).
 COMMON = frozenset({
-    "toolkit", "numpy", "torch", "scipy", "xarray", "pandas", "threadpoolctl", "tqdm", "platformdirs",
+    "toolkit", "numpy", "torch", "xarray", "pandas", "threadpoolctl", "tqdm", "platformdirs",
     "packaging", "typing_extensions", "dateutil", "pytz", "tzdata",
 })
 
@@ -52,7 +52,7 @@ ALLOWED = {
     "weight_stats(gguf)": COMMON | {"gguf", "yaml"},  # gguf imports yaml
     "weight_stats(safetensors)": COMMON | {"safetensors"},
     "weight_stats(bert safetensors)": COMMON | {"safetensors"},
-    "compare(safetensors, safetensors)": COMMON | {"safetensors"},
+    "compare(safetensors, safetensors)": COMMON | {"safetensors", "scipy"},  # the subspace's selected eigenvectors
     "python -m toolkit weights": COMMON | {"gguf", "yaml", "h5netcdf", "h5py"},  # -o writes NetCDF4
     "load(.nc)": COMMON | {"h5netcdf", "h5py"},
 }

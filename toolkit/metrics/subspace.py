@@ -73,7 +73,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.linalg
 import torch
 
 from toolkit.metrics import gram as gram_module
@@ -233,6 +232,8 @@ def exact_top_subspace(w: torch.Tensor, k: int, *, device="cpu") -> TopSubspace:
         raise DegenerateMatrix("matrix contains NaN/Inf")
     top = min(d, k + 1)
     if on_cpu:
+        import scipy.linalg  # here, not at import: a quarter of a second that only a subspace comparison uses
+
         trace = float(np.trace(gram))
         lam, vec = scipy.linalg.eigh(gram, lower=True, subset_by_index=[d - top, d - 1], driver="evx",
                                      overwrite_a=True, check_finite=False)
