@@ -1,7 +1,7 @@
 """The interval that chooses xmin again, its replicates refitted one at a time and all at once (issue 44).
 
 ``alpha_ci_xmin_lower`` / ``alpha_ci_xmin_upper`` (:mod:`toolkit.metrics.alpha_interval_xmin`) refit
-``XMIN_REPLICATES`` (50) semi-parametric bootstrap spectra of every matrix with the default fit. Two routes on
+``XMIN_REPLICATES`` (30) semi-parametric bootstrap spectra of every matrix with the default fit. Two routes on
 the same draws:
 
   per replicate  ``fit_power_law`` on each replicate alone (the route before the batch; kept here as the baseline)
