@@ -22,6 +22,12 @@ matplotlib; dask, which xarray imports itself where installed, is counted
 apart). Its "call" column is the CLI's ``main`` (argument parsing, imports,
 the pass, the write), "whole process" the child's wall time.
 
+Two floors under that row, each a fresh child timed from outside: ``import torch`` alone (the
+interpreter and the library every pass computes with), and the CLI's work itself at its least: ``import
+torch``, then each of the model's block matrices read, dequantised by ``gguf.dequantize`` and its
+singular values computed in float64 (W Wᵀ by dsyrk, then eigvalsh) on two threads, with nothing else: no
+metric, no fit, no Dataset, no file written (the tensor table handed in by the parent).
+
 Targets (issue 13): cached under 0.5 s and under a quarter of the uncached call,
 without importing transformers' model code. Issue 47: the CLI's whole process
 under 3 s on a quiet machine. Run: ``make bench-cold``.
@@ -73,6 +79,63 @@ emit(call_s=call, modules=len(sys.modules), optional=optional,
 """
 
 
+FLOOR_CHILD = """
+import json, sys, time
+sys.path.insert(0, {bench!r})
+from _harness import emit
+t0 = time.perf_counter()
+import torch
+imported = time.perf_counter() - t0
+if {work!r}:
+    from concurrent.futures import ThreadPoolExecutor
+    import numpy as np
+    from gguf import dequantize
+    from scipy.linalg.blas import dsyrk
+    from threadpoolctl import threadpool_limits
+    path, tensors = json.load(open({table!r}))
+
+    def singular_values(t):
+        start, nbytes, shape, gtype = t
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            raw = np.frombuffer(fh.read(nbytes), dtype=np.uint8).reshape(shape[0], -1)
+        w = dequantize(raw, gtype).astype(np.float64)
+        if w.shape[0] > w.shape[1]:
+            w = w.T
+        return np.sqrt(np.clip(np.linalg.eigvalsh(dsyrk(1.0, w), UPLO="U"), 0, None))
+
+    with threadpool_limits(1), ThreadPoolExecutor(2) as pool:
+        n = sum(1 for _ in pool.map(singular_values, tensors))
+else:
+    n = 0
+emit(import_s=imported, matrices=n)
+"""
+
+
+def floor_child(table: Path | None) -> dict:
+    """``import torch`` alone (``table`` None), or the singular values of the tensors listed in ``table``."""
+    code = FLOOR_CHILD.format(bench=str(Path(__file__).resolve().parent), work=table is not None,
+                              table=str(table or ""))
+    return run_child([sys.executable, "-c", code])
+
+
+def write_table(folder: Path) -> Path:
+    """The embedded model's quantised block matrices as (start, nbytes, byte shape, type), for the floor child."""
+    import json
+
+    from toolkit.bundled import default_model_path
+    from toolkit.sources.gguf.table import read_gguf_table
+
+    path = default_model_path()
+    rows = []
+    for t in read_gguf_table(path).tensors:
+        if t.name.startswith("blk.") and len(t.shape) == 2:
+            rows.append([t.start, t.nbytes, list(t.shape), t.ggml_type])
+    out = folder / "table.json"
+    out.write_text(json.dumps([str(path), rows]))
+    return out
+
+
 def cli_child(cache: Path) -> dict:
     code = CLI_CHILD.format(bench=str(Path(__file__).resolve().parent))
     return run_child([sys.executable, "-c", code], env={"TOOLKIT_CACHE_DIR": str(cache)})
@@ -91,13 +154,17 @@ def main(argv=None) -> int:
     print(machine())
     print(load())
     rows, runs = [], {"uncached": [], "cached": [], "cached, results only": []}
-    cli = []
+    cli, torch_only, floor = [], [], []
+    scratch = Path(tempfile.mkdtemp(prefix="toolkit-cold-floor-"))
+    table_file = write_table(scratch)
     for _ in range(args.reps):
         folder = Path(tempfile.mkdtemp(prefix="toolkit-cold-cli-"))
         try:
             cli.append(cli_child(folder))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+        torch_only.append(floor_child(None))
+        floor.append(floor_child(table_file))
         folder = Path(tempfile.mkdtemp(prefix="toolkit-cold-"))
         try:
             runs["uncached"].append(child(folder))
@@ -118,8 +185,15 @@ def main(argv=None) -> int:
                   or "none", str(max(r["dask_modules"] for r in cli)), f"{median_of(cli, 'process_s'):.2f} s"]],
                 ["case", "main (median)", "modules", "optional machinery", "dask modules (xarray's)",
                  "whole process"]))
+    shutil.rmtree(scratch, ignore_errors=True)
     cli_s = median_of(cli, "process_s")
-    print(f"CLI whole process {cli_s:.2f} s (< 3 s): {verdict(cli_s < 3)}")
+    torch_s, floor_s = median_of(torch_only, "process_s"), median_of(floor, "process_s")
+    print(table([["import torch, nothing else", f"{torch_s:.2f} s", f"{median_of(torch_only, 'import_s'):.2f} s"],
+                 [f"import torch, then the singular values of the {floor[0]['matrices']} matrices (float64, "
+                  "two threads)", f"{floor_s:.2f} s", f"{median_of(floor, 'import_s'):.2f} s"]],
+                ["floor of the CLI's process", "whole process (median)", "of which import torch"]))
+    print(f"CLI whole process {cli_s:.2f} s (< 3 s): {verdict(cli_s < 3)}; {cli_s / floor_s:.2f}x its floor "
+          f"({floor_s:.2f} s{', itself over 3 s' if floor_s >= 3 else ''})")
     cached = median_of(runs["cached"], "call_s")
     ok = cached < 0.5 and cached < base / 4 and max(r["model_code"] for r in runs["cached"]) == 0
     print(f"cached call {cached:.3f} s (< 0.5 s), {cached / base:.3f} of uncached (< 0.25), "
@@ -131,7 +205,9 @@ def main(argv=None) -> int:
         for name, rs in runs.items()},
         "cli": {"call_s": median_of(cli, "call_s"), "process_s": cli_s, "ok": cli_s < 3,
                 "modules": max(r["modules"] for r in cli), "dask_modules": max(r["dask_modules"] for r in cli),
-                "optional": sorted({o for r in cli for o in r["optional"]})}})
+                "optional": sorted({o for r in cli for o in r["optional"]}),
+                "floor": {"import_torch_process_s": torch_s, "singular_values_process_s": floor_s,
+                          "matrices": floor[0]["matrices"], "x_floor": cli_s / floor_s}}})
     return 0 if ok else 1
 
 

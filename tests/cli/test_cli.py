@@ -252,3 +252,56 @@ def test_selection_flags_select_what_the_api_selects(tmp_path, capsys):
         with pytest.raises(SystemExit) as e:
             main(["weights", str(path), *flags, "-q"])
         assert e.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_exit_process_freezes_what_is_alive_and_exits_with_the_status():
+    import gc
+
+    from toolkit.cli import exit_process
+
+    gc.unfreeze()
+    try:
+        with pytest.raises(SystemExit) as stop:
+            exit_process(3)
+        assert stop.value.code == 3
+        assert gc.get_freeze_count() > 0  # the teardown's collections will not walk them
+    finally:
+        gc.unfreeze()
+
+
+def test_every_process_entry_point_ends_through_exit_process():
+    import importlib
+    import tomllib
+
+    import toolkit.cli
+
+    root = Path(toolkit.__file__).parent
+    # the script as pyproject.toml declares it (an installed copy's metadata may be older than the checkout)
+    target = tomllib.loads((root.parent / "pyproject.toml").read_text())["project"]["scripts"]["toolkit"]
+    module, _, name = target.partition(":")
+    assert getattr(importlib.import_module(module), name) is toolkit.cli.run
+    for main_module in ("__main__.py", "cli/__main__.py", "finetune/__main__.py", "lab/__main__.py"):
+        text = (root / main_module).read_text()
+        assert "run()" in text or "exit_process(main())" in text, main_module
+
+
+def test_the_process_writes_what_the_api_computes_and_exits_with_its_status(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    path = write_tiny_checkpoint(tmp_path / "m", "llama", num_layers=2)
+    out = tmp_path / "o.nc"
+    env = {**os.environ, "TOOLKIT_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "toolkit", "weights", str(path), "--metrics", "frobenius_norm", "stable_rank",
+           "-o", str(out), "-q"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    expected = toolkit.weight_stats(str(path), metrics=["frobenius_norm", "stable_rank"], progress=False, cache=False)
+    got = toolkit.load(out)
+    for name in ("frobenius_norm", "stable_rank"):
+        np.testing.assert_allclose(got[name].values, expected[name].values, rtol=1e-12, equal_nan=True)
+    bad = subprocess.run(cmd[:4] + [str(tmp_path / "missing")] + cmd[5:], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: ")

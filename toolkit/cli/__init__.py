@@ -5,7 +5,7 @@
 finetune and lab command lines import it too).
 """
 
-from toolkit.cli.base import Parser, run_command
-from toolkit.cli.commands import build_parser, main
+from toolkit.cli.base import Parser, exit_process, run_command
+from toolkit.cli.commands import build_parser, main, run
 
-__all__ = ["Parser", "build_parser", "main", "run_command"]
+__all__ = ["Parser", "build_parser", "exit_process", "main", "run", "run_command"]

@@ -1,3 +1,3 @@
-from toolkit.cli import main
+from toolkit.cli import run
 
-raise SystemExit(main())
+run()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import NoReturn
 
 from toolkit import options
 from toolkit.cli.base import (
@@ -24,6 +25,7 @@ from toolkit.cli.base import (
     check_output,
     check_plot_path,
     cli_message,
+    exit_process,
     passed_through,
     run_command,
     save_figure,
@@ -313,4 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m toolkit`` and the ``toolkit`` script."""
     args = build_parser().parse_args(argv)
     return run_command(args.func, args)
+
+
+def run() -> NoReturn:
+    """The ``toolkit`` script and ``python -m toolkit``: :func:`main` on ``sys.argv``, its status the process's
+    exit status (:func:`toolkit.cli.base.exit_process`)."""
+    exit_process(main())
 

@@ -1,7 +1,6 @@
 """``python -m toolkit.finetune``."""
 
-import sys
-
+from toolkit.cli.base import exit_process
 from toolkit.finetune.cli import main
 
-sys.exit(main())
+exit_process(main())

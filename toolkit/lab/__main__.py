@@ -1,7 +1,6 @@
 """``python -m toolkit.lab``: run the attention-activation experiment."""
 
-import sys
-
+from toolkit.cli.base import exit_process
 from toolkit.lab.cli import main
 
-sys.exit(main())
+exit_process(main())
