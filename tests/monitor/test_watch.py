@@ -129,7 +129,7 @@ def test_a_matrix_that_fails_is_nan_with_its_reason_and_the_run_goes_on():
     with torch.no_grad():
         model.blocks[0].attn.proj.weight[0, 0] = float("nan")
     monitor = toolkit.watch(model, ["frobenius_norm", "stable_rank"], every=1)
-    assert monitor.step(0) and monitor.step(1)  # the first on this thread, the second on the worker
+    assert monitor.step(0) and monitor.step(1)  # both measured on the worker
     ds = monitor.wait().dataset
     bad = dict(layer=0, component="attn.proj")
     assert np.isnan(ds.stable_rank.sel(**bad)).all()
@@ -162,6 +162,83 @@ def test_worker_behind_skips_says_so_and_never_blocks():
     release.set()
     worker.close()
     assert handled == [0, 1] and worker.skipped == [2, 3]
+
+
+def test_a_reserved_snapshot_is_never_skipped_and_holds_one_place_more_until_measured():
+    started, release = threading.Event(), threading.Event()
+    handled = []
+
+    class Snap:
+        def __init__(self, step):
+            self.step = step
+
+    def handle(snap):
+        started.set()
+        release.wait(5)
+        handled.append(snap.step)
+
+    worker = Worker(handle, capacity=2)
+    assert worker.submit(Snap(0), reserved=True)
+    assert started.wait(5)  # the thread measures the reserved one
+    assert worker.submit(Snap(1)) and worker.submit(Snap(2)) and worker.submit(Snap(3))  # 2 places + its own
+    with pytest.warns(WatchFellBehind, match="step 4 was skipped"):
+        assert not worker.submit(Snap(4))
+    release.set()
+    worker.wait()
+    assert handled == [0, 1, 2, 3] and worker.skipped == [4]
+    release.clear()
+    started.clear()
+    assert worker.submit(Snap(5))
+    assert started.wait(5)
+    assert worker.submit(Snap(6)) and worker.submit(Snap(7))
+    assert not worker.submit(Snap(8))  # measured: its place is gone
+    assert worker.submit(Snap(9), reserved=True)  # reserved: queued even now
+    release.set()
+    worker.close()
+    assert handled == [0, 1, 2, 3, 5, 6, 7, 9] and worker.skipped == [4, 8]
+
+
+def test_the_first_record_is_measured_on_the_worker_while_training_goes_on(monkeypatch):
+    from toolkit.monitor import monitor as monitor_module
+
+    measure, release, threads = monitor_module.measure_snapshot, threading.Event(), []
+
+    def held(snap, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        assert release.wait(10)
+        return measure(snap, *args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "measure_snapshot", held)
+    model = _vit(depth=1)
+    monitor = toolkit.watch(model, ["frobenius_norm"], every=1)
+    expected = float(torch.linalg.norm(model.blocks[0].attn.qkv.weight.detach().double()))
+    assert monitor.step(0)  # returns while the record waits on the worker
+    with pytest.raises(ResultsNotFoundError, match="background worker"):
+        monitor.dataset  # noqa: B018 - not measured yet
+    release.set()
+    ds = monitor.wait().dataset
+    assert threads == ["toolkit-watch"]
+    assert float(ds.frobenius_norm.sel(step=0, layer=0, component="attn.qkv")) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_first_record_that_cannot_be_written_stops_the_run_at_the_next_call(tmp_path):
+    model = _vit(depth=1)
+    monitor = toolkit.watch(model, ["frobenius_norm"], every=1, store=tmp_path / "store")
+    write = monitor.store.append
+
+    def full_disk(record):
+        if int(record["step"].values[0]) == 0:
+            raise OutputPathError(str(tmp_path / "store"), "the record of step 0 cannot be written (No space "
+                                  "left on device); free disk space or give another store")
+        return write(record)
+
+    monitor.store.append = full_disk
+    assert monitor.step(0)
+    with pytest.raises(OutputPathError, match="No space left"):
+        monitor.wait()
+    with pytest.raises(OutputPathError, match="No space left"):
+        monitor.step(1)
+    assert monitor.failed and monitor.failed[0][0] == 0
 
 
 def test_a_failed_record_is_listed_and_the_next_records_go_on():

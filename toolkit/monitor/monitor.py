@@ -3,8 +3,11 @@
 The training thread pays for a copy of the watched matrices at a recorded step (and a Frobenius norm per
 gradient when gradients are watched); everything else is measured from that copy on a background
 worker (:mod:`toolkit.monitor.worker`: a bounded queue, a skipped record said so, training never waits).
-The first record is measured on the training thread, so a store that cannot be written is a typed
-error at once, not a lost run.
+A store that cannot be written is a typed error at :func:`watch` (its ``watch.json`` is written then); the first
+record, the one every later record's update is measured against, is measured on the worker too (with alpha it is
+the whole spectral pass, seconds the training would wait), and if it fails (a disk full by then), the next
+:meth:`Monitor.step` or :meth:`Monitor.wait` raises its error: the run stops at once rather than going on
+with no baseline.
 
 The copies go into buffers the worker no longer reads where there are some (the matrices of a record that is
 neither the first nor the previous one any more, or of a skipped one): writing into memory already mapped
@@ -44,7 +47,7 @@ class Monitor:
     Build it with :func:`watch`. Attributes: ``plan`` (the watched matrices), ``skipped`` (steps whose
     record was dropped because the worker was behind), ``failed`` (``(step, error)`` of records lost to
     an error), ``store`` (the :class:`~toolkit.monitor.store.RecordStore` or None), ``training_thread_s``
-    (wall seconds :meth:`step` spent recording on the training thread: the copies and the first record) and
+    (wall seconds :meth:`step` spent recording on the training thread: the copies) and
     ``worker_cpu_s`` (CPU seconds of the background worker).
     """
 
@@ -58,7 +61,9 @@ class Monitor:
         self._start = self._previous = None
         self._grads: dict = {}
         self._spare: list[dict] = []  # matrix sets the worker no longer reads: the next snapshots' buffers
-        self.training_thread_s = 0.0  # wall seconds step() spent recording (copies, the first record)
+        self.training_thread_s = 0.0  # wall seconds step() spent recording (the copies)
+        self._first_taken = False  # this session's first record was queued (reserved: never skipped)
+        self._first_failure: BaseException | None = None  # the first record's error, raised on the training thread
         self._count = 0
         with full_parameters(model):
             self.plan = plan_watch(plain_module(model), named_weights(model), selection, mapping=mapping,
@@ -98,12 +103,13 @@ class Monitor:
         Returns
         -------
         bool
-            Whether a record was taken (queued for the worker, or measured: the first).
+            Whether a record was taken (queued for the worker).
 
         Raises
         ------
         OutputPathError
-            The first record cannot be written to the store.
+            The first record could not be written to the store (raised at the first call after the worker
+            found it; any other error of the first record likewise).
         """
         if global_step is None:
             global_step, self._count = self._count, self._count + 1
@@ -117,17 +123,16 @@ class Monitor:
             self.training_thread_s += time.perf_counter() - start
 
     def _record(self, global_step: int) -> bool:
+        self._raise_first_failure()
         with full_parameters(self.model):  # every rank of a sharded model takes part in the gather
             if not self.recording:
                 return False
             snap = Snapshot(global_step, self._copy(named_weights(self.model)),
                             spectral=global_step % self.spectral_every == 0, gradient_norms=self._grads)
         self._grads = {}
+        first, self._first_taken = not self._first_taken, True
         self._done.add(global_step)
-        if self._start is None:
-            self._measure(snap)  # on this thread: a store that cannot be written fails the first step
-            return True
-        if self._worker.submit(snap):
+        if self._worker.submit(snap, reserved=first):
             return True
         self._release(snap.matrices)  # skipped: its buffers serve the next snapshot
         return False
@@ -151,7 +156,21 @@ class Monitor:
             self._spare.append(matrices)
 
     # -- the worker thread -----------------------------------------------------------------------------
+    def _raise_first_failure(self) -> None:
+        if self._first_failure is not None:
+            raise self._first_failure
+
     def _measure(self, snap: Snapshot) -> None:
+        """Measure and store one record (the worker thread); the first record's error is kept for the training
+        thread (:meth:`_raise_first_failure`), every record's is the worker's ``failed``."""
+        try:
+            self._measure_record(snap)
+        except Exception as exc:
+            if self._start is None and self._first_failure is None:
+                self._first_failure = exc
+            raise
+
+    def _measure_record(self, snap: Snapshot) -> None:
         cells = measure_snapshot(snap, self.metrics, start=self._start, previous=self._previous,
                                  spectral_every=self.spectral_every)
         attrs = {"source": f"toolkit.watch of {_model_name(self.model)}",
@@ -179,9 +198,16 @@ class Monitor:
         return list(self._worker.failed) if self._worker else []
 
     def wait(self) -> Monitor:
-        """Block until every queued record is measured (and written); returns the monitor."""
+        """Block until every queued record is measured (and written); returns the monitor.
+
+        Raises
+        ------
+        OutputPathError
+            The first record could not be written to the store (any other error of the first record likewise).
+        """
         if self._worker is not None:
             self._worker.wait()
+        self._raise_first_failure()
         return self
 
     def close(self) -> None:
@@ -212,7 +238,10 @@ class Monitor:
         if not records:
             from toolkit.errors import ResultsNotFoundError
 
-            raise ResultsNotFoundError("toolkit.watch", "no record yet: the first is taken at the first due step")
+            queued = self._worker is not None and self._worker.pending
+            raise ResultsNotFoundError("toolkit.watch", "no record yet: " + (
+                "the first is being measured on the background worker (monitor.wait() waits for it)" if queued
+                else "the first is taken at the first due step"))
         return xr.concat(records, dim="step", combine_attrs="override", join="outer")
 
     def status(self) -> str:

@@ -39,7 +39,10 @@ class Worker:
 
     def __init__(self, handle: Callable, capacity: int):
         self._handle = handle
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(capacity)))
+        self.capacity = max(1, int(capacity))
+        self._queue: queue.Queue = queue.Queue()  # bounded by submit: see capacity and reserved
+        self._waiting = 0  # snapshots in the queue that count against capacity
+        self._reserved = 0  # reserved snapshots queued or being measured
         self._lock = threading.Lock()
         self.skipped: list[int] = []
         self.failed: list[tuple[int, str]] = []
@@ -52,22 +55,30 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name="toolkit-watch", daemon=True)
         self._thread.start()
 
-    def submit(self, snapshot) -> bool:
-        """Queue ``snapshot`` (it has a ``step``); False, with the step listed as skipped, when the queue is full."""
-        try:
-            self._queue.put_nowait(snapshot)
-            return True
-        except queue.Full:
-            with self._lock:
-                self.skipped.append(int(snapshot.step))
-                warn = not self._warned
-                self._warned = True
-            if warn:
-                warnings.warn(f"toolkit.watch: the worker is behind; the record of step {snapshot.step} was "
-                              "skipped (training did not wait). Record less often (every=), measure spectral "
-                              "metrics less often (spectral_every=) or allow more waiting snapshots (queue=); "
-                              "Monitor.skipped lists every skipped step", WatchFellBehind, stacklevel=3)
-            return False
+    def submit(self, snapshot, reserved: bool = False) -> bool:
+        """Queue ``snapshot`` (it has a ``step``); False, with the step listed as skipped, when ``capacity``
+        snapshots wait already.
+
+        A ``reserved`` snapshot (the monitor's first record, the baseline of every later one) is always
+        queued, and until it is measured the others have one place more: the one it holds.
+        """
+        with self._lock:
+            if reserved or self._waiting < self.capacity + self._reserved:
+                if reserved:
+                    self._reserved += 1
+                else:
+                    self._waiting += 1
+                self._queue.put_nowait((snapshot, reserved))
+                return True
+            self.skipped.append(int(snapshot.step))
+            warn = not self._warned
+            self._warned = True
+        if warn:
+            warnings.warn(f"toolkit.watch: the worker is behind; the record of step {snapshot.step} was "
+                          "skipped (training did not wait). Record less often (every=), measure spectral "
+                          "metrics less often (spectral_every=) or allow more waiting snapshots (queue=); "
+                          "Monitor.skipped lists every skipped step", WatchFellBehind, stacklevel=3)
+        return False
 
     def _run(self) -> None:
         import torch
@@ -80,6 +91,10 @@ class Worker:
             try:
                 if item is _STOP:
                     return
+                item, reserved = item
+                if not reserved:
+                    with self._lock:
+                        self._waiting -= 1
                 start = time.thread_time()
                 try:
                     # one intra-op thread while measuring; torch.set_num_threads also sets the count threads
@@ -96,6 +111,7 @@ class Worker:
                         self.cpu_s += time.thread_time() - start
                 with self._lock:
                     self.done += 1
+                    self._reserved -= reserved
             finally:
                 self._queue.task_done()
 
