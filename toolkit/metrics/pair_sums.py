@@ -225,10 +225,11 @@ def delta_sums_against(target: torch.Tensor, bases, *, chunk: int = CHUNK) -> li
     record's sum of squares, :func:`toolkit.metrics.norms.sum_of_squares`, and keeps them for the records after):
     no Gram product and no float64 copy of either side. Each chunk of :math:`t - b` is formed by NumPy's
     float64 subtraction of the stored values (cast in the ufunc's own buffer: exact for float16 and float32
-    values, as in :func:`pair_sums`; float64 values round), summed as a dot product with itself, the chunks'
-    sums added with :func:`math.fsum`; unchanged entries are counted on integer views of the stored bits
-    (the rule of :func:`pair_sums` with ``tolerance=0``). Measured on a 1536 x 576 float32 matrix against
-    two bases, one thread: 2.4 ms against 4.8 ms for :func:`pair_sums_against`.
+    values, as in :func:`pair_sums`; float64 values round; the target's chunk cast once for all bases), summed
+    as a dot product with itself, the chunks' sums added with :func:`math.fsum`; unchanged entries are counted on
+    integer views of the stored bits (the rule of :func:`pair_sums` with ``tolerance=0``). Measured on a 1536 x
+    576 float32 matrix against two bases, one thread: 2.0 ms (2.3 ms casting the target once per base) against
+    4.7 ms for :func:`pair_sums_against`.
 
     Parameters
     ----------
@@ -260,14 +261,18 @@ def delta_sums_against(target: torch.Tensor, bases, *, chunk: int = CHUNK) -> li
     size = max(1, min(chunk, n))
     nchunks = -(-n // size)
     diff = np.empty(size)
+    wide = np.empty(size) if t.dtype != np.float64 else None  # the target's chunk in float64, once for every base
     dd = np.empty((len(bs), nchunks))
     unchanged = [0] * len(bs)
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: the NaN sums tell, no warning
         for i, start in enumerate(range(0, n, size)):
             stop = min(n, start + size)
             d, tc = diff[:stop - start], t[start:stop]
+            tw = tc if wide is None else wide[:stop - start]
+            if wide is not None:
+                np.copyto(tw, tc)
             for j, b in enumerate(bs):
-                np.subtract(tc, b[start:stop], out=d, dtype=np.float64)
+                np.subtract(tw, b[start:stop], out=d)  # float64 minus the stored values, cast exactly
                 dd[j, i] = d @ d
                 unchanged[j] += int(np.count_nonzero(tc.view(view) == b[start:stop].view(view)))
     return [(_total(dd[j]), unchanged[j]) for j in range(len(bs))]
