@@ -26,7 +26,9 @@ Two floors under that row, each a fresh child timed from outside: ``import torch
 interpreter and the library every pass computes with), and the CLI's work itself at its least: ``import
 torch``, then each of the model's block matrices read, dequantised by ``gguf.dequantize`` and its
 singular values computed in float64 (W Wᵀ by dsyrk, then eigvalsh) on two threads, with nothing else: no
-metric, no fit, no Dataset, no file written (the tensor table handed in by the parent).
+metric, no fit, no Dataset, no file written (the tensor table handed in by the parent). A third child
+computes the same singular values without importing torch at all (NumPy, SciPy and gguf only): the
+least any float64 route pays on this machine, whatever library it computes with.
 
 Targets (issue 13): cached under 0.5 s and under a quarter of the uncached call,
 without importing transformers' model code. Issue 47: the CLI's whole process
@@ -84,7 +86,8 @@ import json, sys, time
 sys.path.insert(0, {bench!r})
 from _harness import emit
 t0 = time.perf_counter()
-import torch
+if {torch!r}:
+    import torch
 imported = time.perf_counter() - t0
 if {work!r}:
     from concurrent.futures import ThreadPoolExecutor
@@ -112,10 +115,11 @@ emit(import_s=imported, matrices=n)
 """
 
 
-def floor_child(table: Path | None) -> dict:
-    """``import torch`` alone (``table`` None), or the singular values of the tensors listed in ``table``."""
+def floor_child(table: Path | None, torch: bool = True) -> dict:
+    """``import torch`` alone (``table`` None), or the singular values of the tensors listed in ``table``
+    (after ``import torch``, or without it where ``torch`` is false)."""
     code = FLOOR_CHILD.format(bench=str(Path(__file__).resolve().parent), work=table is not None,
-                              table=str(table or ""))
+                              table=str(table or ""), torch=torch)
     return run_child([sys.executable, "-c", code])
 
 
@@ -154,7 +158,7 @@ def main(argv=None) -> int:
     print(machine())
     print(load())
     rows, runs = [], {"uncached": [], "cached": [], "cached, results only": []}
-    cli, torch_only, floor = [], [], []
+    cli, torch_only, floor, bare_floor = [], [], [], []
     scratch = Path(tempfile.mkdtemp(prefix="toolkit-cold-floor-"))
     table_file = write_table(scratch)
     for _ in range(args.reps):
@@ -165,6 +169,7 @@ def main(argv=None) -> int:
             shutil.rmtree(folder, ignore_errors=True)
         torch_only.append(floor_child(None))
         floor.append(floor_child(table_file))
+        bare_floor.append(floor_child(table_file, torch=False))
         folder = Path(tempfile.mkdtemp(prefix="toolkit-cold-"))
         try:
             runs["uncached"].append(child(folder))
@@ -188,12 +193,16 @@ def main(argv=None) -> int:
     shutil.rmtree(scratch, ignore_errors=True)
     cli_s = median_of(cli, "process_s")
     torch_s, floor_s = median_of(torch_only, "process_s"), median_of(floor, "process_s")
+    bare_s = median_of(bare_floor, "process_s")
     print(table([["import torch, nothing else", f"{torch_s:.2f} s", f"{median_of(torch_only, 'import_s'):.2f} s"],
                  [f"import torch, then the singular values of the {floor[0]['matrices']} matrices (float64, "
-                  "two threads)", f"{floor_s:.2f} s", f"{median_of(floor, 'import_s'):.2f} s"]],
+                  "two threads)", f"{floor_s:.2f} s", f"{median_of(floor, 'import_s'):.2f} s"],
+                 ["the same singular values without importing torch (NumPy, SciPy, gguf only)", f"{bare_s:.2f} s",
+                  "-"]],
                 ["floor of the CLI's process", "whole process (median)", "of which import torch"]))
     print(f"CLI whole process {cli_s:.2f} s (< 3 s): {verdict(cli_s < 3)}; {cli_s / floor_s:.2f}x its floor "
-          f"({floor_s:.2f} s{', itself over 3 s' if floor_s >= 3 else ''})")
+          f"({floor_s:.2f} s{', itself over 3 s' if floor_s >= 3 else ''}; without torch {bare_s:.2f} s"
+          f"{', over 3 s too' if bare_s >= 3 else ''})")
     cached = median_of(runs["cached"], "call_s")
     ok = cached < 0.5 and cached < base / 4 and max(r["model_code"] for r in runs["cached"]) == 0
     print(f"cached call {cached:.3f} s (< 0.5 s), {cached / base:.3f} of uncached (< 0.25), "
@@ -207,6 +216,7 @@ def main(argv=None) -> int:
                 "modules": max(r["modules"] for r in cli), "dask_modules": max(r["dask_modules"] for r in cli),
                 "optional": sorted({o for r in cli for o in r["optional"]}),
                 "floor": {"import_torch_process_s": torch_s, "singular_values_process_s": floor_s,
+                          "singular_values_without_torch_process_s": bare_s,
                           "matrices": floor[0]["matrices"], "x_floor": cli_s / floor_s}}})
     return 0 if ok else 1
 

@@ -453,6 +453,12 @@ def bench_cold(rec: dict, res: dict) -> str:
                  f"{g(floor['x_floor'], 3)}x that floor"
                  + (", and the floor itself is over the 3 s target on this machine."
                     if floor["singular_values_process_s"] >= 3 else "."))
+        bare = floor.get("singular_values_without_torch_process_s")
+        if bare is not None:
+            text += (f" The same singular values in a process that never imports torch (NumPy, SciPy and gguf "
+                     f"only): {secs(bare)}"
+                     + (", also over 3 s: no float64 route reaches the target on this machine."
+                        if bare >= 3 else "."))
     return text
 
 
