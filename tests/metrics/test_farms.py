@@ -116,3 +116,48 @@ def test_degenerate_inputs_are_typed():
 def test_sigma_is_the_mle_standard_error():
     fit = fit_peak_authors(farms_eigenvalues(_student((400, 800), 5), rows=40, positions=5))
     assert fit.sigma == pytest.approx((fit.alpha - 1) / math.sqrt(fit.num_tail))
+
+
+def _resolved_reference(w, rows, positions):
+    """The authors' windows (re-typed above) with each window's singular values at or below
+    sqrt(max(h, c) eps64) of its largest dropped, by NumPy's SVD: what alpha_farms fits."""
+    kept = []
+    for r, c in farms_windows(tuple(w.shape), rows, 2.0, positions):
+        s = np.linalg.svd(w[r, c].numpy().astype(np.float64), compute_uv=False)
+        h, cols = r.stop - r.start, c.stop - c.start
+        kept.append(s[s > math.sqrt(max(h, cols) * np.finfo(np.float64).eps) * s[0]] ** 2)
+    return np.sort(np.concatenate(kept))
+
+
+@pytest.mark.parametrize("noise", [0.0, 1e-30, 1e-20])
+def test_rows_pruned_to_zero_fit_the_weights_not_the_rounding_noise(noise):
+    # FARMS's own use case: a tenth of the rows pruned. Windows of rank below h leave singular values at
+    # float64 rounding (~1e-16 of the largest); fitted, they set alpha by how small that noise is. Zeros
+    # and values below the toolkit's resolution give the same alpha, that of the resolved windows.
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(400, 900, generator=g, dtype=torch.float64)
+    pruned = torch.randperm(400, generator=g)[:40]
+    w[pruned] = noise * torch.randn(40, 900, generator=g, dtype=torch.float64)
+    want = fit_peak_authors(_resolved_reference(w, 40, 6)).alpha
+    assert alpha_farms(w, rows=40, positions=6) == pytest.approx(want, rel=1e-9)
+    lam = farms_eigenvalues(w, rows=40, positions=6)
+    assert lam[lam > 0].min() > 1e-6 * lam.max()  # no rounding noise pooled
+
+
+def test_a_low_rank_product_in_float32_is_fitted_on_its_resolved_values():
+    # rank 4, stored in float32: the product's rounding leaves values ~1e-7 of the largest in every window,
+    # below the toolkit's resolution (as for alpha, whose Gram route drops them too)
+    g = torch.Generator().manual_seed(5)
+    w = torch.randn(512, 4, generator=g) @ torch.randn(4, 1024, generator=g)
+    lam = farms_eigenvalues(w)
+    assert int(np.count_nonzero(lam)) == 4 * len(farms_windows(tuple(w.shape)))
+    assert alpha_farms(w) == pytest.approx(fit_peak_authors(_resolved_reference(w, 100, 10)).alpha, rel=1e-9)
+
+
+def test_fewer_than_five_pooled_eigenvalues_is_nan_as_the_authors_skip_it():
+    # the authors' eigs_num_thresh=5; a 2 x 2 matrix has one 1 x 2 window, two values
+    two_by_two = torch.randn(2, 2, generator=torch.Generator().manual_seed(0))
+    one_by_four = torch.randn(1, 4, generator=torch.Generator().manual_seed(1))  # three 1 x 2 windows
+    for w in (two_by_two, one_by_four):
+        with pytest.raises(DegenerateMatrix, match="fewer than 5"):
+            alpha_farms(w)

@@ -24,9 +24,18 @@ Where the code leaves a case open the toolkit chooses, and says so: a matrix sma
 window in either dimension gets the largest window of the same aspect ratio that fits
 (``h = min(100, m, floor(n / Q))``; the authors' ``main.py`` lowers ``num_row_samples`` to
 ``min(m, n)`` in its sanity check, and ``fixed_sampling`` as written would slice from a negative
-start); values are computed in float64 on the CPU (the authors: float32, on the GPU); eigenvalues
-that are exactly 0 are dropped (the authors keep them, ``filter_zeros=False``, which makes the
-log histogram undefined).
+start); values are computed in float64 on the CPU (the authors: float32, on the GPU); a window's
+singular values at or below :math:`\sqrt{\max(h, c)\,\epsilon_{64}}\,\sigma_1` are zeros, the
+resolution of every other spectrum of the toolkit (the float64 Gram route's,
+:func:`toolkit.metrics.spectral.resolved`, so ``alpha`` and ``alpha_farms`` agree on what counts as
+zero: about 2e-7 of the window's largest, below any trained window's smallest singular value and
+above the float32 rounding of a low-rank product), and zeros are dropped. The authors keep them
+(``filter_zeros=False``): on a window of rank below ``h`` (a low-rank matrix, or rows pruned to zero,
+FARMS's own use case) their fit lands on rounding noise, ~1e-26, and its alpha is set by how small
+that noise is (1.2-1.3 for any rank-1 matrix; 2.16 for a Gaussian 768 x 2048 matrix with a tenth of its
+rows zeroed, against 10.9 unpruned). As the authors' ``eigs_num_thresh=5`` skips a matrix with fewer
+than 5 pooled eigenvalues, fewer than 5 positive ones is NaN with that reason (a 2 x 2 matrix's one
+1 x 2 window would otherwise give an alpha from two values).
 
 The authors' LLaMA runs (``LLM_Pruning/scripts/llm_pruning_main.txt``) used 2000 x 2000 windows
 (``Q = 1``) on 15 x 15 positions; pass ``rows``, ``ratio``, ``positions`` for those.
@@ -52,6 +61,9 @@ REFERENCE = ("Hu, Y. et al. (2025), Eigenspectrum Analysis of Neural Networks wi
 FARMS_DEFAULTS = {"rows": 100, "ratio": 2.0, "positions": 10}
 #: Bins of the log10 histogram whose fullest bin is the peak (``analysis_esd``'s ``bins=100``).
 PEAK_BINS = 100
+#: The fewest pooled eigenvalues fitted (``net_esd_estimator_farms``'s ``eigs_num_thresh=5``: it skips the matrix).
+MIN_EIGENVALUES = 5
+_EPS64 = float(np.finfo(np.float64).eps)
 
 
 def _starts(length: int, window: int, positions: int) -> list[int]:
@@ -108,7 +120,8 @@ def farms_eigenvalues(w: torch.Tensor, rows: int = 100, ratio: float = 2.0, posi
     Returns
     -------
     numpy.ndarray, float64, ascending
-        ``min(h, int(h Q))`` values per window.
+        ``min(h, int(h Q))`` values per window; those of singular values at or below the toolkit's
+        resolution, :math:`\sqrt{\max(h, c)\,\epsilon_{64}}\,\sigma_1` of the window, are 0.
 
     Raises
     ------
@@ -123,7 +136,10 @@ def farms_eigenvalues(w: torch.Tensor, rows: int = 100, ratio: float = 2.0, posi
         raise DegenerateMatrix(str(e), "alpha_farms") from None
     x = w.detach().to("cpu", torch.float64)
     batch = torch.stack([x[r, c] for r, c in windows])
-    return np.sort(torch.linalg.svdvals(batch).square().reshape(-1).numpy())
+    sv = torch.linalg.svdvals(batch)  # (windows, min(h, c)), descending in each window
+    h, c = batch.shape[1:]
+    sv[sv <= math.sqrt(max(h, c) * _EPS64) * sv[:, :1]] = 0.0  # below the toolkit's resolution: zero
+    return np.sort(sv.square().reshape(-1).numpy())
 
 
 def fit_peak_authors(x: np.ndarray, bins: int = PEAK_BINS) -> PowerLawFit:
@@ -201,11 +217,16 @@ def alpha_farms(w: torch.Tensor, s=None, *, rows: int = 100, ratio: float = 2.0,
     Raises
     ------
     DegenerateMatrix
-        A matrix too small for a window, an all-zero one, or a pooled spectrum the fit cannot take.
+        A matrix too small for a window, an all-zero one, fewer than 5 positive pooled eigenvalues (the
+        authors' ``eigs_num_thresh``), or a pooled spectrum the fit cannot take.
     """
     lam = farms_eigenvalues(w, rows, ratio, positions)
     if not lam.size or not math.isfinite(float(lam[-1])) or float(lam[-1]) == 0.0:
         raise DegenerateMatrix("all-zero matrix", "alpha_farms")
+    positive = int(np.count_nonzero(lam > 0))
+    if positive < MIN_EIGENVALUES:
+        raise DegenerateMatrix(f"too short a pooled spectrum: {positive} positive eigenvalue(s) of the windows, "
+                               f"fewer than {MIN_EIGENVALUES} (the FARMS authors skip such a matrix)", "alpha_farms")
     return float(fit_peak_authors(lam).alpha)
 
 
