@@ -54,6 +54,43 @@ class MatrixResult:
                 self.errors.add(m.name)
 
 
+_FLOAT32 = torch.finfo(torch.float32)
+
+
+def float32_range_reason(w: torch.Tensor) -> str:
+    """Why the float64 ``w`` cannot be read in float32, as the weight metrics read every matrix, or ``""``.
+
+    Finite entries above float32's largest value (3.4e38) would read as Inf; and where even the largest entry
+    is below :math:`2^{23}` times float32's smallest normal value (about 1e-31), every entry would lose bits to
+    the subnormal range or read as 0. Cast, a matrix of entries ~1e150 was reported as "NaN/Inf entries" and one
+    of ~1e-150 as an all-zero matrix of Frobenius norm 0 and rank 0. Entries that are tiny only beside the
+    largest (below float32's rounding of it) are cast as float32 rounds any entry: they do not refuse the matrix.
+    Other dtypes (float32, bfloat16, float16, the 8-bit floats) always fit; NaN/Inf entries are left to the NaN
+    check.
+
+    Parameters
+    ----------
+    w : torch.Tensor
+        Any dtype and shape.
+
+    Returns
+    -------
+    str
+        The reason, naming the largest magnitude found and the way out, or ``""``.
+    """
+    if w.dtype != torch.float64 or w.numel() == 0:
+        return ""
+    a = w.detach().abs()
+    a = a[torch.isfinite(a)]
+    high = float(a.max()) if a.numel() else 0.0
+    if high == 0.0 or _FLOAT32.tiny / _FLOAT32.eps <= high <= _FLOAT32.max:
+        return ""
+    return (f"float64 entries of largest magnitude {high:.3g}, outside what float32 holds without loss "
+            f"({_FLOAT32.tiny / _FLOAT32.eps:.3g} to {_FLOAT32.max:.3g}), and matrices are measured in float32: "
+            "scale the matrix by a power of two into that range (the ratios, ranks and exponents do not change; "
+            "norms scale with it)")
+
+
 def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = None, device: str = "cpu",
                     strict: bool = False, keep_spectrum: bool = False, precision: str = "float64") -> MatrixResult:
     """Compute ``metrics`` on one matrix.
@@ -105,6 +142,10 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
         result.fail(metrics, f"not a non-empty matrix (shape {tuple(w.shape)})")
         return result
     if keep_spectrum or not all(m.any_dtype for m in metrics):
+        narrow = float32_range_reason(w)
+        if narrow:
+            result.fail(metrics, narrow)
+            return result
         w = w.to(torch.float32)
     # one reduction shared with the entry-wise metrics: the moment pass where one of them reads it, else the
     # cheaper sum of squares

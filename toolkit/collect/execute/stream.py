@@ -62,9 +62,15 @@ class Workspace:
 
     def float32(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` as float32: ``t`` itself when it is float32 already (or not on
-        the CPU), else a view of the buffer, valid until the next call."""
+        the CPU), else a view of the buffer, valid until the next call; a float64
+        ``t`` that float32 cannot hold is returned as it is, for the evaluator to
+        say so (:func:`toolkit.metrics.evaluate.float32_range_reason`)."""
+        from toolkit.metrics.evaluate import float32_range_reason
+
         if t.dtype == torch.float32 or t.device.type != "cpu" or not t.is_floating_point():
             return t.to(torch.float32)
+        if float32_range_reason(t):
+            return t
         n = t.numel()
         if self._buf is None or self._buf.numel() < n:
             self._buf = None  # free the old one first
