@@ -68,3 +68,23 @@ def test_a_float64_checkpoint_with_one_matrix_out_of_range(tmp_path):
     other = dict(layer=0, component="attn.q")
     w0 = tensors[next(n for n in tensors if n.endswith("layers.0.self_attn.q_proj.weight"))]
     assert float(ds.frobenius_norm.sel(**other)) == pytest.approx(float(torch.linalg.norm(w0)), rel=1e-6)
+
+
+@pytest.mark.parametrize("e", [-1000, -500, 0, 600, 1000])
+def test_the_entry_wise_metrics_of_float64_at_any_scale(e):
+    # the entry-wise metrics read float64 as stored: the Frobenius norm and RMS equal NumPy's of the unscaled
+    # matrix times 2^e (the squares overflowed past ~1e154: NaN "undefined"; underflowed below ~1e-154: 0);
+    # kurtosis, whose fourth moments cannot be held, says which way they left float64's range
+    entrywise = [m for m in METRICS if m.any_dtype]
+    w = _w(2)
+    r = evaluate_matrix(w * 2.0 ** e, entrywise)
+    want = float(np.linalg.norm(w.numpy()))
+    assert r.values["frobenius_norm"] == pytest.approx(math.ldexp(want, e), rel=1e-12)
+    assert r.values["rms"] == pytest.approx(math.ldexp(want / math.sqrt(w.numel()), e), rel=1e-12)
+    plain = evaluate_matrix(w, entrywise).values
+    assert r.values["max_abs_over_rms"] == pytest.approx(plain["max_abs_over_rms"], rel=1e-12)
+    if abs(e) >= 500:
+        assert math.isnan(r.values["kurtosis"])
+        assert r.reasons["kurtosis"].startswith("entries too " + ("large" if e > 0 else "small"))
+    else:
+        assert r.values["kurtosis"] == pytest.approx(plain["kurtosis"], rel=1e-12)

@@ -44,6 +44,8 @@ _PIVOT_TOL = 2.0 ** -10
 _MAX_PASSES = 4
 
 _memo = threading.local()
+# Below this a float64 sum of squares may hold subnormal terms (bits lost): 2^52 times the smallest normal.
+_SQUARES_NORMAL = float(np.finfo(np.float64).tiny) * 2.0 ** 52
 
 
 def _shared(w: torch.Tensor) -> dict:
@@ -231,7 +233,8 @@ def sum_of_squares(w: torch.Tensor) -> float:
         if ("moments", _CHUNK) in memo:
             mean, m2, _ = memo[("moments", _CHUNK)]
             n = w.numel()
-            memo[key] = n * (m2 + mean * mean)  # the memo holds m2 per entry
+            with np.errstate(over="ignore"):  # entries past ~1e154: an Inf sum, as the pass gives
+                memo[key] = float(np.float64(n) * (np.float64(m2) + np.float64(mean) * mean))  # m2 per entry
         else:
             x = _flat(w.detach())
             memo[key] = _square_pass(x if x.device.type == "cpu" else x.cpu(), max(1, min(_CHUNK, x.numel())))
@@ -269,6 +272,10 @@ def frobenius_norm(w: torch.Tensor, s=None) -> float:
 
     WeightWatcher's ``norm`` column is the square, :math:`\|W\|_F^2 = \sum_i \lambda_i`.
 
+    Float64 entries whose squares leave float64's normal range (past about :math:`10^{154}`, or all below
+    about :math:`10^{-145}`) are summed scaled by the power of two of the largest magnitude,
+    :math:`\|W\|_F = 2^e \|2^{-e} W\|_F` (exact scaling), as LAPACK's ``dnrm2`` scales its sum.
+
     Raises
     ------
     DegenerateMatrix
@@ -281,7 +288,11 @@ def frobenius_norm(w: torch.Tensor, s=None) -> float:
     _flat(w)
     if count_nonfinite(w):
         raise _nonfinite(w, "frobenius_norm")
-    return math.sqrt(sum_of_squares(w))
+    total = sum_of_squares(w)
+    if _SQUARES_NORMAL <= total < math.inf or total == 0.0 and max_abs(w) == 0.0:
+        return math.sqrt(total)
+    e = math.frexp(max_abs(w))[1]  # the squares overflowed or lost bits below float64's normal range
+    return math.ldexp(math.sqrt(sum_of_squares(w.detach() * math.ldexp(1.0, -e))), e)
 
 
 def rms(w: torch.Tensor, s=None) -> float:
@@ -322,6 +333,10 @@ def kurtosis(w: torch.Tensor, s=None) -> float:
     if not (math.isfinite(m2) and math.isfinite(m4)):
         raise DegenerateMatrix("entries too large: their fourth powers overflow float64", "kurtosis")
     if m2 <= 0.0 or m2 * m2 == 0.0:
+        x = _flat(w.detach())
+        if float(x.max()) != float(x.min()):  # a spread whose moments underflow float64 (float64 entries ~1e-80)
+            raise DegenerateMatrix("entries too small: the square of their variance underflows float64",
+                                   "kurtosis")
         raise DegenerateMatrix("constant matrix: zero variance", "kurtosis")
     return m4 / (m2 * m2) - 3.0
 
