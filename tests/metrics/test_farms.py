@@ -161,3 +161,14 @@ def test_fewer_than_five_pooled_eigenvalues_is_nan_as_the_authors_skip_it():
     for w in (two_by_two, one_by_four):
         with pytest.raises(DegenerateMatrix, match="fewer than 5"):
             alpha_farms(w)
+
+
+def test_bad_window_options_are_typed_and_many_windows_are_batched(monkeypatch):
+    w = _student((300, 600), 6)
+    for bad in (float("nan"), float("inf"), 0.0, -1.0):
+        with pytest.raises(DegenerateMatrix, match="ratio > 0"):
+            alpha_farms(w, ratio=bad)
+    # windows are stacked a bounded number at a time: the same pooled values in batches of 7 windows as in one
+    whole = farms_eigenvalues(w, rows=40, positions=12)
+    monkeypatch.setattr("toolkit.metrics.farms._BATCH_BYTES", 7 * 8 * 40 * 80)
+    np.testing.assert_array_equal(farms_eigenvalues(w, rows=40, positions=12), whole)

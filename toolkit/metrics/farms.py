@@ -64,6 +64,8 @@ PEAK_BINS = 100
 #: The fewest pooled eigenvalues fitted (``net_esd_estimator_farms``'s ``eigs_num_thresh=5``: it skips the matrix).
 MIN_EIGENVALUES = 5
 _EPS64 = float(np.finfo(np.float64).eps)
+#: Bytes of windows stacked for one batched SVD (the authors' 100 windows of 100 x 200: 16 MB, one batch).
+_BATCH_BYTES = 64 << 20
 
 
 def _starts(length: int, window: int, positions: int) -> list[int]:
@@ -99,7 +101,7 @@ def farms_windows(shape: tuple[int, int], rows: int = 100, ratio: float = 2.0,
         A non-positive option, or a matrix with no window of that aspect ratio (``floor(n / Q) < 1``).
     """
     m, n = shape
-    if rows < 1 or ratio <= 0 or positions < 1:
+    if not (rows >= 1 and math.isfinite(ratio) and ratio > 0 and positions >= 1):
         raise ValueError(f"FARMS windows need rows >= 1, ratio > 0, positions >= 1; got {rows}, {ratio}, {positions}")
     h = min(int(rows), m, math.floor(n / ratio))
     c = int(h * ratio)
@@ -135,11 +137,14 @@ def farms_eigenvalues(w: torch.Tensor, rows: int = 100, ratio: float = 2.0, posi
     except ValueError as e:
         raise DegenerateMatrix(str(e), "alpha_farms") from None
     x = w.detach().to("cpu", torch.float64)
-    batch = torch.stack([x[r, c] for r, c in windows])
-    sv = torch.linalg.svdvals(batch)  # (windows, min(h, c)), descending in each window
-    h, c = batch.shape[1:]
-    sv[sv <= math.sqrt(max(h, c) * _EPS64) * sv[:, :1]] = 0.0  # below the toolkit's resolution: zero
-    return np.sort(sv.square().reshape(-1).numpy())
+    h, c = windows[0][0].stop - windows[0][0].start, windows[0][1].stop - windows[0][1].start
+    per = max(1, _BATCH_BYTES // (8 * h * c))  # windows stacked at a time: memory bounded whatever ``positions``
+    parts = []
+    for i in range(0, len(windows), per):
+        sv = torch.linalg.svdvals(torch.stack([x[r, cols] for r, cols in windows[i:i + per]]))  # descending rows
+        sv[sv <= math.sqrt(max(h, c) * _EPS64) * sv[:, :1]] = 0.0  # below the toolkit's resolution: zero
+        parts.append(sv.square().reshape(-1).numpy())
+    return np.sort(np.concatenate(parts))
 
 
 def fit_peak_authors(x: np.ndarray, bins: int = PEAK_BINS) -> PowerLawFit:
