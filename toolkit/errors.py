@@ -425,6 +425,18 @@ def _shown(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+class MonitorClosedError(ToolkitError, RuntimeError):
+    """``Monitor.step()`` after ``Monitor.close()``: the background worker has stopped, so a record taken
+    now would never be measured (and ``wait()`` would wait for it forever)."""
+
+    def __init__(self):
+        super().__init__("Monitor.step() after Monitor.close(): the monitor's worker has stopped; call "
+                         "toolkit.watch(model, ...) again to go on (with the same store it resumes)")
+
+    def __reduce__(self):
+        return type(self), ()
+
+
 class InvalidOptionError(ToolkitError, ValueError):
     """An option of a public function (or of the command line) with a value it
     cannot take: a count below 1, a negative or NaN tolerance, a float where a

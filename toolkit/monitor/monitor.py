@@ -70,8 +70,14 @@ class Monitor:
                                    where=WHERE) if self.recording else None
         info = {"metrics": [m.name for m in self.metrics], "every": every, "spectral_every": self.spectral_every,
                 "model": _model_name(model), "family": self.plan.family if self.plan else ""}
+        if self.plan is not None:
+            info.update(layers=self.plan.num_layers, components=list(self.plan.components))
         self.store = RecordStore(store, info) if store is not None and self.recording else None
         self._done = set(self.store.steps()) if self.store is not None else set()
+        # a resumed run: its first and last record were taken by an earlier session, whose matrices are not kept
+        self._resumed = (min(self._done), max(self._done)) if self._done else None
+        self._last: int | None = max(self._done) if self._done else None
+        self._closed = False
         self._worker = Worker(self._measure, queue) if self.recording else None
 
     # -- the training thread ---------------------------------------------------------------------------
@@ -110,12 +116,28 @@ class Monitor:
         OutputPathError
             The first record could not be written to the store (raised at the first call after the worker
             found it; any other error of the first record likewise).
+        InvalidOptionError
+            ``global_step`` is not a whole number from 0 to 2**63 - 1 (a float, a bool, a string), or a due
+            step before the last one recorded (records are kept in step order).
+        MonitorClosedError
+            The monitor was closed (its worker has stopped: a record now would never be measured).
         """
+        if self._closed:
+            from toolkit.errors import MonitorClosedError
+
+            raise MonitorClosedError()
         if global_step is None:
             global_step, self._count = self._count, self._count + 1
-        global_step = int(global_step)
+        global_step = _step_number(global_step)
         if not self.due(global_step):
             return False
+        if self._last is not None and global_step < self._last:
+            from toolkit.errors import InvalidOptionError
+
+            raise InvalidOptionError("global_step", global_step, f"after the last step recorded ({self._last}): "
+                                     "records are kept in step order (a new run wants a new store or monitor)",
+                                     "Monitor.step")
+        self._last = global_step
         start = time.perf_counter()
         try:
             return self._record(global_step)
@@ -171,7 +193,13 @@ class Monitor:
             raise
 
     def _measure_record(self, snap: Snapshot) -> None:
-        cells = measure_snapshot(snap, self.metrics, start=self._start, previous=self._previous,
+        start, previous = self._start, self._previous
+        if self._resumed is not None:  # the bases an earlier session recorded: their values, not their matrices
+            first, last = self._resumed
+            start = (f"the run's first record (step {first}) was taken before the run was resumed, and the store "
+                     "keeps values, not matrices")
+            previous = previous or f"the previous record (step {last}) was taken before the run was resumed"
+        cells = measure_snapshot(snap, self.metrics, start=start, previous=previous,
                                  spectral_every=self.spectral_every)
         attrs = {"source": f"toolkit.watch of {_model_name(self.model)}",
                  "model_type": self.plan.family, "num_hidden_layers": self.plan.num_layers,
@@ -211,7 +239,8 @@ class Monitor:
         return self
 
     def close(self) -> None:
-        """Measure what is queued and stop the worker (the records stay readable)."""
+        """Measure what is queued and stop the worker (the records stay readable; a later :meth:`step` raises)."""
+        self._closed = True
         if self._worker is not None:
             self._worker.close()
 
@@ -242,7 +271,7 @@ class Monitor:
             raise ResultsNotFoundError("toolkit.watch", "no record yet: " + (
                 "the first is being measured on the background worker (monitor.wait() waits for it)" if queued
                 else "the first is taken at the first due step"))
-        return xr.concat(records, dim="step", combine_attrs="override", join="outer")
+        return xr.concat(records, dim="step", combine_attrs="override", join="outer").sortby("step")
 
     def status(self) -> str:
         """One line: records measured, queued, skipped and failed."""
@@ -266,6 +295,20 @@ class Monitor:
 
 def _model_name(model) -> str:
     return type(plain_module(model)).__name__
+
+
+def _step_number(value) -> int:
+    """``value`` as a global step: a whole number (``int``, a NumPy integer) from 0 to 2**63 - 1, else
+    :class:`~toolkit.errors.InvalidOptionError` (a float such as 2.9 is not truncated, a bool is no step, and
+    the store's file names and int64 coordinate hold no other)."""
+    import numbers
+
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and 0 <= int(value) < 2 ** 63:
+        return int(value)
+    from toolkit.errors import InvalidOptionError
+
+    raise InvalidOptionError("global_step", value, "a whole number from 0 to 2**63 - 1 (the optimizer step)",
+                             "Monitor.step")
 
 
 @checks_options(model=Exempt("the model to watch: a torch.nn.Module (InvalidOptionError otherwise, checked in the "

@@ -81,8 +81,9 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: Snapshot | None, p
     snap : Snapshot
     metrics : list of toolkit.metrics.Metric
         Weight metrics.
-    start, previous : Snapshot or None
-        The first and the previous record (measured); None for the first record.
+    start, previous : Snapshot, str or None
+        The first and the previous record (measured); None for the first record; a str where the base
+        exists but its matrices are not at hand (a resumed run), the reason the update metrics give.
     spectral_every : int
         For the reason of a spectral metric skipped at this step.
 
@@ -122,25 +123,53 @@ def _sum_of_squares(w) -> float:
 
 def _updates(cell: Cell, key: tuple, snap: Snapshot, bases: dict) -> None:
     """The update metrics of ``snap``'s matrix ``key`` against each base record of ``bases`` (``{kind:
-    Snapshot or None}``, kinds of :data:`SINCE`), the metrics by ``compare``'s own functions from the pair's
-    sums (:func:`pair_sums_for`)."""
+    Snapshot, reason or None}``, kinds of :data:`SINCE`), the metrics by ``compare``'s own functions from the
+    pair's sums (:func:`pair_sums_for`). A base without this matrix, with another shape, or a pair these
+    metrics cannot take (a matrix of integers) gives NaN with the reason for this matrix only: the record goes on.
+    """
     w = snap.matrices[key]
-    present = {kind: base for kind, base in bases.items()
-               if base is not None and key in base.matrices and base.matrices[key].shape == w.shape}
-    sums = dict(zip(present, pair_sums_for(key, snap, list(present.values())), strict=True)) if present else {}
+    why = {kind: _no_update(key, w, base, kind) for kind, base in bases.items()}
+    present = {kind: base for kind, base in bases.items() if not why[kind]}
+    sums = {}
+    if present:
+        try:
+            sums = dict(zip(present, pair_sums_for(key, snap, list(present.values())), strict=True))
+        except (TypeError, ValueError, RuntimeError):  # compute_diff_metrics below says why, per base
+            sums = {}
     for kind, base in bases.items():
         names = [f"{m}_{kind}" for m in UPDATE_METRICS]
-        if base is None:
+        if why[kind]:
             for n in names:
-                cell.values[n], cell.reasons[n] = math.nan, f"no earlier record ({SINCE[kind]} is this one)"
+                cell.values[n], cell.reasons[n] = math.nan, why[kind]
             continue
-        b = base.matrices.get(key)
-        ctx = DiffContext(b, w, sums=sums[kind]) if kind in sums else None
-        found = compute_diff_metrics(b, w, list(UPDATE_METRICS), ctx=ctx)
+        b = base.matrices[key]
+        try:
+            found = compute_diff_metrics(b, w, list(UPDATE_METRICS),
+                                         ctx=DiffContext(b, w, sums=sums[kind]) if kind in sums else None)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            for n in names:
+                cell.values[n], cell.reasons[n] = math.nan, f"not measured: {type(exc).__name__}: {exc}"
+            continue
         for metric, n in zip(UPDATE_METRICS, names, strict=True):
             cell.values[n] = found[metric].value
             if found[metric].reason:
                 cell.reasons[n] = found[metric].reason
+
+
+def _no_update(key: tuple, w, base, kind: str) -> str:
+    """Why ``w`` has no update against ``base`` (a Snapshot, a reason or None), or ``""``."""
+    if base is None:
+        return f"no earlier record ({SINCE[kind]} is this one)"
+    if isinstance(base, str):
+        return base
+    b = base.matrices.get(key)
+    if b is None:
+        return f"not watched at {SINCE[kind]} (step {base.step})"
+    if b.shape != w.shape:
+        return f"the matrix changed shape since {SINCE[kind]} (step {base.step}): {tuple(b.shape)} -> {tuple(w.shape)}"
+    if not (b.is_floating_point() and w.is_floating_point()):
+        return f"not a floating-point matrix ({b.dtype} -> {w.dtype}): no update measured"
+    return ""
 
 
 def pair_sums_for(key: tuple, snap: Snapshot, bases: list) -> list[PairSums]:

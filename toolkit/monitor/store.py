@@ -39,7 +39,7 @@ class RecordStore:
     OutputPathError
         The folder cannot be created or written (checked by writing ``watch.json`` now, before the first
         record), it exists and is not a watch store (a file, or a folder with other files), or it holds a
-        run watched with other metrics.
+        run watched otherwise (:data:`RESUME_KEYS`: other metrics, cadence, model class, family or layout).
     """
 
     def __init__(self, path: str | os.PathLike, info: dict):
@@ -58,9 +58,10 @@ class RecordStore:
             self.path.mkdir(parents=True, exist_ok=True)
             if marker.is_file():
                 old = json.loads(marker.read_text(encoding="utf-8"))
-                if old.get("metrics") != info.get("metrics"):
-                    raise _refused(self.path, f"it holds a run watched with metrics {old.get('metrics')}, not "
-                                   f"{info.get('metrics')}", "give another folder, or the same metrics to resume")
+                for key in RESUME_KEYS:  # a run resumes only as the same run: no record of another model mixed in
+                    if key in old and key in info and old[key] != info[key]:
+                        raise _refused(self.path, f"it holds a run watched with {key} {old[key]!r}, not "
+                                       f"{info[key]!r}", f"give another folder, or the same {key} to resume")
             with atomic_write(marker) as f:
                 json.dump(info, f, indent=1, sort_keys=True)
         except OutputPathError:
@@ -89,6 +90,10 @@ class RecordStore:
         except OSError as exc:
             raise _refused(self.path, f"the record of step {step} cannot be written ({exc.strerror or exc})",
                            "free disk space or give another store", exc.errno) from exc
+
+
+#: What a store's ``watch.json`` and a resuming monitor must agree on (those an older store lacks are not compared).
+RESUME_KEYS = ("metrics", "model", "family", "every", "spectral_every", "layers", "components")
 
 
 def _refused(path: Path, reason: str, fix: str, errno: int | None = None) -> OutputPathError:

@@ -1,0 +1,109 @@
+"""toolkit.watch on hostile runs: a resumed store, a matrix that changes shape or is not floating point, step
+numbers a store cannot hold, a step after close. Each was a wrong number, a lost record or a hang."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import toolkit
+from toolkit.errors import InvalidOptionError, MonitorClosedError, OutputPathError
+from toolkit.lab.vit import ViT
+
+CELL = dict(layer=0, component="attn.qkv")
+NAME = "blocks.0.attn.qkv.weight"
+
+
+def _vit(seed=0, depth=2):
+    torch.manual_seed(seed)
+    return ViT("softmax", dim=16, depth=depth, heads=2)
+
+
+def _nudge(model, step):
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(step)))
+
+
+def test_a_resumed_run_has_no_update_against_records_it_does_not_hold(tmp_path):
+    # the resumed session's first record used to be taken as the run's start: relative_change_since_start at
+    # step 8 was the change since step 6 (0.44 where the change since step 0 was 1.40), with "no earlier record"
+    store = tmp_path / "run.watch"
+    model = _vit()
+    first = toolkit.watch(model, every=2, store=store)
+    for step in range(5):
+        _nudge(model, step)
+        first.step(step)
+    first.close()
+    again = toolkit.watch(model, every=2, store=store)
+    for step in range(5, 9):
+        _nudge(model, step)
+        again.step(step)
+    again.close()
+    ds = toolkit.load(store)
+    assert list(ds.step.values) == [0, 2, 4, 6, 8]
+    for step in (6, 8):
+        assert math.isnan(float(ds.relative_change_since_start.sel(step=step, **CELL)))
+        assert "taken before the run was resumed" in str(ds.nan_reason.sel(step=step, **CELL).values)
+    assert math.isnan(float(ds.relative_change_since_previous.sel(step=6, **CELL)))  # step 4: earlier session
+    assert "step 4" in str(ds.nan_reason.sel(step=6, **CELL).values)
+    assert float(ds.relative_change_since_previous.sel(step=8, **CELL)) > 0  # step 6 is this session's
+    # another model, or another cadence, is not mixed into the same store
+    with pytest.raises(OutputPathError, match="model"):
+        toolkit.watch(torch.nn.ModuleDict({"blocks": torch.nn.ModuleList([torch.nn.Sequential(
+            torch.nn.Linear(4, 4))])}), every=2, store=store)
+    with pytest.raises(OutputPathError, match="every"):
+        toolkit.watch(model, every=3, store=store)
+
+
+def test_a_matrix_that_changes_shape_or_is_not_floating_point_is_nan_alone():
+    model = _vit()
+    block = model.blocks[1]
+    block.extra = torch.nn.Module()
+    block.extra.weight = torch.nn.Parameter(torch.ones(8, 8, dtype=torch.int8), requires_grad=False)
+    monitor = toolkit.watch(model, every=1)
+    monitor.step(0)
+    _nudge(model, 1)
+    old = model.blocks[0].attn.qkv.weight.detach().clone()
+    model.blocks[0].attn.qkv.weight = torch.nn.Parameter(torch.randn(24, 16))  # 48 x 16 before
+    monitor.step(1)
+    monitor.wait()
+    assert monitor.failed == []
+    ds = monitor.dataset
+    assert old.shape == (48, 16)
+    assert math.isnan(float(ds.relative_change_since_start.sel(step=1, **CELL)))
+    assert "changed shape" in str(ds.nan_reason.sel(step=1, **CELL).values)
+    w = model.blocks[0].attn.qkv.weight.detach().double()
+    assert float(ds.frobenius_norm.sel(step=1, **CELL)) == pytest.approx(float(torch.linalg.norm(w)), rel=1e-6)
+    other = dict(layer=1, component="attn.qkv")
+    assert float(ds.relative_change_since_start.sel(step=1, **other)) > 0
+    ints = dict(layer=1, component="extra")
+    assert float(ds.frobenius_norm.sel(step=1, **ints)) == pytest.approx(8.0)
+    assert math.isnan(float(ds.relative_change_since_previous.sel(step=1, **ints)))
+    assert "not a floating-point matrix" in str(ds.nan_reason.sel(step=1, **ints).values)
+
+
+@pytest.mark.parametrize("bad", [2.9, 6.0, True, "8", -5, 2 ** 63, float("nan"), None.__class__])
+def test_a_step_the_store_cannot_hold_is_a_typed_error(bad):
+    monitor = toolkit.watch(_vit(), every=1)
+    with pytest.raises(InvalidOptionError, match="global_step"):
+        monitor.step(bad)
+    assert monitor.step(np.int64(3)) and monitor.step(4)
+    with pytest.raises(InvalidOptionError, match="after the last step recorded"):
+        monitor.step(2)
+    monitor.close()
+    assert list(monitor.dataset.step.values) == [3, 4]
+
+
+def test_a_step_after_close_is_a_typed_error_not_a_hang():
+    monitor = toolkit.watch(_vit(), every=1)
+    monitor.step(0)
+    monitor.close()
+    with pytest.raises(MonitorClosedError, match="toolkit.watch"):
+        monitor.step(1)
+    assert monitor.wait() is monitor  # nothing queued: returns at once
+    assert list(monitor.dataset.step.values) == [0]
