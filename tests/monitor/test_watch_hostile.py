@@ -107,3 +107,16 @@ def test_a_step_after_close_is_a_typed_error_not_a_hang():
         monitor.step(1)
     assert monitor.wait() is monitor  # nothing queued: returns at once
     assert list(monitor.dataset.step.values) == [0]
+
+
+def test_a_tied_matrix_is_measured_in_each_cell_it_fills():
+    # named_parameters() lists a tied parameter once: its second cell was NaN with an empty reason
+    model = _vit()
+    model.blocks[1].attn.qkv.weight = model.blocks[0].attn.qkv.weight
+    monitor = toolkit.watch(model, every=1)
+    monitor.step(0)
+    monitor.close()
+    ds = monitor.dataset
+    want = float(torch.linalg.norm(model.blocks[0].attn.qkv.weight.detach().double()))
+    for layer in (0, 1):
+        assert float(ds.frobenius_norm.sel(step=0, layer=layer, component="attn.qkv")) == pytest.approx(want, rel=1e-6)

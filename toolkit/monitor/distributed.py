@@ -68,10 +68,11 @@ def _clean(name: str) -> str:
 
 
 def named_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``{name: tensor}`` of the model's parameters as the model names them; a LoRA layer's weight is the
-    merged matrix (a new tensor, no gradient), its ``lora_*`` parameters left out."""
+    """``{name: tensor}`` of the model's parameters as the model names them, a tied parameter under each of its
+    names (as a checkpoint saves it: each cell it fills is measured, not left NaN without a reason); a LoRA
+    layer's weight is the merged matrix (a new tensor, no gradient), its ``lora_*`` parameters left out."""
     inner = plain_module(model)
-    out = {_clean(n): p for n, p in inner.named_parameters() if ".lora_" not in n}
+    out = {_clean(n): p for n, p in inner.named_parameters(remove_duplicate=False) if ".lora_" not in n}
     for name, module in inner.named_modules():
         if not (callable(getattr(module, "get_delta_weight", None)) and hasattr(module, "base_layer")):
             continue
