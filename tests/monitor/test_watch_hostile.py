@@ -120,3 +120,24 @@ def test_a_tied_matrix_is_measured_in_each_cell_it_fills():
     want = float(torch.linalg.norm(model.blocks[0].attn.qkv.weight.detach().double()))
     for layer in (0, 1):
         assert float(ds.frobenius_norm.sel(step=0, layer=layer, component="attn.qkv")) == pytest.approx(want, rel=1e-6)
+
+
+def test_a_deleted_store_fails_its_records_and_a_complex_matrix_is_nan(tmp_path):
+    import shutil
+
+    model = _vit()
+    model.blocks[0].extra = torch.nn.Module()
+    model.blocks[0].extra.weight = torch.nn.Parameter(torch.full((8, 8), 1 + 1j, dtype=torch.complex64),
+                                                      requires_grad=False)
+    store = tmp_path / "run.watch"
+    monitor = toolkit.watch(model, every=1, store=store)
+    monitor.step(0)
+    monitor.wait()
+    cell = toolkit.load(store).sel(step=0, layer=0, component="extra")
+    assert math.isnan(float(cell.frobenius_norm)) and "complex matrix" in str(cell.nan_reason.values)
+    shutil.rmtree(store)
+    monitor.step(1)
+    monitor.close()
+    assert [s for s, _ in monitor.failed] == [1]
+    assert "watch.json is gone" in monitor.failed[0][1]
+    assert not store.exists()  # no store-less folder made again

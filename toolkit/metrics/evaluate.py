@@ -141,6 +141,9 @@ def evaluate_matrix(w: torch.Tensor, metrics: list, *, s: torch.Tensor | None = 
     if w.ndim != 2 or w.numel() == 0:
         result.fail(metrics, f"not a non-empty matrix (shape {tuple(w.shape)})")
         return result
+    if w.is_complex():  # a cast to a real dtype would drop the imaginary part
+        result.fail(metrics, f"a complex matrix ({w.dtype}): the weight metrics are defined for real matrices")
+        return result
     if keep_spectrum or not all(m.any_dtype for m in metrics):
         narrow = float32_range_reason(w)
         if narrow:

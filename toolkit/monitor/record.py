@@ -114,7 +114,9 @@ def measure_snapshot(snap: Snapshot, metrics: list, *, start: Snapshot | None, p
 
 def _sum_of_squares(w) -> float:
     """:math:`\\sum w^2` as ``evaluate_matrix`` has just measured it (memoised on ``w``); NaN for a matrix it
-    cannot read."""
+    cannot read (or a complex one, whose real cast would drop the imaginary part)."""
+    if w.is_complex():
+        return math.nan
     try:
         return sum_of_squares(w)
     except DegenerateMatrix:

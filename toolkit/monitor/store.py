@@ -83,6 +83,10 @@ class RecordStore:
             The record cannot be written (disk full, folder removed); nothing is left half-written.
         """
         step = int(record["step"].values[0])
+        if not (self.path / MARKER).is_file():  # save() would make the folder again, a store nobody can load
+            raise _refused(self.path, f"the record of step {step} has no store to go to: its {MARKER} is gone (the "
+                           "folder was deleted or moved while the run went on)",
+                           "watch again with a new store folder (toolkit.watch(model, store=...))")
         try:
             return save(record, self.path / record_name(step))
         except OutputPathError:
