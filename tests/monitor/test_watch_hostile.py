@@ -29,35 +29,51 @@ def _nudge(model, step):
                 p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(step)))
 
 
-def test_a_resumed_run_has_no_update_against_records_it_does_not_hold(tmp_path):
-    # the resumed session's first record used to be taken as the run's start: relative_change_since_start at
-    # step 8 was the change since step 6 (0.44 where the change since step 0 was 1.40), with "no earlier record"
-    store = tmp_path / "run.watch"
+def _resumed_run(store, *, drop_start=False):
+    """Steps 0-4 watched every 2, closed, then resumed for steps 5-8; the qkv matrix of block 0 at each step."""
     model = _vit()
+    seen = {}
     first = toolkit.watch(model, every=2, store=store)
-    for step in range(5):
+    for step in range(9):
+        if step == 5:
+            first.close()
+            if drop_start:
+                (store / "start.safetensors").unlink()
+            again = toolkit.watch(model, every=2, store=store)
         _nudge(model, step)
-        first.step(step)
-    first.close()
-    again = toolkit.watch(model, every=2, store=store)
-    for step in range(5, 9):
-        _nudge(model, step)
-        again.step(step)
+        (first if step < 5 else again).step(step)
+        seen[step] = model.blocks[0].attn.qkv.weight.detach().double().clone()
     again.close()
-    ds = toolkit.load(store)
+    return model, seen, toolkit.load(store)
+
+
+def test_a_resumed_run_measures_its_updates_since_the_first_record(tmp_path):
+    # the resumed session's first record used to be taken as the run's start: relative_change_since_start at
+    # step 8 was the change since step 6 (0.44 where the change since step 0 was 1.40); the first record's
+    # matrices are kept in the store, so the resumed run measures against step 0 itself
+    model, seen, ds = _resumed_run(tmp_path / "run.watch")
     assert list(ds.step.values) == [0, 2, 4, 6, 8]
-    for step in (6, 8):
-        assert math.isnan(float(ds.relative_change_since_start.sel(step=step, **CELL)))
-        assert "taken before the run was resumed" in str(ds.nan_reason.sel(step=step, **CELL).values)
+    for step in (2, 4, 6, 8):
+        want = float(torch.linalg.norm(seen[step] - seen[0]) / torch.linalg.norm(seen[0]))
+        assert float(ds.relative_change_since_start.sel(step=step, **CELL)) == pytest.approx(want, rel=1e-9)
     assert math.isnan(float(ds.relative_change_since_previous.sel(step=6, **CELL)))  # step 4: earlier session
     assert "step 4" in str(ds.nan_reason.sel(step=6, **CELL).values)
-    assert float(ds.relative_change_since_previous.sel(step=8, **CELL)) > 0  # step 6 is this session's
+    want = float(torch.linalg.norm(seen[8] - seen[6]) / torch.linalg.norm(seen[6]))
+    assert float(ds.relative_change_since_previous.sel(step=8, **CELL)) == pytest.approx(want, rel=1e-9)
     # another model, or another cadence, is not mixed into the same store
     with pytest.raises(OutputPathError, match="model"):
         toolkit.watch(torch.nn.ModuleDict({"blocks": torch.nn.ModuleList([torch.nn.Sequential(
-            torch.nn.Linear(4, 4))])}), every=2, store=store)
+            torch.nn.Linear(4, 4))])}), every=2, store=tmp_path / "run.watch")
     with pytest.raises(OutputPathError, match="every"):
-        toolkit.watch(model, every=3, store=store)
+        toolkit.watch(model, every=3, store=tmp_path / "run.watch")
+
+
+def test_a_resumed_store_without_the_first_matrices_says_so(tmp_path):
+    _, _, ds = _resumed_run(tmp_path / "run.watch", drop_start=True)
+    for step in (6, 8):
+        assert math.isnan(float(ds.relative_change_since_start.sel(step=step, **CELL)))
+        assert "does not hold its matrices" in str(ds.nan_reason.sel(step=step, **CELL).values)
+    assert float(ds.relative_change_since_start.sel(step=4, **CELL)) > 0
 
 
 def test_a_matrix_that_changes_shape_or_is_not_floating_point_is_nan_alone():

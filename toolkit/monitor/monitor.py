@@ -28,6 +28,7 @@ from toolkit.collect.plan.selection import Selection
 from toolkit.constraint_types import Exempt
 from toolkit.constraints import Optional, PathName, Whole, checks_options
 from toolkit.io import load
+from toolkit.metrics.norms import sum_of_squares
 from toolkit.metrics.registry import resolve_metrics
 from toolkit.monitor.distributed import full_parameters, is_recording_rank, named_weights, plain_module
 from toolkit.monitor.matrices import plan_watch
@@ -74,8 +75,18 @@ class Monitor:
             info.update(layers=self.plan.num_layers, components=list(self.plan.components))
         self.store = RecordStore(store, info) if store is not None and self.recording else None
         self._done = set(self.store.steps()) if self.store is not None else set()
-        # a resumed run: its first and last record were taken by an earlier session, whose matrices are not kept
+        # a resumed run: its first and last record were taken by an earlier session; the first one's matrices are
+        # in the store (RecordStore.save_start) unless it was written before they were kept
         self._resumed = (min(self._done), max(self._done)) if self._done else None
+        self._start_reason = ""
+        if self._resumed is not None:
+            kept = self.store.load_start()
+            if kept is not None and kept[0] == self._resumed[0]:
+                self._start = Snapshot(kept[0], kept[1], spectral=False,
+                                       sumsq={k: sum_of_squares(t) for k, t in kept[1].items()})
+            else:
+                self._start_reason = (f"the run's first record (step {self._resumed[0]}) was taken before the run "
+                                      "was resumed, and the store does not hold its matrices")
         self._last: int | None = max(self._done) if self._done else None
         self._closed = False
         self._worker = Worker(self._measure, queue) if self.recording else None
@@ -188,19 +199,19 @@ class Monitor:
         try:
             self._measure_record(snap)
         except Exception as exc:
-            if self._start is None and self._first_failure is None:
+            if not self._records and self._first_failure is None:  # this session's first record
                 self._first_failure = exc
             raise
 
     def _measure_record(self, snap: Snapshot) -> None:
-        start, previous = self._start, self._previous
-        if self._resumed is not None:  # the bases an earlier session recorded: their values, not their matrices
-            first, last = self._resumed
-            start = (f"the run's first record (step {first}) was taken before the run was resumed, and the store "
-                     "keeps values, not matrices")
-            previous = previous or f"the previous record (step {last}) was taken before the run was resumed"
+        start, previous = self._start_reason or self._start, self._previous
+        if self._resumed is not None and previous is None:  # the last record of an earlier session: values only
+            previous = f"the previous record (step {self._resumed[1]}) was taken before the run was resumed"
         cells = measure_snapshot(snap, self.metrics, start=start, previous=previous,
                                  spectral_every=self.spectral_every)
+        first = self._start is None and self._resumed is None
+        if first and self.store is not None:  # kept, so that a resumed run measures its updates since this one
+            self.store.save_start(snap.step, snap.matrices)
         attrs = {"source": f"toolkit.watch of {_model_name(self.model)}",
                  "model_type": self.plan.family, "num_hidden_layers": self.plan.num_layers,
                  "watch_every": self.every, "watch_spectral_every": self.spectral_every}
@@ -210,7 +221,7 @@ class Monitor:
         with self._lock:
             self._records.append(ds)
         old = self._previous
-        if self._start is None:
+        if first:
             self._start = snap
         self._previous = snap
         if old is not None and old is not self._start:
@@ -342,7 +353,8 @@ def watch(model, metrics=DEFAULT_METRICS, *, every: int = 10, spectral_every: in
         of this (default: every record); other records hold NaN with the reason.
     store : str or path-like, optional
         A folder for the records (:mod:`toolkit.monitor.store`): one NetCDF file per record, readable with
-        ``toolkit.load(store)`` while the run goes on; re-opening it resumes after its last record.
+        ``toolkit.load(store)`` while the run goes on; re-opening it resumes after its last record (the first
+        record's matrices are kept in it, ``start.safetensors``, for the updates since the first record).
     layers, components, experts :
         The selection, as ``weight_stats`` takes it.
     mapping : toolkit.Mapping, optional

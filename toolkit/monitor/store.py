@@ -17,7 +17,7 @@ from pathlib import Path
 
 import xarray as xr
 
-from toolkit.atomic import atomic_write
+from toolkit.atomic import atomic_path, atomic_write
 from toolkit.errors import OutputPathError
 from toolkit.io import save
 from toolkit.io.records import MARKER, record_name, record_steps
@@ -70,6 +70,44 @@ class RecordStore:
             raise _refused(self.path, f"the watch store cannot be written ({getattr(exc, 'strerror', '') or exc})",
                            "give a folder on a writable disk with free space", getattr(exc, "errno", None)) from exc
 
+    def save_start(self, step: int, matrices: dict) -> None:
+        """Keep the run's first record's matrices (``{key: tensor}``, the floating-point ones) in
+        :data:`START`, so that a resumed run measures its updates since the first record
+        (:meth:`load_start`). Written whole and renamed into place, like a record.
+
+        Raises
+        ------
+        OutputPathError
+            The file cannot be written (disk full, folder removed).
+        """
+        from safetensors.torch import save_file
+
+        tensors = {json.dumps(list(key)): t.detach().contiguous() for key, t in matrices.items()
+                   if t.is_floating_point()}
+        try:
+            with atomic_path(self.path / START) as tmp:
+                save_file(tensors, str(tmp), metadata={"step": str(int(step))})
+        except OutputPathError:
+            raise
+        except OSError as exc:
+            raise _refused(self.path, f"the first record's matrices cannot be written ({exc.strerror or exc})",
+                           "free disk space or give another store", exc.errno) from exc
+
+    def load_start(self) -> tuple[int, dict] | None:
+        """``(step, {key: tensor})`` of the matrices :meth:`save_start` kept, or None (a store written
+        before they were kept, or whose file cannot be read: the updates since the first record are then
+        NaN with the reason)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file, safe_open
+
+        path = self.path / START
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                step = int((f.metadata() or {})["step"])
+            return step, {tuple(json.loads(name)): t for name, t in load_file(str(path)).items()}
+        except (OSError, SafetensorError, KeyError, ValueError, TypeError):
+            return None
+
     def steps(self) -> list[int]:
         """The steps recorded in the store, ascending."""
         return record_steps(self.path)
@@ -96,6 +134,8 @@ class RecordStore:
                            "free disk space or give another store", exc.errno) from exc
 
 
+#: The first record's matrices, for a resumed run's updates since the first record (:meth:`RecordStore.save_start`).
+START = "start.safetensors"
 #: What a store's ``watch.json`` and a resuming monitor must agree on (those an older store lacks are not compared).
 RESUME_KEYS = ("metrics", "model", "family", "every", "spectral_every", "layers", "components")
 
