@@ -79,6 +79,10 @@ class Monitor:
         # in the store (RecordStore.save_start) unless it was written before they were kept
         self._resumed = (min(self._done), max(self._done)) if self._done else None
         self._start_reason = ""
+        # the first record's matrices are written to the store at wait() or close() (the Trainer callback closes
+        # at the end of training), never while records are due: a run killed before resumes without them, saying so
+        self._start_unsaved = False
+        self._start_lock = threading.Lock()
         if self._resumed is not None:
             kept = self.store.load_start()
             if kept is not None and kept[0] == self._resumed[0]:
@@ -210,8 +214,6 @@ class Monitor:
         cells = measure_snapshot(snap, self.metrics, start=start, previous=previous,
                                  spectral_every=self.spectral_every)
         first = self._start is None and self._resumed is None
-        if first and self.store is not None:  # kept, so that a resumed run measures its updates since this one
-            self.store.save_start(snap.step, snap.matrices)
         attrs = {"source": f"toolkit.watch of {_model_name(self.model)}",
                  "model_type": self.plan.family, "num_hidden_layers": self.plan.num_layers,
                  "watch_every": self.every, "watch_spectral_every": self.spectral_every}
@@ -223,9 +225,18 @@ class Monitor:
         old = self._previous
         if first:
             self._start = snap
+            self._start_unsaved = self.store is not None
         self._previous = snap
         if old is not None and old is not self._start:
             self._release(old.matrices)
+
+    def _save_start(self) -> None:
+        """Write the first record's matrices to the store if they are not there yet (:meth:`RecordStore.save_start`):
+        at :meth:`wait` and :meth:`close`, on the caller's thread, once."""
+        with self._start_lock:
+            if self._start_unsaved:
+                self.store.save_start(self._start.step, self._start.matrices)
+                self._start_unsaved = False
 
     # -- reading -------------------------------------------------------------------------------------------
     @property
@@ -246,6 +257,7 @@ class Monitor:
         """
         if self._worker is not None:
             self._worker.wait()
+            self._save_start()
         self._raise_first_failure()
         return self
 
@@ -254,6 +266,7 @@ class Monitor:
         self._closed = True
         if self._worker is not None:
             self._worker.close()
+            self._save_start()
 
     def __enter__(self) -> Monitor:
         return self
@@ -354,7 +367,8 @@ def watch(model, metrics=DEFAULT_METRICS, *, every: int = 10, spectral_every: in
     store : str or path-like, optional
         A folder for the records (:mod:`toolkit.monitor.store`): one NetCDF file per record, readable with
         ``toolkit.load(store)`` while the run goes on; re-opening it resumes after its last record (the first
-        record's matrices are kept in it, ``start.safetensors``, for the updates since the first record).
+        record's matrices are kept in it, ``start.safetensors``, written at ``wait()`` or ``close()``, for the
+        updates since the first record; a run killed before resumes with those updates NaN, saying so).
     layers, components, experts :
         The selection, as ``weight_stats`` takes it.
     mapping : toolkit.Mapping, optional
