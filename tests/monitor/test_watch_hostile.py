@@ -4,6 +4,11 @@ numbers a store cannot hold, a step after close. Each was a wrong number, a lost
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -74,6 +79,72 @@ def test_a_resumed_store_without_the_first_matrices_says_so(tmp_path):
         assert math.isnan(float(ds.relative_change_since_start.sel(step=step, **CELL)))
         assert "does not hold its matrices" in str(ds.nan_reason.sel(step=step, **CELL).values)
     assert float(ds.relative_change_since_start.sel(step=4, **CELL)) > 0
+
+
+KILLED = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    import toolkit
+    from tests.monitor.test_watch_hostile import _nudge, _vit
+    store = Path(sys.argv[1])
+    model = _vit()
+    monitor = toolkit.watch(model, every=2, store=store)
+    for step in range(4):
+        _nudge(model, step)
+        monitor.step(step)
+    deadline = time.monotonic() + 120
+    while not (store / "start.safetensors").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while len(list(store.glob("step-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)  # no wait(), no close(): a crash, an OOM kill, a preempted node
+""")
+
+
+def test_a_killed_run_keeps_the_first_matrices_and_resumes_since_step_0(tmp_path):
+    # the first record's matrices used to be written at wait() / close() only: a run killed before (the usual
+    # way a run ends early) resumed with every *_since_start NaN. They are written beside the training once the
+    # first record is measured, so a killed run keeps them
+    store = tmp_path / "run.watch"
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, str(script), str(store)], env=env, cwd=root, timeout=300,
+                          capture_output=True, text=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    assert (store / "start.safetensors").is_file()
+    model = _vit()
+    seen = {}
+    for step in range(4):  # the killed run's weights, replayed
+        _nudge(model, step)
+        seen[step] = model.blocks[0].attn.qkv.weight.detach().double().clone()
+    again = toolkit.watch(model, every=2, store=store)
+    for step in range(4, 7):
+        _nudge(model, step)
+        again.step(step)
+        seen[step] = model.blocks[0].attn.qkv.weight.detach().double().clone()
+    again.close()
+    ds = toolkit.load(store)
+    assert list(ds.step.values) == [0, 2, 4, 6]
+    for step in (2, 4, 6):
+        want = float(torch.linalg.norm(seen[step] - seen[0]) / torch.linalg.norm(seen[0]))
+        assert float(ds.relative_change_since_start.sel(step=step, **CELL)) == pytest.approx(want, rel=1e-9)
+
+
+def test_an_unwritable_first_matrices_file_is_raised_by_wait(tmp_path, monkeypatch):
+    from toolkit.monitor.store import RecordStore
+
+    def refuse(self, step, matrices):
+        raise OutputPathError(str(self.path), "no space left on device; free disk space or give another store")
+
+    monkeypatch.setattr(RecordStore, "save_start", refuse)
+    monitor = toolkit.watch(_vit(), every=2, store=tmp_path / "run.watch")
+    monitor.step(0)
+    with pytest.raises(OutputPathError, match="no space left"):
+        monitor.wait()
+    monitor.wait()  # said once: the records go on
+    monitor.close()
 
 
 def test_a_matrix_that_changes_shape_or_is_not_floating_point_is_nan_alone():

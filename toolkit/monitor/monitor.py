@@ -33,7 +33,7 @@ from toolkit.metrics.registry import resolve_metrics
 from toolkit.monitor.distributed import full_parameters, is_recording_rank, named_weights, plain_module
 from toolkit.monitor.matrices import plan_watch
 from toolkit.monitor.record import Snapshot, measure_snapshot, record_dataset
-from toolkit.monitor.store import RecordStore
+from toolkit.monitor.store import BackgroundWrite, RecordStore
 from toolkit.monitor.worker import Worker
 
 #: The metrics a monitor records by default: entry-wise, no factorisation (the update metrics come with every
@@ -79,9 +79,10 @@ class Monitor:
         # in the store (RecordStore.save_start) unless it was written before they were kept
         self._resumed = (min(self._done), max(self._done)) if self._done else None
         self._start_reason = ""
-        # the first record's matrices are written to the store at wait() or close() (the Trainer callback closes
-        # at the end of training), never while records are due: a run killed before resumes without them, saying so
-        self._start_unsaved = False
+        # the first record's matrices are written to the store by a thread of their own once that record is measured
+        # (the write releases the GIL; the worker goes on with the next records): a run killed after that resumes
+        # with them, one killed before resumes without them, saying so. wait() and close() join the writer.
+        self._start_writer: BackgroundWrite | None = None
         self._start_lock = threading.Lock()
         if self._resumed is not None:
             kept = self.store.load_start()
@@ -225,18 +226,18 @@ class Monitor:
         old = self._previous
         if first:
             self._start = snap
-            self._start_unsaved = self.store is not None
+            if self.store is not None:
+                self._start_writer = BackgroundWrite(self.store.save_start, snap.step, snap.matrices)
         self._previous = snap
         if old is not None and old is not self._start:
             self._release(old.matrices)
 
-    def _save_start(self) -> None:
-        """Write the first record's matrices to the store if they are not there yet (:meth:`RecordStore.save_start`):
-        at :meth:`wait` and :meth:`close`, on the caller's thread, once."""
+    def _join_start(self) -> None:
+        """Wait for the first record's matrices to be written; raise the write's error, once."""
         with self._start_lock:
-            if self._start_unsaved:
-                self.store.save_start(self._start.step, self._start.matrices)
-                self._start_unsaved = False
+            writer, self._start_writer = self._start_writer, None
+        if writer is not None:
+            writer.join()
 
     # -- reading -------------------------------------------------------------------------------------------
     @property
@@ -253,11 +254,12 @@ class Monitor:
         Raises
         ------
         OutputPathError
-            The first record could not be written to the store (any other error of the first record likewise).
+            The first record, or its matrices (``start.safetensors``), could not be written to the store (any
+            other error of the first record likewise); said once.
         """
         if self._worker is not None:
             self._worker.wait()
-            self._save_start()
+            self._join_start()
         self._raise_first_failure()
         return self
 
@@ -266,7 +268,7 @@ class Monitor:
         self._closed = True
         if self._worker is not None:
             self._worker.close()
-            self._save_start()
+            self._join_start()
 
     def __enter__(self) -> Monitor:
         return self
@@ -367,8 +369,9 @@ def watch(model, metrics=DEFAULT_METRICS, *, every: int = 10, spectral_every: in
     store : str or path-like, optional
         A folder for the records (:mod:`toolkit.monitor.store`): one NetCDF file per record, readable with
         ``toolkit.load(store)`` while the run goes on; re-opening it resumes after its last record (the first
-        record's matrices are kept in it, ``start.safetensors``, written at ``wait()`` or ``close()``, for the
-        updates since the first record; a run killed before resumes with those updates NaN, saying so).
+        record's matrices are kept in it, ``start.safetensors``, written beside the training once that record is
+        measured, for the updates since the first record; a run killed before resumes with those updates NaN,
+        saying so).
     layers, components, experts :
         The selection, as ``weight_stats`` takes it.
     mapping : toolkit.Mapping, optional

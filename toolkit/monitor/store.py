@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import xarray as xr
@@ -21,6 +23,7 @@ from toolkit.atomic import atomic_path, atomic_write
 from toolkit.errors import OutputPathError
 from toolkit.io import save
 from toolkit.io.records import MARKER, record_name, record_steps
+from toolkit.monitor.worker import lower_priority
 
 
 class RecordStore:
@@ -132,6 +135,34 @@ class RecordStore:
         except OSError as exc:
             raise _refused(self.path, f"the record of step {step} cannot be written ({exc.strerror or exc})",
                            "free disk space or give another store", exc.errno) from exc
+
+
+class BackgroundWrite:
+    """``write(*args)`` on a daemon thread of its own, at the worker's priority
+    (:func:`~toolkit.monitor.worker.lower_priority`): the monitor writes the first record's matrices
+    (:meth:`RecordStore.save_start`) this way, beside the training and the next records (safetensors' writer
+    releases the GIL while it writes). :meth:`join` waits for it and raises its error, once.
+    """
+
+    def __init__(self, write: Callable, *args):
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(write, *args), name="toolkit-watch-write",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self, write: Callable, *args) -> None:
+        lower_priority()
+        try:
+            write(*args)
+        except Exception as exc:  # noqa: BLE001 - raised on the caller's thread by join()
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for the write to end; raise its error (once: a second call returns)."""
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 #: The first record's matrices, for a resumed run's updates since the first record (:meth:`RecordStore.save_start`).

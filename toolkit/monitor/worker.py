@@ -85,7 +85,7 @@ class Worker:
         from threadpoolctl import threadpool_limits
 
         budget = torch.get_num_threads()  # a new thread starts from the process's count
-        _lower_priority()
+        lower_priority()
         while True:
             item = self._queue.get()
             try:
@@ -136,7 +136,7 @@ class Worker:
 NICE = 5
 
 
-def _lower_priority() -> None:
+def lower_priority() -> None:
     """Lower the calling thread's priority by :data:`NICE` (Linux, where a thread is a task; elsewhere nothing)."""
     import os
 
